@@ -1,0 +1,374 @@
+// Per-layer cache-write time on the GPU, fused (1 launch per layer) against unfused (12 launches on
+// a sparse layer, 8 on a dense one), with a model's 60 layers (3D57S) captured in ONE CUDA graph,
+// as a serving engine's decode step runs them. The same run measures an empty kernel (60 launches
+// in a graph) and a device-to-device copy, so the figures read as ratios:
+//   x_empty   = fused per-layer time / empty-kernel per-launch time   (target <= 2 at <= 256
+//   tokens) speedup   = unfused per-layer time / fused per-layer time          (target >= 15 at <=
+//   256) bw_frac   = fused bytes (read + written) / time / copy bandwidth   (target >= 0.9 at
+//   65536)
+// Reference shape: NKV 4, HD 128, index 1 x 128, block 128, bf16 activations, packed_hnd caches
+// ([nb, nkv, bs, 2*hd], the vLLM MiniMax-M3 layout). "bf16": bf16 K/V, flat bf16 index-K.
+// "fp8": e4m3 K/V (satfinite, divide by a per-tensor scale), blockscale ue8m0 fp8 index-K.
+// Times are medians of individually event-timed graph replays (manual time).
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kvo/gpu/write.hpp"
+#include "kvo/spec/config.hpp"
+
+namespace {
+
+using kvo::spec::DType;
+using kvo::spec::LayerKind;
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+  }
+}
+
+__global__ void empty_kernel() {}
+
+/// The empty kernel's PDL twin: waits for the previous kernel as a PDL consumer must, then lets the
+/// next one launch.
+__global__ void empty_pdl_kernel() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+}
+
+/// A streaming copy, 4 x 16 bytes in flight per thread: src, dst [n] uint4.
+__global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst,
+                            std::int64_t n) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
+    dst[i] = a, dst[i + stride] = b, dst[i + 2 * stride] = c, dst[i + 3 * stride] = d;
+  }
+  for (; i < n; i += stride) dst[i] = src[i];
+}
+
+/// Fills n bf16 values (uniform in [-4, 4), from a hash of the index) at p: [n] bf16.
+__global__ void fill_bf16(std::uint16_t* p, std::int64_t n, std::uint32_t seed) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  std::uint32_t h = static_cast<std::uint32_t>(i) * 0x9E3779B9u ^ seed;
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  const float x = (static_cast<float>(h >> 8) * (1.0f / 16777216.0f) - 0.5f) * 8.0f;
+  p[i] = static_cast<std::uint16_t>(__float_as_uint(x) >> 16);
+}
+
+/// Median of `reps` event-timed launches of `exec`, in seconds.
+double median_replay_s(cudaGraphExec_t exec, cudaStream_t s, int reps) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  for (int i = 0; i < 3; ++i) check(cudaGraphLaunch(exec, s), "graph warm-up");
+  check(cudaStreamSynchronize(s), "warm-up sync");
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(a, s), "record");
+    check(cudaGraphLaunch(exec, s), "graph launch");
+    check(cudaEventRecord(b, s), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+constexpr int kLayers = 60;
+
+/// Per-launch time of an empty kernel, 60 launches in one graph; with `pdl`, the PDL twin launched
+/// with programmatic stream serialization.
+double empty_launch_s(bool pdl) {
+  auto measure = [](bool with_pdl) {
+    cudaStream_t s;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+    cudaGraph_t g;
+    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+    for (int l = 0; l < kLayers; ++l) {
+      if (!with_pdl) {
+        empty_kernel<<<1, 32, 0, s>>>();
+        continue;
+      }
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(1);
+      cfg.blockDim = dim3(32);
+      cfg.stream = s;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      check(cudaLaunchKernelEx(&cfg, empty_pdl_kernel), "empty pdl launch");
+    }
+    check(cudaStreamEndCapture(s, &g), "end capture");
+    cudaGraphExec_t exec;
+    check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
+    const double t = median_replay_s(exec, s, 200) / kLayers;
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+    return t;
+  };
+  static const double plain = measure(false);
+  static const double with_pdl = measure(true);
+  return pdl ? with_pdl : plain;
+}
+
+/// Device-to-device copy bandwidth (bytes read + written per second) over 2 GiB: the better of
+/// cudaMemcpyAsync and a streaming copy kernel, each the median of 20 graph replays.
+struct CopyBandwidth {
+  double memcpy_bps = 0, kernel_bps = 0;
+  double best() const { return std::max(memcpy_bps, kernel_bps); }
+};
+const CopyBandwidth& copy_bandwidth() {
+  static const CopyBandwidth value = [] {
+    const std::size_t n = std::size_t{2} << 30;
+    void *src, *dst;
+    check(cudaMalloc(&src, n), "cudaMalloc(copy src)");
+    check(cudaMalloc(&dst, n), "cudaMalloc(copy dst)");
+    check(cudaMemset(src, 0x5A, n), "memset");
+    cudaStream_t s;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+    CopyBandwidth bw;
+    for (int kernel = 0; kernel < 2; ++kernel) {
+      cudaGraph_t g;
+      check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+      if (kernel) {
+        copy_kernel<<<132 * 8, 256, 0, s>>>(static_cast<const uint4*>(src),
+                                            static_cast<uint4*>(dst),
+                                            static_cast<std::int64_t>(n / 16));
+      } else {
+        check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s), "copy");
+      }
+      check(cudaStreamEndCapture(s, &g), "end capture");
+      cudaGraphExec_t exec;
+      check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
+      const double t = median_replay_s(exec, s, 20);
+      (kernel ? bw.kernel_bps : bw.memcpy_bps) = 2.0 * static_cast<double>(n) / t;
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(g);
+    }
+    cudaStreamDestroy(s);
+    cudaFree(src);
+    cudaFree(dst);
+    return bw;
+  }();
+  return value;
+}
+
+/// The model and the device buffers of one benchmark point: 60 layers' caches, one set of
+/// inputs shared by all layers (an engine's per-layer inputs are as cold: at 65536 tokens they are
+/// far larger than the L2), and the slot mapping.
+struct Setup {
+  kvo::spec::ModelConfig config;
+  std::int64_t tokens = 0;
+  std::vector<void*> allocations;
+  kvo::gpu::DeviceWriteInputs in;
+  std::vector<kvo::gpu::DeviceLayerCaches> caches;
+  double bytes_per_step = 0;  ///< read + written by the fused path over the 60 layers
+
+  void* alloc(std::size_t n) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, std::max<std::size_t>(n, 256)), "cudaMalloc(bench)");
+    allocations.push_back(p);
+    return p;
+  }
+  ~Setup() {
+    for (void* p : allocations) cudaFree(p);
+  }
+};
+
+/// hot: a 16-block cache per layer (4.5 MB bf16) instead of >= 512 blocks, a diagnostic of how
+/// much of the small-token time is the caches' cold pages rather than the kernel.
+void make_setup(Setup& st, bool fp8, std::int64_t tokens, bool hot = false) {
+  kvo::spec::ModelConfig& c = st.config;
+  c.layers = kvo::spec::parse_layer_mix(kvo::spec::kDefaultLayerMix);
+  const std::int64_t bs = 128;
+  const std::int64_t nb = hot ? 16 : std::max<std::int64_t>(512, (tokens + bs - 1) / bs + 32);
+  c.geometry = {nb, bs, 4, 128, 128};
+  c.act_dtype = DType::kBF16;
+  c.layout = kvo::spec::KvLayout::kPackedHnd;
+  c.slot_type = kvo::spec::SlotType::kI64;
+  if (fp8) {
+    c.kv.cache_dtype = DType::kFp8E4M3;
+    c.kv.scale_mode = kvo::spec::ScaleMode::kDivide;
+    c.index.layout = kvo::spec::IndexLayout::kBlockScale;
+    c.index.ue8m0 = true;
+  } else {
+    c.kv.cache_dtype = DType::kBF16;
+    c.index.layout = kvo::spec::IndexLayout::kFlat;
+    c.index.flat_dtype = DType::kBF16;
+  }
+  kvo::spec::validate(c);
+  st.tokens = tokens;
+  const std::int64_t row = 4 * 128;
+  auto fill = [&](std::size_t elems, std::uint32_t seed) {
+    auto* p = static_cast<std::uint16_t*>(st.alloc(elems * 2));
+    fill_bf16<<<static_cast<unsigned>((elems + 255) / 256), 256>>>(
+        p, static_cast<std::int64_t>(elems), seed);
+    return p;
+  };
+  st.in.k = fill(static_cast<std::size_t>(tokens * row), 1);
+  st.in.v = fill(static_cast<std::size_t>(tokens * row), 2);
+  st.in.index_k = fill(static_cast<std::size_t>(tokens * 128), 3);
+  // Slots: decode-like (each token its own block, offset scattered) up to 256 tokens, prefill-like
+  // (runs of 128 consecutive slots in shuffled blocks) beyond.
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(nb));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937_64(42));
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens));
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    slots[static_cast<std::size_t>(t)] =
+        hot             ? perm[static_cast<std::size_t>(t % nb)] * bs + t / nb
+        : tokens <= 256 ? perm[static_cast<std::size_t>(t)] * bs + (t * 37) % bs
+                        : perm[static_cast<std::size_t>(t / bs)] * bs + t % bs;
+  }
+  void* d_slots = st.alloc(slots.size() * 8);
+  check(cudaMemcpy(d_slots, slots.data(), slots.size() * 8, cudaMemcpyHostToDevice), "slots");
+  st.in.slots = d_slots;
+  const float scale = 0.5f;
+  auto* d_scale = static_cast<float*>(st.alloc(4));
+  check(cudaMemcpy(d_scale, &scale, 4, cudaMemcpyHostToDevice), "scale");
+  st.in.k_scale = d_scale;
+  st.in.v_scale = d_scale;
+  st.in.num_tokens = tokens;
+
+  const std::int64_t kv_bytes = kvo::gpu::kv_buffer_bytes(c);
+  const std::int64_t ix_bytes = kvo::gpu::index_buffer_bytes(c);
+  const double ceb = fp8 ? 1.0 : 2.0;
+  const double index_written = fp8 ? tokens * (128.0 + 4.0) : tokens * 128.0 * 2.0;
+  for (LayerKind kind : c.layers) {
+    kvo::gpu::DeviceLayerCaches lc;
+    lc.k = st.alloc(static_cast<std::size_t>(kv_bytes));  // the one packed K/V tensor
+    if (kind == LayerKind::kSparse) lc.index_k = st.alloc(static_cast<std::size_t>(ix_bytes));
+    st.caches.push_back(lc);
+    double bytes = tokens * (2.0 * row * 2.0 + 8.0) + tokens * 2.0 * row * ceb;
+    if (kind == LayerKind::kSparse) bytes += tokens * 128.0 * 2.0 + index_written;
+    st.bytes_per_step += bytes;
+  }
+  check(cudaDeviceSynchronize(), "setup");
+}
+
+/// Captures the 60 layer writes of `fused` or unfused path into one graph; returns the median
+/// time of one replay and the launches it holds.
+double time_path(Setup& st, bool fused, int reps, int* launches, bool pdl = false) {
+  cudaStream_t s;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  kvo::gpu::UnfusedWorkspace ws(st.tokens);
+  cudaGraph_t g;
+  *launches = 0;
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+  for (std::size_t l = 0; l < st.caches.size(); ++l) {
+    const LayerKind kind = st.config.layers[l];
+    *launches += fused
+                     ? kvo::gpu::launch_fused_write(st.config, kind, st.in, st.caches[l], s,
+                                                    kvo::gpu::FaultInjection::kNone, pdl)
+                     : kvo::gpu::launch_unfused_write(st.config, kind, st.in, st.caches[l], ws, s);
+  }
+  check(cudaStreamEndCapture(s, &g), "end capture");
+  cudaGraphExec_t exec;
+  check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
+  const double t = median_replay_s(exec, s, reps);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+  return t;
+}
+
+void BM_LayerWrite(benchmark::State& state) {
+  const bool fp8 = state.range(0) != 0;
+  const std::int64_t tokens = state.range(1);
+  try {
+    const double empty = empty_launch_s(false);
+    const double empty_pdl = empty_launch_s(true);
+    const double copy_bw = copy_bandwidth().best();
+    Setup st;
+    make_setup(st, fp8, tokens);
+    const int reps = tokens >= 65536 ? 10 : (tokens >= 4096 ? 30 : 100);
+    int fused_launches = 0, unfused_launches = 0, pdl_launches = 0;
+    const double fused = time_path(st, true, reps, &fused_launches) / kLayers;
+    const double fused_pdl = time_path(st, true, reps, &pdl_launches, true) / kLayers;
+    const double unfused = time_path(st, false, std::max(reps / 3, 5), &unfused_launches) / kLayers;
+    for (auto _ : state) state.SetIterationTime(fused);
+    const double bw = st.bytes_per_step / (fused * kLayers);
+    const double bw_pdl = st.bytes_per_step / (fused_pdl * kLayers);
+    state.counters["fused_us"] = fused * 1e6;
+    state.counters["fused_pdl_us"] = fused_pdl * 1e6;
+    state.counters["unfused_us"] = unfused * 1e6;
+    state.counters["empty_us"] = empty * 1e6;
+    state.counters["empty_pdl_us"] = empty_pdl * 1e6;
+    state.counters["x_empty"] = fused / empty;
+    state.counters["x_empty_pdl"] = fused_pdl / empty;
+    state.counters["speedup"] = unfused / fused;
+    state.counters["speedup_pdl"] = unfused / fused_pdl;
+    state.counters["GBps"] = bw * 1e-9;
+    state.counters["copy_GBps"] = copy_bw * 1e-9;
+    state.counters["bw_frac"] = bw / copy_bw;
+    state.counters["bw_frac_pdl"] = bw_pdl / copy_bw;
+    state.counters["launches_fused"] = fused_launches;
+    state.counters["launches_unfused"] = unfused_launches;
+    if (tokens <= 256) {
+      Setup hot;
+      make_setup(hot, fp8, tokens, true);
+      int n = 0;
+      state.counters["fused_hot_us"] = time_path(hot, true, reps, &n) / kLayers * 1e6;
+      state.counters["fused_hot_pdl_us"] = time_path(hot, true, reps, &n, true) / kLayers * 1e6;
+    }
+    state.SetLabel(std::string(fp8 ? "fp8" : "bf16") + " tokens=" + std::to_string(tokens));
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+BENCHMARK(BM_LayerWrite)
+    ->ArgNames({"fp8", "tokens"})
+    ->ArgsProduct({{0, 1}, {1, 8, 64, 256, 4096, 65536}})
+    ->UseManualTime()
+    ->Iterations(1)
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_EmptyLaunch(benchmark::State& state) {
+  try {
+    const double t = empty_launch_s(false);
+    for (auto _ : state) state.SetIterationTime(t);
+    state.counters["empty_us"] = t * 1e6;
+    state.counters["empty_pdl_us"] = empty_launch_s(true) * 1e6;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+BENCHMARK(BM_EmptyLaunch)->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
+
+void BM_CopyD2D(benchmark::State& state) {
+  try {
+    const CopyBandwidth& bw = copy_bandwidth();
+    for (auto _ : state) state.SetIterationTime((std::size_t{4} << 30) / bw.best());
+    state.counters["copy_GBps"] = bw.best() * 1e-9;
+    state.counters["memcpy_GBps"] = bw.memcpy_bps * 1e-9;
+    state.counters["copy_kernel_GBps"] = bw.kernel_bps * 1e-9;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+BENCHMARK(BM_CopyD2D)->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,85 @@
+#include "options.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::cli {
+namespace {
+
+CLI::Option* add_int(CLI::App& app, const std::string& flag, std::optional<std::int64_t>& target,
+                     const std::string& help) {
+  return app.add_option_function<std::int64_t>(
+      flag, [&target](const std::int64_t& v) { target = v; }, help);
+}
+
+CLI::Option* add_bool(CLI::App& app, const std::string& flag, std::optional<bool>& target,
+                      const std::string& help) {
+  return app.add_option_function<bool>(
+      flag, [&target](const bool& v) { target = v; }, help + " (true|false)");
+}
+
+}  // namespace
+
+void add_model_flags(CLI::App& app, oracle::CaseOverrides& o) {
+  app.add_option_function<std::string>(
+      "--layers", [&o](const std::string& v) { o.layers = v; },
+      "layer mix: run-length (3D57S) or one letter per layer (DDSS); D dense, S sparse");
+  add_int(app, "--num-blocks", o.num_blocks, "cache blocks (pages)");
+  add_int(app, "--block-size", o.block_size, "tokens per block (page size), >= 1");
+  add_int(app, "--num-kv-heads", o.num_kv_heads, "KV heads");
+  add_int(app, "--head-dim", o.head_dim, "head dimension, a multiple of 8");
+  add_int(app, "--index-dim", o.index_dim, "index-K dimension (a multiple of 128 with blockscale)");
+  add_int(app, "--tokens", o.tokens, "tokens written per step (before the -1 padding)");
+  add_int(app, "--requests", o.requests, "requests the step's tokens are split over evenly");
+  add_enum_option(app, "--act-dtype", o.act_dtype, "activation dtype");
+  add_enum_option(app, "--kv-dtype", o.kv_dtype, "K/V cache dtype");
+  add_enum_option(app, "--index-dtype", o.index_dtype, "flat index-K cache dtype");
+  add_enum_option(app, "--layout", o.layout, "K/V cache layout");
+  add_enum_option(app, "--sat", o.saturation, "fp8 saturation");
+  add_enum_option(app, "--scale-mode", o.scale_mode, "KV scale mode");
+  add_enum_option(app, "--index-layout", o.index_layout, "index-K cache layout");
+  add_enum_option(app, "--slot-mode", o.slot_mode, "meaning of negative slots");
+  add_enum_option(app, "--slot-type", o.slot_type, "slot mapping storage type");
+  add_bool(app, "--per-head-scale", o.per_head_scale,
+           "one KV scale per head instead of per tensor");
+  add_bool(app, "--via-model-dtype", o.via_model_dtype,
+           "round the scaled value to the activation dtype first");
+  add_bool(app, "--ue8m0", o.ue8m0, "power-of-two index-K block scales");
+  add_bool(app, "--separate-index-slots", o.separate_index_slots,
+           "index-K through its own slot mapping");
+  add_bool(app, "--edge-values", o.edge_values,
+           "mix in edge values (zeros, ties, fp8 maxima, inf, NaN)");
+}
+
+std::uint64_t parse_u64(const std::string& text, const char* field) {
+  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const std::string digits = text.substr(hex ? 2 : 0);
+  // Every character a digit of the base: strtoull alone would take "12ab", " 7", "-1" or text with
+  // an embedded NUL (found by fuzz/fuzz_seed.cpp).
+  const bool well_formed =
+      !digits.empty() && std::all_of(digits.begin(), digits.end(), [hex](char ch) {
+        return hex ? std::isxdigit(static_cast<unsigned char>(ch)) != 0
+                   : std::isdigit(static_cast<unsigned char>(ch)) != 0;
+      });
+  errno = 0;
+  const unsigned long long v =
+      well_formed ? std::strtoull(digits.c_str(), nullptr, hex ? 16 : 10) : 0;
+  if (!well_formed || errno == ERANGE) {
+    std::string shown;
+    for (char ch : text) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02X", static_cast<unsigned char>(ch));
+      shown += (ch >= 0x20 && ch < 0x7F) ? std::string(1, ch) : std::string(escaped);
+    }
+    throw spec::InvalidInput(field, -1, "\"" + shown + "\"",
+                             "expected a 64-bit unsigned value, decimal or 0x-hex");
+  }
+  return static_cast<std::uint64_t>(v);
+}
+
+}  // namespace kvo::cli

@@ -1,0 +1,20 @@
+# kvo_add_test(name SOURCES ... LIBS ... LABELS ...): one GoogleTest binary, discovered at test time
+# (PRE_TEST, so no binary runs during the build). Property tests get a fixed rapidcheck seed in CI;
+# KVO_RC_PARAMS overrides it (e.g. -DKVO_RC_PARAMS="seed=7 max_success=2000").
+set(KVO_RC_PARAMS "seed=20261129 max_success=200 verbose_progress=0" CACHE STRING "RC_PARAMS for ctest")
+function(kvo_add_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  kvo_project_target(${name})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} rapidcheck_gtest rapidcheck GTest::gtest
+                                        GTest::gtest_main)
+  if(NOT ARG_LABELS)
+    set(ARG_LABELS cpu)
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 600)
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
+    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+               ENVIRONMENT "RC_PARAMS=${KVO_RC_PARAMS}")
+endfunction()

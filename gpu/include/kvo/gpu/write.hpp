@@ -1,0 +1,109 @@
+#pragma once
+/// \file write.hpp
+/// CUDA layer writes (SPEC 3-4): the fused one-launch kernel and the unfused 12/8-launch baseline.
+/// No CUDA type appears here, so host code links kvo_gpu without nvcc; streams are passed as
+/// `void*` (a cudaStream_t).
+///
+/// Two entry points per path:
+///  - the host-memory convenience (write_layer_host): validates the whole call on the host
+///    (spec::validate, spec::validate_write) before anything is copied or launched, copies the
+///    LayerCaches (guards included) and the inputs to the device, writes, and copies the caches
+///    back. This is what the oracle's `cuda-fused` / `cuda-unfused` subjects call.
+///  - the device-pointer API (launch_fused_write, launch_unfused_write): caches and inputs already
+///    on the device, one stream, no synchronisation and no host validation of slot values (those
+///    live on the device): for benchmarks and CUDA-graph capture, where the engine guarantees the
+///    slot mapping. Configuration and pointers are still checked on the host.
+///
+/// Errors: bad input is spec::InvalidInput (before any launch); a CUDA error is spec::FailedToRun
+/// carrying the CUDA error string. legacy_wrap: the kernels wrap negative slots themselves; when
+/// two tokens resolve to one slot (last writer wins on the CPU, an undefined order on the GPU), the
+/// host convenience resolves the mapping first (the last writer keeps the slot, the others become
+/// padding) and runs a strict call; the device API leaves such a mapping to the caller.
+
+#include <cstdint>
+
+#include "kvo/spec/config.hpp"
+#include "kvo/spec/write.hpp"
+
+namespace kvo::gpu {
+
+/// Which GPU implementation writes the layer.
+enum class WritePath : std::uint8_t { kFused, kUnfused };
+
+/// Deliberate bugs for the oracle's self-tests (planted-bug tests): the oracle must name the right
+/// layer, buffer, block, offset, head and dim for each. kNone in every production use.
+enum class FaultInjection : std::uint8_t {
+  kNone,
+  kWrapNegativeSlots,  ///< a padding slot -1 wraps to the last slot, as torch indexing does
+  kOffsetPlusOne,      ///< K/V/index rows land one offset further into the block
+  kSwapHndNhd,         ///< the kernel uses the HND strides for an NHD cache and vice versa
+};
+
+/// One layer's inputs on the device. Every pointer is 16-byte aligned.
+struct DeviceWriteInputs {
+  const void* k = nullptr;            ///< [>= T, nkv, hd] act dtype, row-contiguous
+  const void* v = nullptr;            ///< [>= T, nkv, hd] act dtype, row-contiguous
+  const void* index_k = nullptr;      ///< [>= T, index_dim] act dtype; sparse layers only
+  const void* slots = nullptr;        ///< [T] int32 or int64 (config.slot_type)
+  const void* index_slots = nullptr;  ///< [T] same type; only with config.separate_index_slots
+  const float* k_scale = nullptr;     ///< [1] or [nkv] (config.kv.per_head_scale)
+  const float* v_scale = nullptr;     ///< [1] or [nkv]
+  std::int64_t num_tokens = 0;        ///< T, the slot mapping's length
+};
+
+/// One layer's cache bodies on the device (no guards; 16-byte aligned).
+struct DeviceLayerCaches {
+  void* k = nullptr;  ///< K [layout of SPEC 3], or the one K/V tensor of packed/split layouts
+  void* v = nullptr;  ///< V; null for the one-tensor layouts
+  void* index_k =
+      nullptr;  ///< index-K (flat [nb, bs, index_dim] or blockscale blocks); sparse only
+};
+
+/// Body bytes of each buffer of a layer in this configuration (gpu's own arithmetic).
+std::int64_t kv_buffer_bytes(const spec::ModelConfig& config);     ///< K, V, or the one KV tensor
+std::int64_t index_buffer_bytes(const spec::ModelConfig& config);  ///< index-K
+
+/// Launches the fused write: one kernel for K, V and (sparse) index-K. Returns the launch count (1,
+/// or 0 when there are no tokens). `pdl`: programmatic dependent launch (sm_90): the kernel waits
+/// for the stream's previous kernel (griddepcontrol.wait) before its first read and lets the next
+/// kernel's launch overlap its own run, as vLLM's fused kernels do inside CUDA graphs.
+int launch_fused_write(const spec::ModelConfig& config, spec::LayerKind kind,
+                       const DeviceWriteInputs& in, const DeviceLayerCaches& caches, void* stream,
+                       FaultInjection fault = FaultInjection::kNone, bool pdl = false);
+
+/// Device scratch of the unfused path: per tensor (K, V, index-K) the block and offset vectors in
+/// the slot type and as int64, i.e. 3 x 4 x [max_tokens] int64.
+class UnfusedWorkspace {
+ public:
+  explicit UnfusedWorkspace(std::int64_t max_tokens);
+  ~UnfusedWorkspace();
+  UnfusedWorkspace(const UnfusedWorkspace&) = delete;
+  UnfusedWorkspace& operator=(const UnfusedWorkspace&) = delete;
+
+  std::int64_t max_tokens() const { return max_tokens_; }
+  /// Scratch vector `which` (0..3) of tensor `tensor` (0 K, 1 V, 2 index-K): [max_tokens] int64.
+  std::int64_t* vec(int tensor, int which) const;
+  /// Bytes a workspace of `max_tokens` needs (for callers that carve it from their own memory).
+  static std::int64_t bytes_for(std::int64_t max_tokens);
+  /// A workspace over caller-owned device memory of bytes_for(max_tokens) bytes (not freed).
+  UnfusedWorkspace(std::int64_t max_tokens, void* memory);
+
+ private:
+  std::int64_t max_tokens_ = 0;
+  std::int64_t* base_ = nullptr;
+  bool owned_ = false;
+};
+
+/// Launches the unfused path: per tensor a division, a remainder, an index cast and a scatter
+/// launch. Returns the launch count: 12 on a sparse layer, 8 on a dense one (0 without tokens).
+int launch_unfused_write(const spec::ModelConfig& config, spec::LayerKind kind,
+                         const DeviceWriteInputs& in, const DeviceLayerCaches& caches,
+                         UnfusedWorkspace& workspace, void* stream);
+
+/// The host-memory convenience: validates, copies to the device, writes, copies `caches` (guards
+/// included) back. Synchronous.
+void write_layer_host(WritePath path, const spec::ModelConfig& config,
+                      const spec::LayerWrite& write, spec::LayerCaches& caches,
+                      FaultInjection fault = FaultInjection::kNone);
+
+}  // namespace kvo::gpu

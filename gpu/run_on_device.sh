@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# The GPU campaign in one call: GPU tests (8 shards in parallel), compute-sanitizer memcheck and
+# racecheck over a reduced test run, the benchmarks, and a short table printed last.
+#
+#   gpu/run_on_device.sh --stage   (here, on a machine with nvcc and the Debian test/bench
+#                                   packages) builds build-gpu/ and copies the binaries, plus
+#                                   libbenchmark and fallback C++ runtimes, into .device/bin
+#   gpu/run_on_device.sh           (on the device, with .device carried) runs everything; if no
+#                                   staged binaries are present it tries to build them there.
+#
+# Environment: OUT (default ./device-out) receives summary.txt, bench.json and logs.tar.gz;
+# KVO_GPU_CASES random cases per RandomCases shard (default 1500; 8 shards); SAN_CASES (default
+# 40) for the sanitizer runs.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$ROOT/.device/bin
+
+if [[ "${1:-}" == "--stage" ]]; then
+  set -e
+  cmake -S "$ROOT" -B "$ROOT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVO_BUILD_BENCH=ON >/dev/null
+  ninja -C "$ROOT/build-gpu" test_gpu_write bench_write_gpu kvoracle
+  mkdir -p "$BIN/fallback"
+  cp "$ROOT/build-gpu/tests/gpu/test_gpu_write" "$ROOT/build-gpu/bench/bench_write_gpu" \
+     "$ROOT/build-gpu/cli/kvoracle" "$BIN/"
+  cp -L /lib/x86_64-linux-gnu/libbenchmark.so.1debian "$BIN/"
+  cp -L /lib/x86_64-linux-gnu/libstdc++.so.6 /lib/x86_64-linux-gnu/libgcc_s.so.1 "$BIN/fallback/"
+  ls -la "$BIN"
+  exit 0
+fi
+
+OUT=${OUT:-$ROOT/device-out}
+LOGS=$(mktemp -d /tmp/kvo-logs.XXXX)
+mkdir -p "$OUT"
+CASES=${KVO_GPU_CASES:-1500}
+SAN_CASES=${SAN_CASES:-40}
+export RC_PARAMS=${RC_PARAMS:-"seed=20261129 max_success=300 verbose_progress=0"}
+START=$(date +%s)
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+  nvcc --version | tail -1
+} >"$LOGS/machine.txt" 2>&1
+
+# 0. Binaries: staged ones, else build here.
+if [[ ! -x "$BIN/test_gpu_write" ]]; then
+  echo "no staged binaries: building on the device" | tee "$LOGS/build.txt"
+  cmake -S "$ROOT" -B "$ROOT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release >>"$LOGS/build.txt" 2>&1 &&
+    ninja -C "$ROOT/build-gpu" test_gpu_write bench_write_gpu >>"$LOGS/build.txt" 2>&1 &&
+    mkdir -p "$BIN" && cp "$ROOT/build-gpu/tests/gpu/test_gpu_write" "$ROOT/build-gpu/bench/bench_write_gpu" "$BIN/"
+fi
+export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if ! "$BIN/bench_write_gpu" --benchmark_list_tests >/dev/null 2>&1; then
+  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$BIN/fallback"
+  echo "using the carried libstdc++ (fallback)" >>"$LOGS/machine.txt"
+fi
+"$BIN/test_gpu_write" --gtest_list_tests >"$LOGS/test_list.txt" 2>&1 || echo "test binary does not start" | tee -a "$LOGS/machine.txt"
+
+# 1. GPU tests, 8 shards in parallel.
+for i in 0 1 2 3 4 5 6 7; do
+  GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i KVO_GPU_CASES=$CASES \
+    timeout 240 "$BIN/test_gpu_write" >"$LOGS/tests_$i.log" 2>&1 &
+done
+wait
+T_TESTS=$(($(date +%s) - START))
+passed=0; failed=0; skipped=0; cases=0
+for i in 0 1 2 3 4 5 6 7; do
+  f=$LOGS/tests_$i.log
+  passed=$((passed + $(grep -c '^\[       OK \]' "$f")))
+  failed=$((failed + $(grep -c '^\[  FAILED  \].*(' "$f")))
+  skipped=$((skipped + $(grep -c '^\[  SKIPPED \].*(' "$f")))
+  c=$(grep -o 'random cases diffed: [0-9]*' "$f" | tail -1 | awk '{print $4}')
+  cases=$((cases + ${c:-0}))
+done
+
+# 2. compute-sanitizer over a reduced run (fused and unfused kernels, planted bugs, bad input).
+SAN_FILTER='Shards/RandomCases.GpuMatchesReference/0:PlantedBug.*:BadInput.*'
+san_errors() { grep -oE '(ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors)' "$1" | tail -1 | grep -oE '[0-9]+'; }
+for tool in memcheck racecheck; do
+  KVO_GPU_CASES=$SAN_CASES timeout 120 compute-sanitizer --tool $tool --print-limit 20 \
+    "$BIN/test_gpu_write" --gtest_filter="$SAN_FILTER" >"$LOGS/sanitizer_$tool.log" 2>&1
+  echo "exit $?" >>"$LOGS/sanitizer_$tool.log"
+done
+MEMCHECK=$(san_errors "$LOGS/sanitizer_memcheck.log"); RACECHECK=$(san_errors "$LOGS/sanitizer_racecheck.log")
+MEMCHECK_TESTS=$(grep -c '^\[       OK \]' "$LOGS/sanitizer_memcheck.log")
+RACECHECK_TESTS=$(grep -c '^\[       OK \]' "$LOGS/sanitizer_racecheck.log")
+T_SAN=$(($(date +%s) - START))
+
+# 3. Benchmarks.
+timeout 150 "$BIN/bench_write_gpu" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json \
+  >"$LOGS/bench.txt" 2>&1
+echo "exit $?" >>"$LOGS/bench.txt"
+T_BENCH=$(($(date +%s) - START))
+
+# 3b. The CLI campaign with every subject (CPU and CUDA), as `kvoracle check` runs it.
+timeout 60 "$BIN/kvoracle" check --cases 300 >"$LOGS/kvoracle_check.txt" 2>&1
+echo "exit $?" >>"$LOGS/kvoracle_check.txt"
+
+# 4. Short table, last.
+{
+  cat "$LOGS/machine.txt"
+  echo
+  echo "GPU tests: $passed passed, $failed failed, $skipped skipped; random cases diffed: $cases (t=${T_TESTS}s)"
+  grep -h '^\[  FAILED  \].*(' "$LOGS"/tests_*.log | head -5
+  echo "compute-sanitizer: memcheck ${MEMCHECK:-?} errors ($MEMCHECK_TESTS tests ok), racecheck ${RACECHECK:-?} errors ($RACECHECK_TESTS tests ok) (t=${T_SAN}s)"
+  echo "kvoracle check --cases 300:"
+  grep -E '^(cpu|cuda)-|^result|exit' "$LOGS/kvoracle_check.txt"
+  python3 - "$OUT/bench.json" <<'PY'
+import json, sys
+try:
+    runs = json.load(open(sys.argv[1]))["benchmarks"]
+except Exception as e:
+    print("bench: no results (%s)" % e); sys.exit(0)
+row = {}
+for r in runs:
+    if r.get("error_occurred"):
+        print("bench error:", r["name"], r.get("error_message")); continue
+    row[r["name"]] = r
+def first(key):
+    return next((r[key] for r in runs if key in r), float("nan"))
+print("bench: empty launch %.3f us (PDL twin %.3f us), 60 in a graph; D2D copy %.0f GB/s read+write (memcpy %.0f, copy kernel %.0f)" % (
+    first("empty_us"), first("empty_pdl_us"), first("copy_GBps"), first("memcpy_GBps"), first("copy_kernel_GBps")))
+print("%-5s %6s %8s %8s %8s %7s %7s %7s %7s %7s %7s %8s  %s" % ("cache", "tokens", "fused", "fusedPDL", "unfused", "xEmpty", "xE_PDL", "speedup", "spd_PDL", "bwFrac", "bwF_PDL", "hot/PDL", "targets (plain | PDL)"))
+for name, r in row.items():
+    if not name.startswith("BM_LayerWrite"): continue
+    fp8 = "fp8:1" in name
+    t = int(name.split("tokens:")[1].split("/")[0])
+    ok = lambda b: "ok" if b else "MISS"
+    notes = []
+    if t <= 256:
+        notes.append("xEmpty<=2 %s|%s" % (ok(r["x_empty"] <= 2), ok(r["x_empty_pdl"] <= 2)))
+        notes.append("speedup>=15 %s|%s" % (ok(r["speedup"] >= 15), ok(r["speedup_pdl"] >= 15)))
+    if t >= 65536:
+        notes.append("bw>=0.90 %s|%s" % (ok(r["bw_frac"] >= 0.9), ok(r["bw_frac_pdl"] >= 0.9)))
+    hot = "%.2f/%.2f" % (r["fused_hot_us"], r["fused_hot_pdl_us"]) if "fused_hot_us" in r else "-"
+    print("%-5s %6d %8.3f %8.3f %8.3f %7.2f %7.2f %7.1f %7.1f %7.3f %7.3f %8s  %s" % (
+        "fp8" if fp8 else "bf16", t, r["fused_us"], r["fused_pdl_us"], r["unfused_us"], r["x_empty"],
+        r["x_empty_pdl"], r["speedup"], r["speedup_pdl"], r["bw_frac"], r["bw_frac_pdl"], hot, ", ".join(notes)))
+print("(times in us per layer; xEmpty = fused / plain empty launch; bwFrac = (bytes read + written) / time / copy bandwidth)")
+PY
+  echo "total ${T_BENCH}s"
+} >"$OUT/summary.txt" 2>&1
+tar czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
+cat "$OUT/summary.txt"
+[[ $failed -eq 0 ]]

@@ -1,0 +1,84 @@
+#pragma once
+/// \file launch.cuh
+/// What the fused and unfused launchers share on the host: the kernel parameter block, the layout
+/// strides (gpu's own arithmetic of SPEC 3), the config and pointer checks, and the CUDA error
+/// conversion into spec::FailedToRun.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "convert.cuh"
+#include "kvo/gpu/write.hpp"
+#include "kvo/spec/config.hpp"
+
+namespace kvo::gpu::detail {
+
+/// How the index-K row of a sparse layer is stored.
+enum class IndexMode : std::uint8_t { kNone, kFlatBf16, kFlatFp8, kBlockScale };
+
+/// Everything one fused launch needs; passed by value as the kernel parameter. Shapes: T tokens,
+/// nkv heads, hd head dim, idim index dim, nb blocks of bs slots.
+struct FusedParams {
+  const void* k = nullptr;            ///< [>= T, nkv, hd] act
+  const void* v = nullptr;            ///< [>= T, nkv, hd] act
+  const void* index_k = nullptr;      ///< [>= T, idim] act
+  const void* slots = nullptr;        ///< [T] int32/int64
+  const void* index_slots = nullptr;  ///< [T]; == slots when there is no separate mapping
+  const float* k_scale = nullptr;     ///< [1] or [nkv]
+  const float* v_scale = nullptr;     ///< [1] or [nkv]
+  void* k_cache = nullptr;            ///< K (or KV) body
+  void* v_cache = nullptr;            ///< V body; for one-tensor layouts K body + kv_part elements
+  std::uint8_t* index_cache = nullptr;
+  KvStrides st;
+  std::int64_t num_tokens = 0;
+  std::int64_t block_size = 1;
+  std::int64_t capacity = 0;
+  std::int64_t index_block_bytes = 0;  ///< blockscale: bytes of one block (values then scales)
+  std::int32_t nkv = 1, hd = 8, idim = 0, groups = 0;
+  std::int32_t tile_tokens = 1;  ///< tokens per thread block
+  FastDiv items_per_token;       ///< K/V items (+ flat index items) of one token
+  FastDiv row_items;             ///< nkv * hd / 8: items of one K (or V) row
+  FastDiv head_items;            ///< hd / 8
+  FastDiv groups_div;            ///< idim / 128 (blockscale)
+  std::int32_t kv_items = 0;     ///< 2 * row_items
+  FastDiv bs_div;                ///< block_size, valid when bs_fast
+  bool bs_fast = false;          ///< every slot < 2^31: page = bs_div.quo(slot)
+  bool pdl = false;              ///< programmatic dependent launch (griddepcontrol)
+  bool pdl_early = false;        ///< trigger the dependents at the start (small grids)
+  bool slots_i64 = true;
+  bool legacy_wrap = false;
+  bool offset_plus_one = false;  ///< FaultInjection::kOffsetPlusOne
+  bool per_head_scale = false;
+  bool via_model = false;
+  bool ue8m0 = false;
+  ScaleMode scale_mode = ScaleMode::kNone;
+  Saturation sat = Saturation::kSatFinite;
+  IndexMode index_mode = IndexMode::kNone;
+};
+
+/// Threads per block of every kernel here.
+inline constexpr int kThreads = 256;
+/// Upper bound of FusedParams::tile_tokens (the shared per-token tables).
+inline constexpr int kMaxTileTokens = 64;
+
+/// Throws spec::FailedToRun("what: <CUDA error string>") when err is not cudaSuccess.
+void check_cuda(cudaError_t err, const char* what);
+
+/// The strides of `layout` for this geometry (elements).
+KvStrides kv_strides(const spec::CacheGeometry& g, spec::KvLayout layout);
+/// The layout whose strides a kSwapHndNhd fault uses.
+spec::KvLayout swapped_layout(spec::KvLayout layout);
+
+/// Checks the config, the pointers the layer needs and their 16-byte alignment; fills the parts of
+/// FusedParams common to both paths (pointers, strides, shapes, quantization). Throws
+/// spec::InvalidInput.
+FusedParams make_params(const spec::ModelConfig& config, spec::LayerKind kind,
+                        const DeviceWriteInputs& in, const DeviceLayerCaches& caches,
+                        FaultInjection fault);
+
+/// Multiprocessors of the current device (cached).
+int sm_count();
+
+}  // namespace kvo::gpu::detail

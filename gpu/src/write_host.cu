@@ -1,0 +1,420 @@
+// Host side of the GPU writes: layout strides and buffer sizes (gpu's own arithmetic of SPEC 3),
+// parameter checks, the unfused workspace, and the host-memory convenience that validates a call,
+// moves it to the device, writes and moves the caches back.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include <cstring>
+#include <unordered_set>
+#include <vector>
+
+#include "kvo/spec/outcome.hpp"
+#include "launch.cuh"
+
+namespace kvo::gpu {
+namespace detail {
+
+using spec::KvLayout;
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw spec::FailedToRun(std::string(what) + ": " + cudaGetErrorString(err) + " (" +
+                            cudaGetErrorName(err) + ")");
+  }
+}
+
+KvStrides kv_strides(const spec::CacheGeometry& g, KvLayout layout) {
+  const std::int64_t bs = g.block_size, nkv = g.num_kv_heads, hd = g.head_dim;
+  switch (layout) {
+    case KvLayout::kNhd:  // [nb, bs, nkv, hd]
+      return {bs * nkv * hd, nkv * hd, hd, 0};
+    case KvLayout::kHnd:  // [nb, nkv, bs, hd]
+      return {nkv * bs * hd, hd, bs * hd, 0};
+    case KvLayout::kPackedHnd:  // [nb, nkv, bs, 2*hd], V at hd
+      return {nkv * bs * 2 * hd, 2 * hd, bs * 2 * hd, hd};
+    case KvLayout::kPackedNhd:  // [nb, bs, nkv, 2*hd]
+      return {bs * nkv * 2 * hd, nkv * 2 * hd, 2 * hd, hd};
+    case KvLayout::kSplitNhd:  // [nb, 2, bs, nkv, hd]
+      return {2 * bs * nkv * hd, nkv * hd, hd, bs * nkv * hd};
+    case KvLayout::kSplitHnd:  // [nb, 2, nkv, bs, hd]
+      return {2 * nkv * bs * hd, hd, bs * hd, nkv * bs * hd};
+  }
+  return {};
+}
+
+KvLayout swapped_layout(KvLayout layout) {
+  switch (layout) {
+    case KvLayout::kNhd:
+      return KvLayout::kHnd;
+    case KvLayout::kHnd:
+      return KvLayout::kNhd;
+    case KvLayout::kPackedHnd:
+      return KvLayout::kPackedNhd;
+    case KvLayout::kPackedNhd:
+      return KvLayout::kPackedHnd;
+    case KvLayout::kSplitNhd:
+      return KvLayout::kSplitHnd;
+    case KvLayout::kSplitHnd:
+      return KvLayout::kSplitNhd;
+  }
+  return layout;
+}
+
+int sm_count() {
+  static const int count = [] {
+    int dev = 0;
+    int n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) {
+      return 132;  // H200; only the tile heuristic depends on it
+    }
+    return n;
+  }();
+  return count;
+}
+
+namespace {
+
+void require_ptr(const void* p, const char* field) {
+  if (p == nullptr) throw spec::InvalidInput(field, -1, "null", "a device pointer is required");
+  if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) {
+    throw spec::InvalidInput(field, -1, "misaligned", "must be 16-byte aligned");
+  }
+}
+
+}  // namespace
+
+FusedParams make_params(const spec::ModelConfig& c, spec::LayerKind kind,
+                        const DeviceWriteInputs& in, const DeviceLayerCaches& caches,
+                        FaultInjection fault) {
+  spec::validate(c);
+  const spec::CacheGeometry& g = c.geometry;
+  if (in.num_tokens < 0) {
+    throw spec::InvalidInput("num_tokens", -1, std::to_string(in.num_tokens), "must be >= 0");
+  }
+  const bool sparse = kind == spec::LayerKind::kSparse;
+  const bool one_tensor = spec::kv_in_one_tensor(c.layout);
+  require_ptr(in.k, "k");
+  require_ptr(in.v, "v");
+  require_ptr(in.slots, "slot_mapping");
+  if (in.k_scale == nullptr || in.v_scale == nullptr) {
+    throw spec::InvalidInput("k_scale/v_scale", -1, "null", "device scales are required");
+  }
+  require_ptr(caches.k, "caches.k");
+  if (!one_tensor) require_ptr(caches.v, "caches.v");
+  if (sparse) {
+    require_ptr(in.index_k, "index_k");
+    require_ptr(caches.index_k, "caches.index_k");
+    if (c.separate_index_slots) require_ptr(in.index_slots, "index_slot_mapping");
+  }
+  // Every element index inside a block tile is a 32-bit quantity for FastDiv.
+  const std::int64_t row = g.num_kv_heads * g.head_dim;
+  if (row / kVec * 2 + g.index_dim / kVec > (std::int64_t{1} << 24)) {
+    throw spec::Unsupported("a token row of more than 2^27 elements");
+  }
+
+  FusedParams p;
+  p.k = in.k;
+  p.v = in.v;
+  p.index_k = in.index_k;
+  p.slots = in.slots;
+  p.index_slots = sparse && c.separate_index_slots ? in.index_slots : in.slots;
+  p.k_scale = in.k_scale;
+  p.v_scale = in.v_scale;
+  const spec::KvLayout layout =
+      fault == FaultInjection::kSwapHndNhd ? swapped_layout(c.layout) : c.layout;
+  p.st = kv_strides(g, layout);
+  const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+  p.k_cache = caches.k;
+  p.v_cache = one_tensor
+                  ? static_cast<void*>(static_cast<std::uint8_t*>(caches.k) + p.st.kv_part * eb)
+                  : caches.v;
+  p.st.kv_part = 0;  // folded into v_cache
+  p.index_cache = static_cast<std::uint8_t*>(caches.index_k);
+  p.num_tokens = in.num_tokens;
+  p.block_size = g.block_size;
+  p.capacity = g.capacity();
+  p.nkv = static_cast<std::int32_t>(g.num_kv_heads);
+  p.hd = static_cast<std::int32_t>(g.head_dim);
+  p.idim = static_cast<std::int32_t>(sparse ? g.index_dim : 0);
+  p.groups = static_cast<std::int32_t>(sparse ? g.index_dim / spec::kScaleGroup : 0);
+  p.index_block_bytes =
+      g.block_size * g.index_dim + g.block_size * (g.index_dim / spec::kScaleGroup) * 4;
+  p.row_items = make_fast_div(static_cast<std::uint32_t>(row / kVec));
+  p.head_items = make_fast_div(static_cast<std::uint32_t>(g.head_dim / kVec));
+  p.groups_div = make_fast_div(static_cast<std::uint32_t>(p.groups > 0 ? p.groups : 1));
+  p.kv_items = static_cast<std::int32_t>(2 * row / kVec);
+  p.bs_fast = g.capacity() <= 0x7FFFFFFF;
+  if (p.bs_fast) p.bs_div = make_fast_div(static_cast<std::uint32_t>(g.block_size));
+  p.slots_i64 = c.slot_type == spec::SlotType::kI64;
+  p.legacy_wrap =
+      c.slot_mode == spec::SlotMode::kLegacyWrap || fault == FaultInjection::kWrapNegativeSlots;
+  p.offset_plus_one = fault == FaultInjection::kOffsetPlusOne;
+  p.per_head_scale = c.kv.per_head_scale;
+  p.via_model = c.kv.via_model_dtype;
+  p.ue8m0 = c.index.ue8m0;
+  p.scale_mode = c.kv.scale_mode;
+  p.sat = c.kv.saturation;
+  if (!sparse) {
+    p.index_mode = IndexMode::kNone;
+  } else if (c.index.layout == spec::IndexLayout::kBlockScale) {
+    p.index_mode = IndexMode::kBlockScale;
+  } else {
+    p.index_mode =
+        c.index.flat_dtype == spec::DType::kBF16 ? IndexMode::kFlatBf16 : IndexMode::kFlatFp8;
+  }
+  const std::int32_t flat_items =
+      p.index_mode == IndexMode::kFlatBf16 || p.index_mode == IndexMode::kFlatFp8 ? p.idim / kVec
+                                                                                  : 0;
+  p.items_per_token = make_fast_div(static_cast<std::uint32_t>(p.kv_items + flat_items));
+  return p;
+}
+
+}  // namespace detail
+
+std::int64_t kv_buffer_bytes(const spec::ModelConfig& c) {
+  const spec::CacheGeometry& g = c.geometry;
+  const std::int64_t one = g.num_blocks * g.block_size * g.num_kv_heads * g.head_dim *
+                           static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+  return spec::kv_in_one_tensor(c.layout) ? 2 * one : one;
+}
+
+std::int64_t index_buffer_bytes(const spec::ModelConfig& c) {
+  const spec::CacheGeometry& g = c.geometry;
+  if (c.index.layout == spec::IndexLayout::kBlockScale) {
+    return g.num_blocks * g.block_size * (g.index_dim + (g.index_dim / spec::kScaleGroup) * 4);
+  }
+  return g.num_blocks * g.block_size * g.index_dim *
+         static_cast<std::int64_t>(spec::dtype_bytes(c.index.flat_dtype));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unfused workspace: 3 tensors x 4 vectors x [max_tokens] int64.
+
+std::int64_t UnfusedWorkspace::bytes_for(std::int64_t max_tokens) {
+  return 12 * std::max<std::int64_t>(max_tokens, 1) * 8;
+}
+
+UnfusedWorkspace::UnfusedWorkspace(std::int64_t max_tokens)
+    : max_tokens_(max_tokens), owned_(true) {
+  void* p = nullptr;
+  detail::check_cuda(cudaMalloc(&p, static_cast<std::size_t>(bytes_for(max_tokens))),
+                     "cudaMalloc(unfused workspace)");
+  base_ = static_cast<std::int64_t*>(p);
+}
+
+UnfusedWorkspace::UnfusedWorkspace(std::int64_t max_tokens, void* memory)
+    : max_tokens_(max_tokens), base_(static_cast<std::int64_t*>(memory)), owned_(false) {}
+
+UnfusedWorkspace::~UnfusedWorkspace() {
+  if (owned_ && base_ != nullptr) cudaFree(base_);
+}
+
+std::int64_t* UnfusedWorkspace::vec(int tensor, int which) const {
+  return base_ +
+         (static_cast<std::int64_t>(tensor) * 4 + which) * std::max<std::int64_t>(max_tokens_, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host-memory convenience.
+
+namespace {
+
+/// A grow-only device arena per thread, carved into 256-byte aligned pieces: the oracle runs
+/// thousands of small cases, and a cudaMalloc/cudaFree pair per buffer would dominate.
+class DeviceArena {
+ public:
+  ~DeviceArena() {
+    if (base_ != nullptr) cudaFree(base_);
+  }
+  void reserve(std::size_t bytes) {
+    if (bytes <= capacity_) return;
+    if (base_ != nullptr) {
+      cudaFree(base_);
+      base_ = nullptr;
+      capacity_ = 0;
+    }
+    void* p = nullptr;
+    const std::size_t want = std::max(bytes, capacity_ * 2);
+    detail::check_cuda(cudaMalloc(&p, want), "cudaMalloc(device arena)");
+    base_ = static_cast<std::uint8_t*>(p);
+    capacity_ = want;
+  }
+  std::uint8_t* base() const { return base_; }
+
+ private:
+  std::uint8_t* base_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+std::size_t round_up(std::size_t n) { return (n + 255) / 256 * 256; }
+
+/// Packs slot values into their storage type.
+std::vector<std::uint8_t> slot_bytes(const spec::SlotMapping& m) {
+  const std::size_t eb = m.type == spec::SlotType::kI64 ? 8 : 4;
+  std::vector<std::uint8_t> out(m.slots.size() * eb);
+  for (std::size_t i = 0; i < m.slots.size(); ++i) {
+    if (eb == 8) {
+      std::memcpy(out.data() + i * 8, &m.slots[i], 8);
+    } else {
+      const auto v = static_cast<std::int32_t>(m.slots[i]);
+      std::memcpy(out.data() + i * 4, &v, 4);
+    }
+  }
+  return out;
+}
+
+/// True when two tokens of a legacy_wrap mapping resolve to one slot.
+bool wrap_collides(const spec::SlotMapping& m, std::int64_t capacity) {
+  std::unordered_set<std::int64_t> seen;
+  seen.reserve(m.slots.size());
+  for (std::int64_t s : m.slots) {
+    if (!seen.insert(s < 0 ? s + capacity : s).second) return true;
+  }
+  return false;
+}
+
+/// legacy_wrap resolved on the host: negative slots wrap, and of the tokens that land on one slot
+/// only the last keeps it (torch's index_put on the CPU: last writer wins); the others become
+/// padding (-1) of a strict-mode call. The kernels do not order their writes, so a colliding
+/// mapping is never handed to them as is.
+spec::SlotMapping resolve_wrap(const spec::SlotMapping& m, std::int64_t capacity) {
+  spec::SlotMapping out = m;
+  std::unordered_set<std::int64_t> taken;
+  taken.reserve(m.slots.size());
+  for (std::size_t i = m.slots.size(); i-- > 0;) {
+    const std::int64_t s = m.slots[i] < 0 ? m.slots[i] + capacity : m.slots[i];
+    out.slots[i] = taken.insert(s).second ? s : -1;
+  }
+  return out;
+}
+
+}  // namespace
+
+void write_layer_host(WritePath path, const spec::ModelConfig& c, const spec::LayerWrite& w,
+                      spec::LayerCaches& caches, FaultInjection fault) {
+  // 1. Everything is validated before any byte moves (SPEC principle 5).
+  spec::validate(c);
+  spec::validate_write(c, w);
+  if (caches.kind != w.kind) {
+    throw spec::InvalidInput("caches.kind", -1, std::string(spec::name_of(caches.kind)),
+                             "the write is for a " + std::string(spec::name_of(w.kind)) + " layer");
+  }
+  const bool sparse = w.kind == spec::LayerKind::kSparse;
+  const bool one_tensor = spec::kv_in_one_tensor(c.layout);
+  struct Want {
+    spec::BufferKind kind;
+    std::int64_t bytes;
+  };
+  std::vector<Want> want;
+  if (one_tensor) {
+    want.push_back({spec::BufferKind::kKv, kv_buffer_bytes(c)});
+  } else {
+    want.push_back({spec::BufferKind::kK, kv_buffer_bytes(c)});
+    want.push_back({spec::BufferKind::kV, kv_buffer_bytes(c)});
+  }
+  if (sparse) want.push_back({spec::BufferKind::kIndexK, index_buffer_bytes(c)});
+  if (caches.buffers.size() != want.size()) {
+    throw spec::InvalidInput("caches", -1, std::to_string(caches.buffers.size()) + " buffers",
+                             "expected " + std::to_string(want.size()));
+  }
+  for (const Want& x : want) {
+    const spec::CacheBuffer* b = caches.find(x.kind);
+    if (b == nullptr || b->body_bytes() != x.bytes || b->guard_bytes < 0) {
+      throw spec::InvalidInput("caches", -1, std::string(spec::name_of(x.kind)),
+                               "missing, or not of " + std::to_string(x.bytes) + " body bytes");
+    }
+  }
+  // legacy_wrap collisions: resolved here, then run as a strict call (see resolve_wrap).
+  spec::ModelConfig cfg = c;
+  const bool separate = sparse && c.separate_index_slots;
+  spec::SlotMapping main_slots = w.slots;
+  spec::SlotMapping idx_slots = separate ? w.index_slots : spec::SlotMapping{};
+  const std::int64_t cap = c.geometry.capacity();
+  if (c.slot_mode == spec::SlotMode::kLegacyWrap &&
+      (wrap_collides(w.slots, cap) || (separate && wrap_collides(w.index_slots, cap)))) {
+    cfg.slot_mode = spec::SlotMode::kStrict;
+    main_slots = resolve_wrap(w.slots, cap);
+    if (separate) idx_slots = resolve_wrap(w.index_slots, cap);
+  }
+  const std::int64_t tokens = static_cast<std::int64_t>(main_slots.slots.size());
+  const std::vector<std::uint8_t> slots = slot_bytes(main_slots);
+  const std::vector<std::uint8_t> index_slots =
+      separate ? slot_bytes(idx_slots) : std::vector<std::uint8_t>{};
+
+  // 2. One arena: caches (guards included), inputs, scales, workspace.
+  std::vector<std::size_t> cache_off;
+  std::size_t total = 0;
+  for (const spec::CacheBuffer& b : caches.buffers) {
+    cache_off.push_back(total);
+    total += round_up(b.storage.size());
+  }
+  auto place = [&](std::size_t n) {
+    const std::size_t at = total;
+    total += round_up(std::max<std::size_t>(n, 1));
+    return at;
+  };
+  const std::size_t k_off = place(w.k.bytes.size());
+  const std::size_t v_off = place(w.v.bytes.size());
+  const std::size_t ik_off = place(w.index_k.bytes.size());
+  const std::size_t slot_off = place(slots.size());
+  const std::size_t islot_off = place(index_slots.size());
+  const std::size_t ks_off = place(w.k_scale.size() * 4);
+  const std::size_t vs_off = place(w.v_scale.size() * 4);
+  const std::size_t ws_off = place(
+      path == WritePath::kUnfused ? static_cast<std::size_t>(UnfusedWorkspace::bytes_for(tokens))
+                                  : 0);
+
+  thread_local DeviceArena arena;
+  arena.reserve(total);
+  std::uint8_t* d = arena.base();
+  auto h2d = [&](std::size_t off, const void* src, std::size_t n, const char* what) {
+    if (n > 0) detail::check_cuda(cudaMemcpy(d + off, src, n, cudaMemcpyHostToDevice), what);
+  };
+  for (std::size_t i = 0; i < caches.buffers.size(); ++i) {
+    h2d(cache_off[i], caches.buffers[i].storage.data(), caches.buffers[i].storage.size(),
+        "cudaMemcpy(cache to device)");
+  }
+  h2d(k_off, w.k.bytes.data(), w.k.bytes.size(), "cudaMemcpy(k)");
+  h2d(v_off, w.v.bytes.data(), w.v.bytes.size(), "cudaMemcpy(v)");
+  h2d(ik_off, w.index_k.bytes.data(), w.index_k.bytes.size(), "cudaMemcpy(index_k)");
+  h2d(slot_off, slots.data(), slots.size(), "cudaMemcpy(slot_mapping)");
+  h2d(islot_off, index_slots.data(), index_slots.size(), "cudaMemcpy(index_slot_mapping)");
+  h2d(ks_off, w.k_scale.data(), w.k_scale.size() * 4, "cudaMemcpy(k_scale)");
+  h2d(vs_off, w.v_scale.data(), w.v_scale.size() * 4, "cudaMemcpy(v_scale)");
+
+  DeviceWriteInputs in;
+  in.k = d + k_off;
+  in.v = d + v_off;
+  in.index_k = sparse ? d + ik_off : nullptr;
+  in.slots = d + slot_off;
+  in.index_slots = index_slots.empty() ? nullptr : d + islot_off;
+  in.k_scale = reinterpret_cast<const float*>(d + ks_off);
+  in.v_scale = reinterpret_cast<const float*>(d + vs_off);
+  in.num_tokens = tokens;
+  DeviceLayerCaches dc;
+  for (std::size_t i = 0; i < caches.buffers.size(); ++i) {
+    const spec::CacheBuffer& b = caches.buffers[i];
+    std::uint8_t* body = d + cache_off[i] + b.guard_bytes;
+    if (b.kind == spec::BufferKind::kK || b.kind == spec::BufferKind::kKv) dc.k = body;
+    if (b.kind == spec::BufferKind::kV) dc.v = body;
+    if (b.kind == spec::BufferKind::kIndexK) dc.index_k = body;
+  }
+
+  // 3. Write, then bring every byte of every buffer back (guards too: a stray write shows).
+  if (path == WritePath::kFused) {
+    launch_fused_write(cfg, w.kind, in, dc, nullptr, fault);
+  } else {
+    UnfusedWorkspace ws(tokens, d + ws_off);
+    launch_unfused_write(cfg, w.kind, in, dc, ws, nullptr);
+  }
+  detail::check_cuda(cudaDeviceSynchronize(), "layer write kernel");
+  for (std::size_t i = 0; i < caches.buffers.size(); ++i) {
+    detail::check_cuda(cudaMemcpy(caches.buffers[i].storage.data(), d + cache_off[i],
+                                  caches.buffers[i].storage.size(), cudaMemcpyDeviceToHost),
+                       "cudaMemcpy(cache to host)");
+  }
+}
+
+}  // namespace kvo::gpu

@@ -1,0 +1,61 @@
+#pragma once
+/// \file cache_diff.hpp
+/// The byte-exact cache diff of SPEC 7: whole buffers, guard bands included, never a tolerance. It
+/// reports the number of differing bytes per buffer and the first difference in full: layer, buffer
+/// (or guard), block, offset, head, dim, byte in element, both bytes, both element codes and their
+/// decoded values, and which token of the call should (or should not) have written there.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvo/reference/paged_cache.hpp"
+#include "kvo/spec/write.hpp"
+
+namespace kvo::oracle {
+
+struct ByteMismatch {
+  std::int64_t layer = 0;
+  spec::BufferKind buffer = spec::BufferKind::kK;
+  /// 0 inside the body; < 0 bytes before it (leading guard); > 0 bytes past its end (1 = first).
+  std::int64_t guard_distance = 0;
+  std::int64_t byte = 0;  ///< within the body (meaningful when guard_distance == 0)
+  reference::ElementCoord coord;
+  std::uint8_t expected_byte = 0, actual_byte = 0;
+  std::uint32_t expected_code = 0, actual_code = 0;  ///< whole element codes
+  std::string expected_value, actual_value;          ///< decoded
+  std::string writer;   ///< which token should have written here, or that none should have
+  int code_digits = 2;  ///< hex digits of an element code
+
+  std::string describe() const;
+  std::string expected_code_text() const;
+  std::string actual_code_text() const;
+};
+
+struct BufferDiffCount {
+  std::int64_t layer = 0;
+  spec::BufferKind buffer = spec::BufferKind::kK;
+  std::int64_t differing_bytes = 0;
+  std::int64_t guard_bytes = 0;  ///< of which inside guard bands
+};
+
+struct CacheDiff {
+  std::int64_t differing_bytes = 0;
+  std::int64_t compared_bytes = 0;
+  std::vector<BufferDiffCount> buffers;  ///< only buffers with differences
+  std::optional<ByteMismatch> first;
+
+  bool equal() const { return differing_bytes == 0; }
+  /// Adds another diff (e.g. the next layer's), keeping the earliest first mismatch.
+  void merge(const CacheDiff& other);
+  /// The multi-line report of SPEC 7.
+  std::string report() const;
+};
+
+/// Diffs one layer's caches. `write` (may be null) attributes the first mismatch to a token.
+CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int64_t layer,
+                            const spec::LayerCaches& expected, const spec::LayerCaches& actual,
+                            const spec::LayerWrite* write);
+
+}  // namespace kvo::oracle

@@ -1,0 +1,61 @@
+#pragma once
+/// \file check.hpp
+/// The property campaign behind `kvoracle check`: N random write cases from a printed seed, each
+/// run through the reference and every selected subject over every layer of its mix, diffed byte
+/// for byte. Failures keep the case seed and a one-line command that replays exactly that case.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvo/oracle/subject.hpp"
+#include "kvo/oracle/write_case.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::oracle {
+
+struct CheckOptions {
+  std::uint64_t seed = 0x6B766F72ull;      ///< campaign seed
+  std::int64_t cases = 200;                ///< random cases
+  std::optional<std::uint64_t> case_seed;  ///< run exactly this one case instead
+  double time_budget_s = 0.0;              ///< stop drawing new cases after this long (0: none)
+  CaseOverrides overrides;
+  std::vector<std::string> subjects;  ///< names; empty = every available subject
+};
+
+struct SubjectSummary {
+  std::string name;
+  std::string skipped;  ///< non-empty: not run, and why
+  std::int64_t cases = 0;
+  std::int64_t counts[5] = {0, 0, 0, 0, 0};  ///< per spec::Outcome
+  std::string first_failure;                 ///< full report of the first non-pass case
+
+  std::int64_t count(spec::Outcome o) const { return counts[static_cast<int>(o)]; }
+};
+
+struct CheckReport {
+  std::uint64_t seed = 0;
+  std::int64_t cases_run = 0;
+  std::int64_t bytes_compared = 0;
+  double seconds = 0.0;
+  std::vector<SubjectSummary> subjects;
+  spec::Outcome worst = spec::Outcome::kPass;
+
+  /// The one-screen summary printed by the CLI.
+  std::string summary() const;
+};
+
+/// The one-line command that replays case `case_seed` with the same overrides and subject.
+std::string repro_command(const CheckOptions& options, std::uint64_t case_seed,
+                          const std::string& subject);
+
+/// Runs the campaign over `subjects` (selected by options.subjects; an unknown name is
+/// InvalidInput). `progress(done, total)` is called after each case when given.
+CheckReport run_check(const CheckOptions& options,
+                      std::vector<std::unique_ptr<WriteSubject>>& subjects,
+                      const std::function<void(std::int64_t, std::int64_t)>& progress = {});
+
+}  // namespace kvo::oracle

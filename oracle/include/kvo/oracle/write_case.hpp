@@ -1,0 +1,62 @@
+#pragma once
+/// \file write_case.hpp
+/// Random write cases: a model configuration, one step's requests and slot mapping (block tables
+/// drawn like an allocator's, with a CUDA-graph -1 tail), and each layer's inputs from the value
+/// generator of SPEC 8. Every case is a pure function of its 64-bit seed and the overrides.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvo/spec/config.hpp"
+#include "kvo/spec/write.hpp"
+
+namespace kvo::oracle {
+
+/// Dimensions the user fixes instead of drawing them (CLI flags of `kvoracle check`).
+struct CaseOverrides {
+  std::optional<std::string> layers;  ///< layer mix pattern
+  std::optional<std::int64_t> num_blocks, block_size, num_kv_heads, head_dim, index_dim, tokens;
+  std::optional<std::int64_t> requests;  ///< split the tokens evenly over this many requests
+  std::optional<spec::DType> act_dtype, kv_dtype, index_dtype;
+  std::optional<spec::KvLayout> layout;
+  std::optional<spec::Saturation> saturation;
+  std::optional<spec::ScaleMode> scale_mode;
+  std::optional<spec::IndexLayout> index_layout;
+  std::optional<spec::SlotMode> slot_mode;
+  std::optional<spec::SlotType> slot_type;
+  std::optional<bool> per_head_scale, via_model_dtype, ue8m0, separate_index_slots, edge_values;
+
+  /// The flags that reproduce these overrides on the command line ("--block-size 17 ...").
+  std::string to_flags() const;
+};
+
+/// One request's part of the step: its new tokens' positions and its block table.
+struct StepRequest {
+  std::int64_t context = 0;  ///< tokens already cached
+  std::int64_t q_len = 0;    ///< new tokens written in this step
+  std::vector<std::int64_t> block_table;
+};
+
+/// A whole write case: configuration, the step's requests and one LayerWrite per layer.
+struct WriteCase {
+  std::uint64_t seed = 0;
+  spec::ModelConfig config;
+  std::vector<StepRequest> requests;
+  std::int64_t padding = 0;  ///< -1 tail length of the slot mapping
+  std::vector<spec::LayerWrite> writes;
+
+  std::string describe() const;
+};
+
+/// Applies the overrides to a configuration (what `kvoracle layout` starts from).
+void apply_overrides(const CaseOverrides& o, spec::ModelConfig& config);
+
+/// Draws the case of `seed`. Throws spec::InvalidInput when the overrides are inconsistent.
+WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& overrides);
+
+/// The seed of case `index` of a campaign started from `campaign_seed`.
+std::uint64_t case_seed(std::uint64_t campaign_seed, std::uint64_t index);
+
+}  // namespace kvo::oracle

@@ -1,0 +1,173 @@
+#include "kvo/oracle/cache_diff.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "kvo/reference/numbers.hpp"
+
+namespace kvo::oracle {
+namespace {
+
+using spec::BufferKind;
+
+std::string hex(std::uint32_t v, int digits) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%0*X", digits, v);
+  return buf;
+}
+
+std::string value_text(float x) {
+  if (std::isnan(x)) return "nan";
+  std::ostringstream s;
+  s.precision(9);
+  s << x;
+  return s.str();
+}
+
+/// The dtype of the element at a coordinate (for decoding both sides).
+spec::DType element_dtype(const spec::ModelConfig& c, const reference::ElementCoord& coord) {
+  if (coord.buffer != BufferKind::kIndexK) return c.kv.cache_dtype;
+  if (c.index.layout == spec::IndexLayout::kFlat) return c.index.flat_dtype;
+  return coord.is_scale ? spec::DType::kF32 : spec::DType::kFp8E4M3;
+}
+
+/// Which token of the call targets a (block, offset), given the slot rules; the last one wins
+/// (legacy_wrap collisions), which is the token whose bytes must be there.
+std::string attribute(const spec::ModelConfig& c, const spec::LayerWrite& w,
+                      const reference::ElementCoord& coord) {
+  const bool index = coord.buffer == BufferKind::kIndexK;
+  const spec::SlotMapping& m = index && c.separate_index_slots ? w.index_slots : w.slots;
+  const std::int64_t cap = c.geometry.capacity();
+  const std::int64_t slot = coord.block * c.geometry.block_size + coord.offset;
+  std::int64_t writer = -1;
+  for (std::size_t t = 0; t < m.slots.size(); ++t) {
+    std::int64_t s = m.slots[t];
+    if (s < 0) s = c.slot_mode == spec::SlotMode::kLegacyWrap ? s + cap : -1;
+    if (s == slot) writer = static_cast<std::int64_t>(t);
+  }
+  std::ostringstream out;
+  if (writer < 0) {
+    out << "no token of this call maps to slot " << slot << ": these bytes must be untouched";
+  } else {
+    out << "token " << writer << " ("
+        << (index && c.separate_index_slots ? "index_slot_mapping" : "slot_mapping") << "["
+        << writer << "] = " << m.slots[static_cast<std::size_t>(writer)]
+        << ") should have written slot " << slot;
+  }
+  return out.str();
+}
+
+}  // namespace
+
+std::string ByteMismatch::describe() const {
+  std::ostringstream s;
+  s << "layer " << layer << ", ";
+  if (guard_distance != 0) {
+    s << "guard band of buffer " << spec::name_of(buffer) << " ("
+      << (guard_distance < 0 ? std::to_string(-guard_distance) + " bytes before the body"
+                             : std::to_string(guard_distance - 1) + " bytes past its end")
+      << "): expected " << hex(expected_byte, 2) << " (poison), got " << hex(actual_byte, 2)
+      << "; no write may land in a guard band";
+    return s.str();
+  }
+  s << coord.describe() << " (byte " << byte << " of the buffer): expected byte "
+    << hex(expected_byte, 2) << ", got " << hex(actual_byte, 2) << "; element expected "
+    << expected_code_text() << " = " << expected_value << ", got " << actual_code_text() << " = "
+    << actual_value << "; " << writer;
+  return s.str();
+}
+
+std::string ByteMismatch::expected_code_text() const { return hex(expected_code, code_digits); }
+std::string ByteMismatch::actual_code_text() const { return hex(actual_code, code_digits); }
+
+void CacheDiff::merge(const CacheDiff& other) {
+  differing_bytes += other.differing_bytes;
+  compared_bytes += other.compared_bytes;
+  buffers.insert(buffers.end(), other.buffers.begin(), other.buffers.end());
+  if (!first && other.first) first = other.first;
+}
+
+std::string CacheDiff::report() const {
+  std::ostringstream s;
+  if (equal()) {
+    s << "caches identical (" << compared_bytes << " bytes compared, guards included)";
+    return s.str();
+  }
+  s << differing_bytes << " of " << compared_bytes << " bytes differ";
+  for (const auto& b : buffers) {
+    s << "\n  layer " << b.layer << " " << spec::name_of(b.buffer) << ": " << b.differing_bytes
+      << " bytes";
+    if (b.guard_bytes) s << " (" << b.guard_bytes << " in guard bands)";
+  }
+  if (first) s << "\n  first: " << first->describe();
+  return s.str();
+}
+
+CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int64_t layer,
+                            const spec::LayerCaches& expected, const spec::LayerCaches& actual,
+                            const spec::LayerWrite* write) {
+  CacheDiff diff;
+  for (const spec::CacheBuffer& eb : expected.buffers) {
+    const spec::CacheBuffer* ab = actual.find(eb.kind);
+    BufferDiffCount count{layer, eb.kind, 0, 0};
+    diff.compared_bytes += static_cast<std::int64_t>(eb.storage.size());
+    if (ab == nullptr || ab->storage.size() != eb.storage.size()) {
+      count.differing_bytes = static_cast<std::int64_t>(eb.storage.size());
+      diff.differing_bytes += count.differing_bytes;
+      diff.buffers.push_back(count);
+      continue;
+    }
+    if (eb.storage == ab->storage) continue;  // the common case, at memcmp speed
+    const auto n = static_cast<std::int64_t>(eb.storage.size());
+    const std::int64_t body_end = eb.guard_bytes + eb.body_bytes();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::uint8_t e = eb.storage[static_cast<std::size_t>(i)];
+      const std::uint8_t a = ab->storage[static_cast<std::size_t>(i)];
+      if (e == a) continue;
+      ++count.differing_bytes;
+      const bool guard = i < eb.guard_bytes || i >= body_end;
+      if (guard) ++count.guard_bytes;
+      if (diff.first) continue;
+      ByteMismatch m;
+      m.layer = layer;
+      m.buffer = eb.kind;
+      m.expected_byte = e;
+      m.actual_byte = a;
+      if (guard) {
+        m.guard_distance = i < eb.guard_bytes ? i - eb.guard_bytes : i - body_end + 1;
+      } else {
+        m.byte = i - eb.guard_bytes;
+        m.coord = *layout.locate(eb.kind, m.byte);
+        const spec::DType dt = element_dtype(layout.config(), m.coord);
+        const std::int64_t start = m.byte - m.coord.byte_in_element;
+        m.expected_code = reference::load_code(eb.body() + start, dt);
+        m.actual_code = reference::load_code(ab->body() + start, dt);
+        m.expected_value = value_text(reference::decode(m.expected_code, dt));
+        m.actual_value = value_text(reference::decode(m.actual_code, dt));
+        // Say when a side still holds the poison: on the expected side the element is never
+        // written; on the actual side the subject did not write it.
+        const auto is_poison = [&](const spec::CacheBuffer& buf) {
+          const std::uint64_t salt = reference::poison_salt(layer, buf.kind);
+          for (std::int64_t k = 0; k < static_cast<std::int64_t>(spec::dtype_bytes(dt)); ++k) {
+            const auto at = static_cast<std::uint64_t>(eb.guard_bytes + start + k);
+            if (buf.storage[at] != reference::poison_byte(salt, at)) return false;
+          }
+          return true;
+        };
+        if (is_poison(eb)) m.expected_value += " (poison: must stay unwritten)";
+        if (is_poison(*ab)) m.actual_value += " (poison: not written)";
+        m.writer = write != nullptr ? attribute(layout.config(), *write, m.coord) : "";
+        m.code_digits = static_cast<int>(2 * spec::dtype_bytes(dt));
+      }
+      diff.first = m;
+    }
+    if (count.differing_bytes) {
+      diff.differing_bytes += count.differing_bytes;
+      diff.buffers.push_back(count);
+    }
+  }
+  return diff;
+}
+
+}  // namespace kvo::oracle

@@ -1,0 +1,322 @@
+#include "kvo/oracle/write_case.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+#include "kvo/reference/generator.hpp"
+#include "kvo/reference/numbers.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::oracle {
+namespace {
+
+using reference::GenTensor;
+using reference::SplitMix64;
+
+/// Page sizes drawn: powers of two engines use, and odd sizes that straddle nothing nicely.
+constexpr std::array<std::int64_t, 12> kBlockSizes{1, 2, 3, 5, 7, 8, 16, 17, 31, 32, 64, 128};
+constexpr std::array<std::int64_t, 8> kHeadDims{8, 16, 24, 32, 40, 64, 128, 256};
+constexpr std::array<std::int64_t, 5> kKvHeads{1, 2, 3, 4, 8};
+/// Upper bound on one K/V buffer's elements, so a case stays a few milliseconds.
+constexpr std::int64_t kMaxBufferElements = 1 << 17;
+
+template <class E>
+E pick_enum(SplitMix64& rng) {
+  const auto& names = spec::EnumInfo<E>::kNames;
+  return names[static_cast<std::size_t>(
+                   rng.uniform(0, static_cast<std::int64_t>(names.size()) - 1))]
+      .value;
+}
+
+template <class T, std::size_t N>
+T pick(SplitMix64& rng, const std::array<T, N>& a) {
+  return a[static_cast<std::size_t>(rng.uniform(0, static_cast<std::int64_t>(N) - 1))];
+}
+
+std::vector<spec::LayerKind> random_mix(SplitMix64& rng) {
+  std::vector<spec::LayerKind> mix(static_cast<std::size_t>(rng.uniform(1, 4)));
+  for (auto& k : mix) k = rng.chance(1, 2) ? spec::LayerKind::kDense : spec::LayerKind::kSparse;
+  return mix;
+}
+
+/// A tensor [rows, inner...] of generated values for one layer, in the activation dtype.
+spec::HostTensor make_tensor(const reference::ValueGenerator& gen, std::int64_t layer,
+                             GenTensor which,
+                             const std::vector<std::pair<std::int64_t, std::int64_t>>& row_keys,
+                             std::int64_t heads, std::int64_t dim) {
+  spec::HostTensor t;
+  t.dtype = gen.act;
+  const auto rows = static_cast<std::int64_t>(row_keys.size());
+  t.shape = heads > 0 ? std::vector<std::int64_t>{rows, heads, dim}
+                      : std::vector<std::int64_t>{rows, dim};
+  const std::int64_t per_row = std::max<std::int64_t>(heads, 1) * dim;
+  const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(gen.act));
+  t.bytes.resize(static_cast<std::size_t>(rows * per_row * eb));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto [request, position] = row_keys[static_cast<std::size_t>(r)];
+    for (std::int64_t h = 0; h < std::max<std::int64_t>(heads, 1); ++h) {
+      for (std::int64_t d = 0; d < dim; ++d) {
+        const float x = gen.value(layer, which, request, position, heads > 0 ? h : 0, d);
+        reference::store_code(reference::encode(x, gen.act, spec::Saturation::kSatFinite), gen.act,
+                              t.bytes.data() + ((r * per_row) + h * dim + d) * eb);
+      }
+    }
+  }
+  return t;
+}
+
+std::vector<float> make_scales(SplitMix64& rng, std::int64_t n) {
+  std::vector<float> s(static_cast<std::size_t>(n));
+  for (float& x : s) {
+    // Powers of two (where divide and mul_recip agree) and arbitrary values (where they may not).
+    x = rng.chance(1, 3)
+            ? std::ldexp(1.0f, static_cast<int>(rng.uniform(-4, 4)))
+            : static_cast<float>(rng.uniform(1, 1 << 20)) / static_cast<float>(1 << 16);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string CaseOverrides::to_flags() const {
+  std::ostringstream s;
+  auto num = [&](const char* flag, const std::optional<std::int64_t>& v) {
+    if (v) s << " " << flag << " " << *v;
+  };
+  auto boolean = [&](const char* flag, const std::optional<bool>& v) {
+    if (v) s << " " << flag << " " << (*v ? "true" : "false");
+  };
+  auto name = [&](const char* flag, const auto& v) {
+    if (v) s << " " << flag << " " << spec::name_of(*v);
+  };
+  if (layers) s << " --layers " << *layers;
+  num("--num-blocks", num_blocks);
+  num("--block-size", block_size);
+  num("--num-kv-heads", num_kv_heads);
+  num("--head-dim", head_dim);
+  num("--index-dim", index_dim);
+  num("--tokens", tokens);
+  num("--requests", requests);
+  name("--act-dtype", act_dtype);
+  name("--kv-dtype", kv_dtype);
+  name("--index-dtype", index_dtype);
+  name("--layout", layout);
+  name("--sat", saturation);
+  name("--scale-mode", scale_mode);
+  name("--index-layout", index_layout);
+  name("--slot-mode", slot_mode);
+  name("--slot-type", slot_type);
+  boolean("--per-head-scale", per_head_scale);
+  boolean("--via-model-dtype", via_model_dtype);
+  boolean("--ue8m0", ue8m0);
+  boolean("--separate-index-slots", separate_index_slots);
+  boolean("--edge-values", edge_values);
+  return s.str();
+}
+
+void apply_overrides(const CaseOverrides& o, spec::ModelConfig& c) {
+  if (o.layers) c.layers = spec::parse_layer_mix(*o.layers);
+  if (o.num_blocks) c.geometry.num_blocks = *o.num_blocks;
+  if (o.block_size) c.geometry.block_size = *o.block_size;
+  if (o.num_kv_heads) c.geometry.num_kv_heads = *o.num_kv_heads;
+  if (o.head_dim) c.geometry.head_dim = *o.head_dim;
+  if (o.index_dim) c.geometry.index_dim = *o.index_dim;
+  if (o.act_dtype) c.act_dtype = *o.act_dtype;
+  if (o.kv_dtype) c.kv.cache_dtype = *o.kv_dtype;
+  if (o.index_dtype) c.index.flat_dtype = *o.index_dtype;
+  if (o.layout) c.layout = *o.layout;
+  if (o.saturation) c.kv.saturation = *o.saturation;
+  if (o.scale_mode) c.kv.scale_mode = *o.scale_mode;
+  if (o.index_layout) c.index.layout = *o.index_layout;
+  if (o.slot_mode) c.slot_mode = *o.slot_mode;
+  if (o.slot_type) c.slot_type = *o.slot_type;
+  if (o.per_head_scale) c.kv.per_head_scale = *o.per_head_scale;
+  if (o.via_model_dtype) c.kv.via_model_dtype = *o.via_model_dtype;
+  if (o.ue8m0) c.index.ue8m0 = *o.ue8m0;
+  if (o.separate_index_slots) c.separate_index_slots = *o.separate_index_slots;
+}
+
+std::uint64_t case_seed(std::uint64_t campaign_seed, std::uint64_t index) {
+  return reference::mix64(campaign_seed ^ reference::mix64(index + 0x51ED2705ull));
+}
+
+std::string WriteCase::describe() const {
+  std::ostringstream s;
+  std::int64_t tokens = padding;
+  for (const auto& r : requests) tokens += r.q_len;
+  s << spec::describe(config) << " requests=" << requests.size() << " tokens=" << tokens
+    << " (padding " << padding << ")";
+  return s.str();
+}
+
+WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
+  SplitMix64 rng(seed);
+  WriteCase wc;
+  wc.seed = seed;
+  spec::ModelConfig& c = wc.config;
+  // Draw everything first (so an override never shifts the draws of the others), then override.
+  c.layers = random_mix(rng);
+  c.geometry.block_size = pick(rng, kBlockSizes);
+  c.geometry.num_kv_heads = pick(rng, kKvHeads);
+  c.geometry.head_dim = pick(rng, kHeadDims);
+  c.geometry.index_dim = 128 * rng.uniform(1, 2);
+  if (rng.chance(1, 4))
+    c.geometry.index_dim = 8 * rng.uniform(1, 24);  // flat layouts take any multiple of 8
+  c.act_dtype =
+      std::array{spec::DType::kBF16, spec::DType::kF16, spec::DType::kF32}[rng.uniform(0, 2)];
+  c.kv.cache_dtype = pick_enum<spec::DType>(rng);
+  c.layout = pick_enum<spec::KvLayout>(rng);
+  c.kv.saturation = pick_enum<spec::Saturation>(rng);
+  c.kv.scale_mode = pick_enum<spec::ScaleMode>(rng);
+  c.kv.per_head_scale = rng.chance(1, 2);
+  c.kv.via_model_dtype = rng.chance(1, 4);
+  c.index.layout = pick_enum<spec::IndexLayout>(rng);
+  c.index.flat_dtype = rng.chance(1, 2) ? spec::DType::kBF16 : spec::DType::kFp8E4M3;
+  c.index.ue8m0 = rng.chance(1, 2);
+  c.slot_mode = rng.chance(1, 8) ? spec::SlotMode::kLegacyWrap : spec::SlotMode::kStrict;
+  c.slot_type = rng.chance(1, 2) ? spec::SlotType::kI32 : spec::SlotType::kI64;
+  c.separate_index_slots = rng.chance(1, 4);
+  bool edge_values = rng.chance(1, 3);
+  std::int64_t tokens = rng.uniform(1, 48);
+  std::int64_t padding = rng.chance(1, 2) ? rng.uniform(1, 7) : 0;
+
+  apply_overrides(o, c);
+  if (o.edge_values) edge_values = *o.edge_values;
+  if (o.tokens) tokens = *o.tokens;
+  if (c.index.layout == spec::IndexLayout::kBlockScale &&
+      c.geometry.index_dim % spec::kScaleGroup != 0 && !o.index_dim) {
+    c.geometry.index_dim = 128;
+  }
+  if (tokens < 1) throw spec::InvalidInput("tokens", -1, std::to_string(tokens), "must be >= 1");
+  spec::validate(c);
+  if (c.slot_mode == spec::SlotMode::kLegacyWrap) padding = std::min<std::int64_t>(padding, 1);
+
+  // Requests: split the tokens into decode (q_len 1) and prefill chunks, each after a context of
+  // already cached tokens; then size the cache (unless fixed) and hand out blocks from a shuffled
+  // free list, as a paged allocator does after some churn.
+  const std::int64_t bs = c.geometry.block_size;
+  if (o.requests && (*o.requests < 1 || *o.requests > tokens)) {
+    throw spec::InvalidInput("requests", -1, std::to_string(*o.requests),
+                             "must be in [1, tokens = " + std::to_string(tokens) + "]");
+  }
+  std::int64_t left = tokens;
+  while (left > 0) {
+    StepRequest r;
+    if (o.requests) {
+      const auto remaining = *o.requests - static_cast<std::int64_t>(wc.requests.size());
+      r.q_len = left / remaining;
+    } else {
+      r.q_len = std::min(rng.chance(1, 2) ? 1 : rng.uniform(1, left), left);
+    }
+    r.context = rng.uniform(0, 3 * bs);
+    left -= r.q_len;
+    wc.requests.push_back(std::move(r));
+  }
+  auto blocks_needed = [&] {
+    std::int64_t n = 0;
+    for (const auto& r : wc.requests) n += (r.context + r.q_len + bs - 1) / bs;
+    return n;
+  };
+  if (o.num_blocks) {
+    if (blocks_needed() > c.geometry.num_blocks) {
+      for (auto& r : wc.requests) r.context = 0;  // a small fixed cache holds only the new tokens
+    }
+    if (blocks_needed() > c.geometry.num_blocks) {
+      throw spec::InvalidInput("num_blocks", -1, std::to_string(c.geometry.num_blocks),
+                               "too few blocks: the step's " + std::to_string(tokens) +
+                                   " tokens need " + std::to_string(blocks_needed()));
+    }
+  } else {
+    const std::int64_t needed = blocks_needed();
+    const std::int64_t per_block =
+        std::max<std::int64_t>(bs * c.geometry.num_kv_heads * c.geometry.head_dim, 1);
+    const std::int64_t room = std::max(needed, kMaxBufferElements / per_block);
+    c.geometry.num_blocks = rng.uniform(needed, std::min(room, 2 * needed + 8));
+  }
+  spec::validate(c);
+  const spec::CacheGeometry& g = c.geometry;
+  std::vector<std::int64_t> free_blocks(static_cast<std::size_t>(g.num_blocks));
+  std::iota(free_blocks.begin(), free_blocks.end(), 0);
+  for (std::size_t i = free_blocks.size(); i > 1; --i) {
+    std::swap(
+        free_blocks[i - 1],
+        free_blocks[static_cast<std::size_t>(rng.uniform(0, static_cast<std::int64_t>(i) - 1))]);
+  }
+  std::size_t next_free = 0;
+  for (auto& r : wc.requests) {
+    const auto nblocks = static_cast<std::size_t>((r.context + r.q_len + bs - 1) / bs);
+    r.block_table.assign(free_blocks.begin() + static_cast<std::ptrdiff_t>(next_free),
+                         free_blocks.begin() + static_cast<std::ptrdiff_t>(next_free + nblocks));
+    next_free += nblocks;
+  }
+  wc.padding = padding;
+
+  // The slot mapping of the step and the (request, position) key of every source row.
+  spec::SlotMapping slots;
+  slots.type = c.slot_type;
+  std::vector<std::pair<std::int64_t, std::int64_t>> row_keys;
+  for (std::size_t ri = 0; ri < wc.requests.size(); ++ri) {
+    const StepRequest& r = wc.requests[ri];
+    for (std::int64_t j = 0; j < r.q_len; ++j) {
+      const std::int64_t p = r.context + j;
+      slots.slots.push_back(r.block_table[static_cast<std::size_t>(p / g.block_size)] *
+                                g.block_size +
+                            p % g.block_size);
+      row_keys.emplace_back(static_cast<std::int64_t>(ri), p);
+    }
+  }
+  for (std::int64_t i = 0; i < padding; ++i) {
+    slots.slots.push_back(-1);
+    row_keys.emplace_back(-1, i);
+  }
+  // Source tensors padded past the mapping, as CUDA-graph captures are: those rows must stay
+  // unread.
+  const std::int64_t extra_rows = rng.chance(1, 2) ? rng.uniform(1, 3) : 0;
+  for (std::int64_t i = 0; i < extra_rows; ++i) row_keys.emplace_back(-2, i);
+  spec::SlotMapping index_slots;
+  index_slots.type = c.slot_type;
+  if (c.separate_index_slots) {
+    // The index cache is managed apart: a permutation of the main slots over the same blocks.
+    std::vector<std::int64_t> perm(static_cast<std::size_t>(c.geometry.num_blocks));
+    std::iota(perm.begin(), perm.end(), 0);
+    for (std::size_t i = perm.size(); i > 1; --i) {
+      std::swap(perm[i - 1],
+                perm[static_cast<std::size_t>(rng.uniform(0, static_cast<std::int64_t>(i) - 1))]);
+    }
+    for (std::int64_t s : slots.slots) {
+      index_slots.slots.push_back(
+          s < 0
+              ? s
+              : perm[static_cast<std::size_t>(s / g.block_size)] * g.block_size + s % g.block_size);
+    }
+  }
+
+  reference::ValueGenerator gen;
+  gen.seed = rng.next();
+  gen.act = c.act_dtype;
+  gen.edge_values = edge_values;
+  gen.allow_nonfinite = edge_values;
+  gen.range = std::ldexp(1.0f, static_cast<int>(rng.uniform(-2, 9)));
+  const std::int64_t nscale = c.kv.per_head_scale ? g.num_kv_heads : 1;
+  for (std::size_t l = 0; l < c.layers.size(); ++l) {
+    spec::LayerWrite w;
+    w.kind = c.layers[l];
+    const auto layer = static_cast<std::int64_t>(l);
+    w.k = make_tensor(gen, layer, GenTensor::kK, row_keys, g.num_kv_heads, g.head_dim);
+    w.v = make_tensor(gen, layer, GenTensor::kV, row_keys, g.num_kv_heads, g.head_dim);
+    if (w.kind == spec::LayerKind::kSparse) {
+      w.index_k = make_tensor(gen, layer, GenTensor::kIndexK, row_keys, 0, g.index_dim);
+      w.index_slots = index_slots;
+    }
+    w.slots = slots;
+    w.k_scale = make_scales(rng, nscale);
+    w.v_scale = make_scales(rng, nscale);
+    wc.writes.push_back(std::move(w));
+  }
+  return wc;
+}
+
+}  // namespace kvo::oracle

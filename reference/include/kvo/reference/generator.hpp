@@ -1,0 +1,52 @@
+#pragma once
+/// \file generator.hpp
+/// Generated data (SPEC 8): every value is a pure function of (seed, layer, tensor, request, token
+/// position, head, dim) through SplitMix64, so a replayed step writes the same K/V for the same
+/// token on every machine, CPU and GPU alike. Edge-value mode mixes in zeros, subnormals, fp8
+/// rounding ties and values at and past the fp8 maxima, and, where allowed, infinities and NaN.
+
+#include <cstdint>
+
+#include "kvo/spec/types.hpp"
+
+namespace kvo::reference {
+
+/// SplitMix64's finaliser (Steele, Lea, Flood 2014).
+std::uint64_t mix64(std::uint64_t z);
+
+/// A SplitMix64 stream: next() = mix64(state += golden gamma).
+class SplitMix64 {
+ public:
+  explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
+  std::uint64_t next();
+  /// Uniform integer in [lo, hi] (hi - lo < 2^32; modulo bias is irrelevant for case drawing).
+  std::int64_t uniform(std::int64_t lo, std::int64_t hi);
+  /// True with probability num/den.
+  bool chance(std::uint32_t num, std::uint32_t den);
+
+ private:
+  std::uint64_t state_;
+};
+
+/// Which tensor a generated value belongs to (a key field).
+enum class GenTensor : std::uint8_t { kK = 0, kV = 1, kIndexK = 2, kQ = 3, kIndexQ = 4 };
+
+/// The key hash: h = mix64(seed); then for each field f in order, h = mix64(h ^ mix64(f + 1)).
+std::uint64_t value_key(std::uint64_t seed, std::int64_t layer, GenTensor tensor,
+                        std::int64_t request, std::int64_t position, std::int64_t head,
+                        std::int64_t dim);
+
+struct ValueGenerator {
+  std::uint64_t seed = 0;
+  float range = 4.0f;  ///< r: ordinary values are uniform in [-r, r)
+  spec::DType act = spec::DType::kBF16;
+  bool edge_values = false;      ///< mix in the edge table (one value in four)
+  bool allow_nonfinite = false;  ///< let the edge table contribute +-inf and NaN
+
+  /// The value for one element, already rounded to `act` (so widening it back is exact).
+  /// Ordinary: u = top 24 bits of the key; x = fl(fl(u * 2^-23 - 1) * r), rounded to act.
+  float value(std::int64_t layer, GenTensor tensor, std::int64_t request, std::int64_t position,
+              std::int64_t head, std::int64_t dim) const;
+};
+
+}  // namespace kvo::reference

@@ -1,0 +1,69 @@
+#pragma once
+/// \file numbers.hpp
+/// Bit-exact number conversions of SPEC section 2, following research/fp8_spec.md: float32 to and
+/// from bf16, fp16, fp8 e4m3 (OCP E4M3FN) and fp8 e5m2, the three saturation modes, the three scale
+/// modes, `via_model_dtype`, and the 128-group block scale with and without ue8m0. Integer-only
+/// rounding: every narrowing rounds once, to nearest even, directly from the float32 value.
+
+#include <cstdint>
+#include <span>
+
+#include "kvo/spec/config.hpp"
+#include "kvo/spec/types.hpp"
+
+namespace kvo::reference {
+
+std::uint32_t bits_of(float x);
+float float_of(std::uint32_t bits);
+
+/// float32 -> bf16 bits, RNE; overflow to infinity through the carry; any NaN -> 0x7FFF.
+std::uint16_t f32_to_bf16(float x);
+/// bf16 bits -> float32, exact (NaN sign and payload preserved).
+float bf16_to_f32(std::uint16_t b);
+/// float32 -> fp16 bits, RNE with gradual underflow; |x| >= 65520 -> inf; any NaN -> 0x7FFF.
+std::uint16_t f32_to_f16(float x);
+/// fp16 bits -> float32, exact; any NaN -> 0x7FFFFFFF.
+float f16_to_f32(std::uint16_t h);
+
+/// float32 -> fp8 code (format kFp8E4M3 or kFp8E5M2). One RNE rounding from the float32 value;
+/// overflow and NaN per `sat` (fp8_spec.md 4a):
+///   satfinite: overflow and +-inf -> +-max finite; NaN -> 0x7F.
+///   nosat:     overflow and +-inf -> e4m3 +-NaN (0x7F|s), e5m2 +-inf; NaN -> 0x7F.
+///   torch:     as nosat, but a NaN input keeps its sign (0xFF for -NaN).
+std::uint8_t f32_to_fp8(float x, spec::DType format, spec::Saturation sat);
+/// fp8 code -> float32, exact; NaN codes -> 0x7FFFFFFF; e5m2 infinities keep their sign.
+float fp8_to_f32(std::uint8_t code, spec::DType format);
+
+/// float32 -> one element of `dtype`, returned as its code in the low bytes (f32 bits, 16-bit or
+/// 8-bit code). `sat` applies to fp8 only.
+std::uint32_t encode(float x, spec::DType dtype, spec::Saturation sat);
+/// The element code of `dtype` -> float32.
+float decode(std::uint32_t code, spec::DType dtype);
+/// Writes the code of `dtype` little-endian into `out` (dtype_bytes(dtype) bytes).
+void store_code(std::uint32_t code, spec::DType dtype, std::uint8_t* out);
+/// Reads a little-endian code of `dtype` from `in`.
+std::uint32_t load_code(const std::uint8_t* in, spec::DType dtype);
+
+/// The value of x after narrowing to the activation dtype `act` and widening back (f32: x).
+float round_to(float x, spec::DType act);
+
+/// The scaled value that is cast (SPEC 2): divide x / s; mul_recip x * fl(1 / s); none x.
+float apply_scale(float x, float s, spec::ScaleMode mode);
+
+/// One K or V element: apply the scale, optionally round to the activation dtype (via_model_dtype),
+/// then cast to the cache dtype. Returns the element code.
+std::uint32_t quantize_kv(float x, float s, const spec::KvQuant& q, spec::DType act);
+
+/// Dequantization of a cache element (SPEC 2): fl(decode(code) * s).
+float dequantize(std::uint32_t code, spec::DType dtype, float s);
+
+/// The ue8m0 scale: the smallest power of two >= s by the exponent-bit rule of fp8_spec.md 6
+/// (biased exponent + (mantissa != 0)), never exp2(ceil(log2(s))).
+float ue8m0_ceil(float s);
+
+/// The 128-group block scale of the index-K cache (SPEC 2): amax = max(max|x|, 1e-4) with NaN
+/// elements ignored (fmaxf semantics); s = fl(amax / 448); with ue8m0, s = ue8m0_ceil(s);
+/// q[i] = f32_to_fp8(fl(x[i] / s), e4m3, satfinite). Writes x.size() codes to q; returns s.
+float quantize_group_blockscale(std::span<const float> x, bool ue8m0, std::span<std::uint8_t> q);
+
+}  // namespace kvo::reference

@@ -1,0 +1,78 @@
+#pragma once
+/// \file read_path.hpp
+/// The read side of SPEC 5-6 in canonical arithmetic: the indexer's token and block scores, the
+/// group reduce, forced init and local blocks, block top-k with its tie rule and output convention;
+/// sparse and dense attention over a paged cache through block tables (decode, MTP and causal
+/// prefill, GQA), chunked by `sparse_block` logical blocks and combined in ascending order.
+/// Bit-exact by definition.
+
+#include <cstdint>
+#include <vector>
+
+#include "kvo/spec/read.hpp"
+#include "kvo/spec/write.hpp"
+
+namespace kvo::reference {
+
+/// Forced block scores (SPEC 5): init blocks outrank local blocks, which outrank every real score.
+inline constexpr float kInitBlockScore = 1e30f;
+inline constexpr float kLocalBlockScore = 1e29f;
+/// The block score of a block with a NaN token score.
+inline constexpr float kNanBlockScore = -1e30f;
+
+/// Position of every query row: request and position p (SPEC 5: p = seq_len - q_len + j).
+struct QueryRow {
+  std::int64_t request = 0;
+  std::int64_t position = 0;
+};
+std::vector<QueryRow> query_rows(const spec::ReadBatch& batch);
+
+/// The indexer's result for every query row and KV head.
+struct TopkSelection {
+  std::int64_t num_queries = 0, num_kv_heads = 0, topk = 0;
+  std::int64_t max_blocks = 0;        ///< logical blocks per row in `scores`
+  std::vector<std::int32_t> ids;      ///< [Tq, nkv, topk]: chosen ids ascending, then -1
+  std::vector<float> scores;          ///< [Tq, nkv, max_blocks]: group scores after forcing
+  std::vector<std::int64_t> n_valid;  ///< [Tq]: valid logical blocks (0 for a padded row)
+
+  std::int32_t id(std::int64_t q, std::int64_t g, std::int64_t k) const {
+    return ids[static_cast<std::size_t>((q * num_kv_heads + g) * topk + k)];
+  }
+  float score(std::int64_t q, std::int64_t g, std::int64_t j) const {
+    return scores[static_cast<std::size_t>((q * num_kv_heads + g) * max_blocks + j)];
+  }
+};
+
+/// Dequantized index-K row of token t of request r (through the block table): `index_dim` floats.
+std::vector<float> read_index_k(const spec::ModelConfig& config, const spec::ReadBatch& batch,
+                                const spec::LayerCaches& caches, std::int64_t request,
+                                std::int64_t t);
+
+/// SPEC 5: index_q [Tq, num_index_heads, index_dim] in the activation dtype; the layer's caches
+/// hold the index-K written by the write path.
+TopkSelection indexer_topk(const spec::ModelConfig& config, const spec::IndexerParams& params,
+                           const spec::ReadBatch& batch, const spec::HostTensor& index_q,
+                           const spec::LayerCaches& caches);
+
+/// Dequantized K (kv = 0) or V (kv = 1) of token t of request r, head h: head_dim floats
+/// (SPEC 2: fl(decode(code) * s) with the head's scale; the plain decode with scale mode none).
+std::vector<float> read_kv(const spec::ModelConfig& config, const spec::ReadBatch& batch,
+                           const spec::LayerCaches& caches, const std::vector<float>& scales,
+                           int kv, std::int64_t request, std::int64_t t, std::int64_t h);
+
+struct AttentionResult {
+  std::vector<float> out_f32;  ///< [Tq, nq, hd]: fl(O / L) before the output rounding
+  spec::HostTensor out;        ///< [Tq, nq, hd] in params.out_dtype
+};
+
+/// SPEC 6. `selection` null: dense attention over every token t <= p. Otherwise the selected
+/// logical blocks of (q, KV head) (ids < n_valid, -1 ignored, no duplicates, else InvalidInput).
+AttentionResult attention(const spec::ModelConfig& config, const spec::AttentionParams& params,
+                          const spec::ReadBatch& batch, const spec::HostTensor& q,
+                          const spec::LayerCaches& caches, const std::vector<float>& k_scale,
+                          const std::vector<float>& v_scale, const TopkSelection* selection);
+
+/// The default softmax scale fl(1 / fl(sqrt(head_dim))).
+float default_sm_scale(std::int64_t head_dim);
+
+}  // namespace kvo::reference

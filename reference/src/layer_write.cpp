@@ -1,0 +1,106 @@
+// The reference write: SPEC section 4, read line by line.
+#include "kvo/reference/layer_write.hpp"
+
+#include <vector>
+
+#include "kvo/reference/numbers.hpp"
+#include "kvo/reference/paged_cache.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::reference {
+namespace {
+
+using spec::BufferKind;
+
+/// SPEC 3: slot < 0 is padding (nothing written), unless legacy_wrap, where it indexes from the end
+/// as torch does (-1 is the last slot of the last block). Returns -1 for "write nothing".
+std::int64_t target_slot(std::int64_t slot, std::int64_t capacity, spec::SlotMode mode) {
+  if (slot >= 0) return slot;
+  return mode == spec::SlotMode::kLegacyWrap ? slot + capacity : -1;
+}
+
+spec::CacheBuffer& buffer(spec::LayerCaches& caches, BufferKind kind) {
+  spec::CacheBuffer* b = caches.find(kind);
+  if (b == nullptr) {
+    throw spec::InvalidInput("caches", -1, std::string(spec::name_of(kind)),
+                             "the layer has no such buffer");
+  }
+  return *b;
+}
+
+}  // namespace
+
+float source_value(const spec::HostTensor& t, std::int64_t i) {
+  const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(t.dtype));
+  return decode(load_code(t.bytes.data() + i * eb, t.dtype), t.dtype);
+}
+
+void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& w,
+                 spec::LayerCaches& caches) {
+  spec::validate_write(config, w);
+  const PagedCacheLayout layout(config);
+  check_layer_caches(layout, w.kind, caches);
+  const spec::CacheGeometry& g = config.geometry;
+  const auto num_tokens = static_cast<std::int64_t>(w.slots.slots.size());
+  const spec::DType kv_dtype = config.kv.cache_dtype;
+  const auto kv_bytes = static_cast<std::int64_t>(spec::dtype_bytes(kv_dtype));
+
+  for (std::int64_t t = 0; t < num_tokens; ++t) {
+    // K and V: each element quantized on its own and stored at the layout's offset.
+    const std::int64_t slot =
+        target_slot(w.slots.slots[static_cast<std::size_t>(t)], g.capacity(), config.slot_mode);
+    if (slot >= 0) {
+      const std::int64_t b = slot / g.block_size;
+      const std::int64_t o = slot % g.block_size;
+      for (int kv = 0; kv < 2; ++kv) {
+        const spec::HostTensor& src = kv == 0 ? w.k : w.v;
+        const std::vector<float>& scales = kv == 0 ? w.k_scale : w.v_scale;
+        std::uint8_t* dst = buffer(caches, layout.kv_buffer(kv)).body();
+        for (std::int64_t h = 0; h < g.num_kv_heads; ++h) {
+          const float s = scales[config.kv.per_head_scale ? static_cast<std::size_t>(h) : 0];
+          for (std::int64_t d = 0; d < g.head_dim; ++d) {
+            const float x = source_value(src, (t * g.num_kv_heads + h) * g.head_dim + d);
+            const std::uint32_t code = quantize_kv(x, s, config.kv, config.act_dtype);
+            store_code(code, kv_dtype, dst + layout.kv_element(kv, b, o, h, d) * kv_bytes);
+          }
+        }
+      }
+    }
+    if (w.kind != spec::LayerKind::kSparse) continue;
+
+    // Index-K: through the index slot mapping when the model has one.
+    const std::int64_t raw_index_slot = config.separate_index_slots
+                                            ? w.index_slots.slots[static_cast<std::size_t>(t)]
+                                            : w.slots.slots[static_cast<std::size_t>(t)];
+    const std::int64_t islot = target_slot(raw_index_slot, g.capacity(), config.slot_mode);
+    if (islot < 0) continue;
+    const std::int64_t b = islot / g.block_size;
+    const std::int64_t o = islot % g.block_size;
+    std::uint8_t* dst = buffer(caches, BufferKind::kIndexK).body();
+    if (config.index.layout == spec::IndexLayout::kFlat) {
+      for (std::int64_t d = 0; d < g.index_dim; ++d) {
+        const float x = source_value(w.index_k, t * g.index_dim + d);
+        const std::uint32_t code = encode(x, config.index.flat_dtype, config.kv.saturation);
+        store_code(code, config.index.flat_dtype, dst + layout.index_value_byte(b, o, d));
+      }
+    } else {
+      // Block scale: per token and per 128-element group, one fp32 scale and 128 fp8 codes.
+      std::vector<float> group(static_cast<std::size_t>(spec::kScaleGroup));
+      std::vector<std::uint8_t> codes(static_cast<std::size_t>(spec::kScaleGroup));
+      for (std::int64_t gi = 0; gi < g.index_dim / spec::kScaleGroup; ++gi) {
+        for (std::int64_t i = 0; i < spec::kScaleGroup; ++i) {
+          group[static_cast<std::size_t>(i)] =
+              source_value(w.index_k, t * g.index_dim + gi * spec::kScaleGroup + i);
+        }
+        const float s = quantize_group_blockscale(group, config.index.ue8m0, codes);
+        for (std::int64_t i = 0; i < spec::kScaleGroup; ++i) {
+          dst[layout.index_value_byte(b, o, gi * spec::kScaleGroup + i)] =
+              codes[static_cast<std::size_t>(i)];
+        }
+        store_code(bits_of(s), spec::DType::kF32, dst + layout.index_scale_byte(b, o, gi));
+      }
+    }
+  }
+}
+
+}  // namespace kvo::reference

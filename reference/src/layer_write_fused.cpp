@@ -1,0 +1,146 @@
+// CPU model of the fused one-launch write kernel: per token, the page and the in-page offset are
+// computed once; K and V are written in the same pass through one stride descriptor per layout;
+// sparse layers add the index-K row (flat, or block-scaled with its own amax pass).
+#include <cmath>
+#include <vector>
+
+#include "kvo/reference/layer_write.hpp"
+#include "kvo/reference/numbers.hpp"
+#include "kvo/reference/paged_cache.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::reference {
+namespace {
+
+using spec::BufferKind;
+using spec::KvLayout;
+
+/// Element strides of a K/V cache view: element(b, o, h, kv, d) = b*block + o*token + h*head +
+/// kv*kv_part + d. The innermost dimension is always contiguous.
+struct KvStrides {
+  std::int64_t block, token, head, kv_part;
+};
+
+KvStrides kv_strides(const spec::CacheGeometry& g, KvLayout layout) {
+  const std::int64_t bs = g.block_size, nkv = g.num_kv_heads, hd = g.head_dim;
+  switch (layout) {
+    case KvLayout::kNhd:
+      return {bs * nkv * hd, nkv * hd, hd, 0};
+    case KvLayout::kHnd:
+      return {nkv * bs * hd, hd, bs * hd, 0};
+    case KvLayout::kPackedHnd:
+      return {nkv * bs * 2 * hd, 2 * hd, bs * 2 * hd, hd};
+    case KvLayout::kPackedNhd:
+      return {bs * nkv * 2 * hd, nkv * 2 * hd, 2 * hd, hd};
+    case KvLayout::kSplitNhd:
+      return {2 * bs * nkv * hd, nkv * hd, hd, bs * nkv * hd};
+    case KvLayout::kSplitHnd:
+      return {2 * nkv * bs * hd, hd, bs * hd, nkv * bs * hd};
+  }
+  return {0, 0, 0, 0};
+}
+
+std::int64_t resolve(std::int64_t slot, std::int64_t capacity, spec::SlotMode mode) {
+  if (slot < 0 && mode == spec::SlotMode::kLegacyWrap) return slot + capacity;
+  return slot;
+}
+
+}  // namespace
+
+void write_layer_fused(const spec::ModelConfig& config, const spec::LayerWrite& w,
+                       spec::LayerCaches& caches) {
+  spec::validate_write(config, w);
+  const PagedCacheLayout layout(config);
+  const spec::CacheGeometry& g = config.geometry;
+  const bool one_tensor = spec::kv_in_one_tensor(config.layout);
+  const KvStrides st = kv_strides(g, config.layout);
+  const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(config.kv.cache_dtype));
+
+  std::uint8_t* k_base = nullptr;
+  std::uint8_t* v_base = nullptr;
+  std::uint8_t* index_base = nullptr;
+  check_layer_caches(layout, w.kind, caches);
+  for (spec::CacheBuffer& b : caches.buffers) {
+    if (b.kind == BufferKind::kK || b.kind == BufferKind::kKv) k_base = b.body();
+    if (b.kind == BufferKind::kV) v_base = b.body();
+    if (b.kind == BufferKind::kIndexK) index_base = b.body();
+  }
+  if (one_tensor) v_base = k_base;
+  const bool sparse = w.kind == spec::LayerKind::kSparse;
+
+  const std::int64_t row = g.num_kv_heads * g.head_dim;
+  const std::int64_t groups = g.index_dim / spec::kScaleGroup;
+  const std::int64_t bs_block_bytes = layout.blockscale_block_bytes();
+  std::vector<float> index_row(static_cast<std::size_t>(g.index_dim));
+  const auto num_tokens = static_cast<std::int64_t>(w.slots.slots.size());
+  for (std::int64_t t = 0; t < num_tokens; ++t) {
+    const std::int64_t slot =
+        resolve(w.slots.slots[static_cast<std::size_t>(t)], g.capacity(), config.slot_mode);
+    if (slot >= 0) {
+      const std::int64_t page = slot / g.block_size;
+      const std::int64_t in_page = slot - page * g.block_size;
+      const std::int64_t token_base = page * st.block + in_page * st.token;
+      for (std::int64_t h = 0; h < g.num_kv_heads; ++h) {
+        const std::size_t si = config.kv.per_head_scale ? static_cast<std::size_t>(h) : 0;
+        const float ks = w.k_scale[si];
+        const float vs = w.v_scale[si];
+        std::uint8_t* kd = k_base + (token_base + h * st.head) * eb;
+        std::uint8_t* vd = v_base + (token_base + h * st.head + (one_tensor ? st.kv_part : 0)) * eb;
+        for (std::int64_t d = 0; d < g.head_dim; ++d) {
+          const std::int64_t src = t * row + h * g.head_dim + d;
+          store_code(quantize_kv(source_value(w.k, src), ks, config.kv, config.act_dtype),
+                     config.kv.cache_dtype, kd + d * eb);
+          store_code(quantize_kv(source_value(w.v, src), vs, config.kv, config.act_dtype),
+                     config.kv.cache_dtype, vd + d * eb);
+        }
+      }
+    }
+    if (!sparse) continue;
+    const std::int64_t islot = config.separate_index_slots
+                                   ? resolve(w.index_slots.slots[static_cast<std::size_t>(t)],
+                                             g.capacity(), config.slot_mode)
+                                   : slot;
+    if (islot < 0) continue;
+    const std::int64_t page = islot / g.block_size;
+    const std::int64_t in_page = islot - page * g.block_size;
+    for (std::int64_t d = 0; d < g.index_dim; ++d) {
+      index_row[static_cast<std::size_t>(d)] = source_value(w.index_k, t * g.index_dim + d);
+    }
+    if (config.index.layout == spec::IndexLayout::kFlat) {
+      const auto ib = static_cast<std::int64_t>(spec::dtype_bytes(config.index.flat_dtype));
+      std::uint8_t* dst = index_base + (page * g.block_size + in_page) * g.index_dim * ib;
+      for (std::int64_t d = 0; d < g.index_dim; ++d) {
+        store_code(encode(index_row[static_cast<std::size_t>(d)], config.index.flat_dtype,
+                          config.kv.saturation),
+                   config.index.flat_dtype, dst + d * ib);
+      }
+      continue;
+    }
+    std::uint8_t* block = index_base + page * bs_block_bytes;
+    std::uint8_t* values = block + in_page * g.index_dim;
+    std::uint8_t* scales = block + g.block_size * g.index_dim + in_page * groups * 4;
+    for (std::int64_t gi = 0; gi < groups; ++gi) {
+      const float* x = index_row.data() + gi * spec::kScaleGroup;
+      float amax = 0.0f;
+      // NaN elements are ignored: a comparison is false for every NaN, signalling ones included
+      // (glibc's fmax returns NaN for a signalling NaN; CUDA's fmaxf does not).
+      for (std::int64_t i = 0; i < spec::kScaleGroup; ++i) {
+        const float a = std::fabs(x[i]);
+        if (a > amax) amax = a;
+      }
+      if (!(amax > spec::kBlockScaleAmaxFloor)) amax = spec::kBlockScaleAmaxFloor;
+      float s = amax / spec::kFp8E4M3Max;
+      if (config.index.ue8m0) {
+        const std::uint32_t u = bits_of(s);
+        s = float_of((((u >> 23) & 0xFFu) + ((u & 0x7FFFFFu) ? 1u : 0u)) << 23);
+      }
+      for (std::int64_t i = 0; i < spec::kScaleGroup; ++i) {
+        values[gi * spec::kScaleGroup + i] =
+            f32_to_fp8(x[i] / s, spec::DType::kFp8E4M3, spec::Saturation::kSatFinite);
+      }
+      store_code(bits_of(s), spec::DType::kF32, scales + gi * 4);
+    }
+  }
+}
+
+}  // namespace kvo::reference

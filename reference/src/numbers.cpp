@@ -1,0 +1,224 @@
+#include "kvo/reference/numbers.hpp"
+
+#include <bit>
+#include <cmath>
+
+namespace kvo::reference {
+namespace {
+
+using spec::DType;
+using spec::Saturation;
+
+constexpr std::uint32_t kAbsMask = 0x7FFFFFFFu;
+constexpr std::uint32_t kInfBits = 0x7F800000u;
+
+/// Rounds the 24-bit significand m (implicit bit included) right by `shift` bits, to nearest even.
+std::uint32_t round_shift_rne(std::uint32_t m, int shift) {
+  if (shift <= 0) return m << -shift;
+  if (shift >= 25) return 0;  // m < 2^24 <= half: rounds to zero
+  const std::uint32_t q = m >> shift;
+  const std::uint32_t rem = m & ((1u << shift) - 1u);
+  const std::uint32_t half = 1u << (shift - 1);
+  return (rem > half || (rem == half && (q & 1u))) ? q + 1u : q;
+}
+
+/// An fp8 format: mantissa bits, minimum normal exponent, largest finite magnitude code.
+struct Fp8Format {
+  int mantissa_bits;
+  int emin;
+  std::uint8_t max_finite;    ///< 0x7E (448) or 0x7B (57344)
+  std::uint8_t nosat_result;  ///< magnitude code of an overflow without saturation: NaN or inf
+};
+constexpr Fp8Format kE4M3{3, -6, 0x7E, 0x7F};
+constexpr Fp8Format kE5M2{2, -14, 0x7B, 0x7C};
+
+const Fp8Format& fp8_format(DType t) { return t == DType::kFp8E5M2 ? kE5M2 : kE4M3; }
+
+}  // namespace
+
+std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
+float float_of(std::uint32_t bits) { return std::bit_cast<float>(bits); }
+
+std::uint16_t f32_to_bf16(float x) {
+  const std::uint32_t u = bits_of(x);
+  if ((u & kAbsMask) > kInfBits) return 0x7FFF;
+  std::uint32_t r = u >> 16;
+  const std::uint32_t rem = u & 0xFFFFu;
+  if (rem > 0x8000u || (rem == 0x8000u && (r & 1u))) ++r;  // a carry into the exponent is correct
+  return static_cast<std::uint16_t>(r);
+}
+
+float bf16_to_f32(std::uint16_t b) { return float_of(static_cast<std::uint32_t>(b) << 16); }
+
+std::uint16_t f32_to_f16(float x) {
+  const std::uint32_t u = bits_of(x);
+  const std::uint32_t a = u & kAbsMask;
+  const std::uint16_t sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+  if (a > kInfBits) return 0x7FFF;
+  if (a >= 0x477FF000u) return sign | 0x7C00;  // rounds to 65536 or beyond: infinity
+  if ((a >> 23) == 0) return sign;             // float32 subnormals are below half of 2^-24
+  const int e = static_cast<int>(a >> 23) - 127;
+  const std::uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
+  const int target = e < -14 ? -14 : e;  // fp16 subnormals share the quantum of the first binade
+  const std::uint32_t q = round_shift_rne(m, target - e + 13);
+  return static_cast<std::uint16_t>(sign | ((static_cast<std::uint32_t>(target + 14) << 10) + q));
+}
+
+float f16_to_f32(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const int exp = (h >> 10) & 0x1F;
+  const std::uint32_t man = h & 0x3FFu;
+  if (exp == 0x1F) return man ? float_of(0x7FFFFFFFu) : float_of(sign | kInfBits);
+  const float mag = exp == 0 ? std::ldexp(static_cast<float>(man), -24)
+                             : std::ldexp(static_cast<float>(man | 0x400u), exp - 25);
+  return float_of(sign | bits_of(mag));
+}
+
+std::uint8_t f32_to_fp8(float x, DType format, Saturation sat) {
+  const Fp8Format& f = fp8_format(format);
+  const std::uint32_t u = bits_of(x);
+  const std::uint32_t a = u & kAbsMask;
+  const std::uint8_t sign = static_cast<std::uint8_t>((u >> 24) & 0x80u);
+  if (a > kInfBits) return sat == Saturation::kTorch ? (sign | 0x7F) : 0x7F;
+  std::uint32_t code = 0;
+  if (a == kInfBits) {
+    code = 0x100;  // beyond every finite code: overflow
+  } else if ((a >> 23) != 0) {
+    const int e = static_cast<int>(a >> 23) - 127;
+    if (e > 16) {
+      code = 0x100;  // above 2^16 > 57344: overflow in both formats
+    } else {
+      const std::uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
+      const int target = e < f.emin ? f.emin : e;
+      const std::uint32_t q = round_shift_rne(m, target - e + 23 - f.mantissa_bits);
+      // q is the magnitude in quanta 2^(target - M); the code of the first binade and of the
+      // subnormals is q itself, and a carry out of the mantissa moves to the next binade.
+      code = (static_cast<std::uint32_t>(target - f.emin) << f.mantissa_bits) + q;
+    }
+  }  // float32 subnormals: code 0 (signed zero)
+  if (code > f.max_finite) {
+    return sign | (sat == Saturation::kSatFinite ? f.max_finite : f.nosat_result);
+  }
+  return static_cast<std::uint8_t>(sign | code);
+}
+
+float fp8_to_f32(std::uint8_t code, DType format) {
+  const bool negative = (code & 0x80u) != 0;
+  float mag;
+  if (format == DType::kFp8E4M3) {
+    if ((code & 0x7Fu) == 0x7Fu) return float_of(0x7FFFFFFFu);
+    const int e = (code >> 3) & 0xF;
+    const int m = code & 0x7;
+    mag = e == 0 ? std::ldexp(static_cast<float>(m), -9)
+                 : std::ldexp(static_cast<float>(8 + m), e - 10);
+  } else {
+    const int e = (code >> 2) & 0x1F;
+    const int m = code & 0x3;
+    if (e == 0x1F) {
+      if (m != 0) return float_of(0x7FFFFFFFu);
+      mag = float_of(kInfBits);
+    } else {
+      mag = e == 0 ? std::ldexp(static_cast<float>(m), -16)
+                   : std::ldexp(static_cast<float>(4 + m), e - 17);
+    }
+  }
+  return negative ? -mag : mag;
+}
+
+std::uint32_t encode(float x, DType dtype, Saturation sat) {
+  switch (dtype) {
+    case DType::kF32:
+      return bits_of(x);
+    case DType::kBF16:
+      return f32_to_bf16(x);
+    case DType::kF16:
+      return f32_to_f16(x);
+    case DType::kFp8E4M3:
+    case DType::kFp8E5M2:
+      return f32_to_fp8(x, dtype, sat);
+  }
+  return 0;
+}
+
+float decode(std::uint32_t code, DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return float_of(code);
+    case DType::kBF16:
+      return bf16_to_f32(static_cast<std::uint16_t>(code));
+    case DType::kF16:
+      return f16_to_f32(static_cast<std::uint16_t>(code));
+    case DType::kFp8E4M3:
+    case DType::kFp8E5M2:
+      return fp8_to_f32(static_cast<std::uint8_t>(code), dtype);
+  }
+  return 0.0f;
+}
+
+void store_code(std::uint32_t code, DType dtype, std::uint8_t* out) {
+  for (std::size_t i = 0; i < spec::dtype_bytes(dtype); ++i) {
+    out[i] = static_cast<std::uint8_t>(code >> (8 * i));
+  }
+}
+
+std::uint32_t load_code(const std::uint8_t* in, DType dtype) {
+  std::uint32_t code = 0;
+  for (std::size_t i = 0; i < spec::dtype_bytes(dtype); ++i) {
+    code |= static_cast<std::uint32_t>(in[i]) << (8 * i);
+  }
+  return code;
+}
+
+float round_to(float x, DType act) { return decode(encode(x, act, Saturation::kSatFinite), act); }
+
+float apply_scale(float x, float s, spec::ScaleMode mode) {
+  switch (mode) {
+    case spec::ScaleMode::kDivide:
+      return x / s;
+    case spec::ScaleMode::kMulRecip: {
+      const float recip = 1.0f / s;
+      return x * recip;
+    }
+    case spec::ScaleMode::kNone:
+      return x;
+  }
+  return x;
+}
+
+std::uint32_t quantize_kv(float x, float s, const spec::KvQuant& q, DType act) {
+  float v = apply_scale(x, s, q.scale_mode);
+  if (q.via_model_dtype) v = round_to(v, act);
+  return encode(v, q.cache_dtype, q.saturation);
+}
+
+float dequantize(std::uint32_t code, DType dtype, float s) {
+  const float x = decode(code, dtype);
+  return x * s;
+}
+
+float ue8m0_ceil(float s) {
+  const std::uint32_t u = bits_of(s);
+  const std::uint32_t exponent = (u >> 23) & 0xFFu;
+  const std::uint32_t mantissa = u & 0x7FFFFFu;
+  return float_of((exponent + (mantissa != 0 ? 1u : 0u)) << 23);
+}
+
+float quantize_group_blockscale(std::span<const float> x, bool ue8m0, std::span<std::uint8_t> q) {
+  float amax = spec::kBlockScaleAmaxFloor;
+  for (float v : x) {
+    // fmaxf semantics (CUDA): every NaN element is ignored. Not std::fmax: glibc's returns NaN for
+    // a signalling NaN operand (IEEE 754-2008 maxNum), which would make the scale 0. A comparison
+    // is false for any NaN, and amax >= 1e-4 leaves no signed-zero case.
+    const float a = std::fabs(v);
+    if (a > amax) amax = a;
+  }
+  float s = amax / spec::kFp8E4M3Max;
+  if (ue8m0) s = ue8m0_ceil(s);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float scaled = x[i] / s;
+    q[i] = f32_to_fp8(scaled, DType::kFp8E4M3, Saturation::kSatFinite);
+  }
+  return s;
+}
+
+}  // namespace kvo::reference

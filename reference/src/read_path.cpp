@@ -1,0 +1,326 @@
+// The read side, SPEC sections 5 and 6, line by line.
+#include "kvo/reference/read_path.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kvo/reference/canonical.hpp"
+#include "kvo/reference/layer_write.hpp"
+#include "kvo/reference/numbers.hpp"
+#include "kvo/reference/paged_cache.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::reference {
+namespace {
+
+using spec::BufferKind;
+
+/// Physical (block, offset) of token t of request r: the block table maps pages of block_size.
+std::pair<std::int64_t, std::int64_t> locate_token(const spec::ModelConfig& c,
+                                                   const spec::ReadBatch& b, std::int64_t r,
+                                                   std::int64_t t) {
+  const std::int64_t bs = c.geometry.block_size;
+  const std::int32_t block = b.block_table[static_cast<std::size_t>(r * b.max_blocks + t / bs)];
+  return {block, t % bs};
+}
+
+const spec::CacheBuffer& buffer(const spec::LayerCaches& caches, BufferKind kind) {
+  const spec::CacheBuffer* buf = caches.find(kind);
+  if (buf == nullptr) {
+    throw spec::InvalidInput("caches", -1, std::string(spec::name_of(kind)),
+                             "the layer has no such buffer");
+  }
+  return *buf;
+}
+
+void check_tensor(const spec::HostTensor& t, const char* field, spec::DType dtype,
+                  std::int64_t rows, std::int64_t heads, std::int64_t dim) {
+  const std::vector<std::int64_t> want{rows, heads, dim};
+  if (t.dtype != dtype || t.shape != want ||
+      static_cast<std::int64_t>(t.bytes.size()) !=
+          rows * heads * dim * static_cast<std::int64_t>(spec::dtype_bytes(dtype))) {
+    throw spec::InvalidInput(field, -1, std::string(spec::name_of(t.dtype)) + " tensor",
+                             "expected " + std::string(spec::name_of(dtype)) + " [" +
+                                 std::to_string(rows) + ", " + std::to_string(heads) + ", " +
+                                 std::to_string(dim) + "]");
+  }
+}
+
+/// Row `row` (`width` elements) of a host tensor, widened to float32.
+std::vector<float> row_of(const spec::HostTensor& t, std::int64_t row, std::int64_t width) {
+  std::vector<float> out(static_cast<std::size_t>(width));
+  for (std::int64_t i = 0; i < width; ++i)
+    out[static_cast<std::size_t>(i)] = source_value(t, row * width + i);
+  return out;
+}
+
+}  // namespace
+
+std::vector<float> index_k_row(const PagedCacheLayout& layout, const spec::ReadBatch& b,
+                               const spec::LayerCaches& caches, std::int64_t r, std::int64_t t);
+std::vector<float> kv_row(const PagedCacheLayout& layout, const spec::ReadBatch& b,
+                          const spec::LayerCaches& caches, const std::vector<float>& scales, int kv,
+                          std::int64_t r, std::int64_t t, std::int64_t h);
+
+std::vector<QueryRow> query_rows(const spec::ReadBatch& b) {
+  std::vector<QueryRow> rows;
+  for (std::int64_t r = 0; r < b.num_requests(); ++r) {
+    const std::int64_t start = b.query_start_loc[static_cast<std::size_t>(r)];
+    const std::int64_t q_len = b.query_start_loc[static_cast<std::size_t>(r + 1)] - start;
+    for (std::int64_t j = 0; j < q_len; ++j) {
+      rows.push_back({r, b.seq_lens[static_cast<std::size_t>(r)] - q_len + j});
+    }
+  }
+  return rows;
+}
+
+std::vector<float> read_index_k(const spec::ModelConfig& c, const spec::ReadBatch& b,
+                                const spec::LayerCaches& caches, std::int64_t r, std::int64_t t) {
+  return index_k_row(PagedCacheLayout(c), b, caches, r, t);
+}
+
+std::vector<float> index_k_row(const PagedCacheLayout& layout, const spec::ReadBatch& b,
+                               const spec::LayerCaches& caches, std::int64_t r, std::int64_t t) {
+  const spec::ModelConfig& c = layout.config();
+  const auto [block, offset] = locate_token(c, b, r, t);
+  const std::uint8_t* body = buffer(caches, BufferKind::kIndexK).body();
+  const std::int64_t dim = c.geometry.index_dim;
+  std::vector<float> k(static_cast<std::size_t>(dim));
+  for (std::int64_t d = 0; d < dim; ++d) {
+    const std::uint8_t* at = body + layout.index_value_byte(block, offset, d);
+    if (c.index.layout == spec::IndexLayout::kFlat) {
+      k[static_cast<std::size_t>(d)] =
+          decode(load_code(at, c.index.flat_dtype), c.index.flat_dtype);
+    } else {
+      const float s = float_of(load_code(
+          body + layout.index_scale_byte(block, offset, d / spec::kScaleGroup), spec::DType::kF32));
+      k[static_cast<std::size_t>(d)] = dequantize(*at, spec::DType::kFp8E4M3, s);
+    }
+  }
+  return k;
+}
+
+TopkSelection indexer_topk(const spec::ModelConfig& c, const spec::IndexerParams& p,
+                           const spec::ReadBatch& b, const spec::HostTensor& index_q,
+                           const spec::LayerCaches& caches) {
+  spec::validate_batch(c, b);
+  spec::validate_indexer(c, p);
+  const std::vector<QueryRow> rows = query_rows(b);
+  const auto tq = static_cast<std::int64_t>(rows.size());
+  const std::int64_t nkv = c.geometry.num_kv_heads;
+  const std::int64_t heads_per_group = p.num_index_heads / nkv;
+  const std::int64_t dim = c.geometry.index_dim;
+  check_tensor(index_q, "index_q", c.act_dtype, tq, p.num_index_heads, dim);
+  const PagedCacheLayout layout(c);
+  check_layer_caches(layout, spec::LayerKind::kSparse, caches);
+
+  TopkSelection sel;
+  sel.num_queries = tq;
+  sel.num_kv_heads = nkv;
+  sel.topk = p.topk;
+  for (const QueryRow& row : rows) {
+    sel.max_blocks = std::max(sel.max_blocks, row.position / p.sparse_block + 1);
+  }
+  sel.ids.assign(static_cast<std::size_t>(tq * nkv * p.topk), -1);
+  sel.scores.assign(static_cast<std::size_t>(tq * nkv * sel.max_blocks), -INFINITY);
+  sel.n_valid.assign(static_cast<std::size_t>(tq), 0);
+
+  for (std::int64_t q = 0; q < tq; ++q) {
+    const QueryRow& row = rows[static_cast<std::size_t>(q)];
+    if (b.seq_lens[static_cast<std::size_t>(row.request)] == 0) continue;  // padded row: all -1
+    const std::int64_t pos = row.position;
+    const std::int64_t n_valid = pos / p.sparse_block + 1;
+    sel.n_valid[static_cast<std::size_t>(q)] = n_valid;
+    // The index-K rows this query may see, t <= p.
+    std::vector<std::vector<float>> ik(static_cast<std::size_t>(pos + 1));
+    for (std::int64_t t = 0; t <= pos; ++t)
+      ik[static_cast<std::size_t>(t)] = index_k_row(layout, b, caches, row.request, t);
+
+    for (std::int64_t g = 0; g < nkv; ++g) {
+      std::vector<float> group_score(static_cast<std::size_t>(n_valid), 0.0f);
+      for (std::int64_t h = g * heads_per_group; h < (g + 1) * heads_per_group; ++h) {
+        const std::vector<float> iq = row_of(index_q, q * p.num_index_heads + h, dim);
+        for (std::int64_t j = 0; j < n_valid; ++j) {
+          // Block score: max of the token scores of block j's valid tokens, ascending t, first max
+          // wins.
+          float best = 0.0f;
+          bool any = false, nan = false;
+          for (std::int64_t t = j * p.sparse_block; t < (j + 1) * p.sparse_block && t <= pos; ++t) {
+            const float s = canonical_dot(iq, ik[static_cast<std::size_t>(t)]);
+            nan |= std::isnan(s);
+            if (!any || s > best) best = s;
+            any = true;
+          }
+          if (nan) best = kNanBlockScore;
+          // Group reduce: max over the group's index heads (ascending h, first max wins).
+          float& gs = group_score[static_cast<std::size_t>(j)];
+          if (h == g * heads_per_group || best > gs) gs = best;
+        }
+      }
+      for (std::int64_t j = 0; j < n_valid; ++j) {
+        float& gs = group_score[static_cast<std::size_t>(j)];
+        if (j < p.init_blocks) gs = kInitBlockScore;
+        if (j >= n_valid - p.local_blocks) gs = kLocalBlockScore;  // local overrides init
+        sel.scores[static_cast<std::size_t>((q * nkv + g) * sel.max_blocks + j)] = gs;
+      }
+      // Top-k: the k_eff highest scores, equal scores won by the lower block id; output ascending.
+      const std::int64_t k_eff = std::min(p.topk, n_valid);
+      std::vector<std::int32_t> order(static_cast<std::size_t>(n_valid));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](std::int32_t x, std::int32_t y) {
+        return group_score[static_cast<std::size_t>(x)] > group_score[static_cast<std::size_t>(y)];
+      });
+      order.resize(static_cast<std::size_t>(k_eff));
+      std::sort(order.begin(), order.end());
+      std::copy(order.begin(), order.end(), sel.ids.begin() + (q * nkv + g) * p.topk);
+    }
+  }
+  return sel;
+}
+
+std::vector<float> read_kv(const spec::ModelConfig& c, const spec::ReadBatch& b,
+                           const spec::LayerCaches& caches, const std::vector<float>& scales,
+                           int kv, std::int64_t r, std::int64_t t, std::int64_t h) {
+  const PagedCacheLayout layout(c);
+  const auto [block, offset] = locate_token(c, b, r, t);
+  const std::uint8_t* body = buffer(caches, layout.kv_buffer(kv)).body();
+  const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+  const float s = scales[c.kv.per_head_scale ? static_cast<std::size_t>(h) : 0];
+  std::vector<float> x(static_cast<std::size_t>(c.geometry.head_dim));
+  for (std::int64_t d = 0; d < c.geometry.head_dim; ++d) {
+    const std::uint32_t code =
+        load_code(body + layout.kv_element(kv, block, offset, h, d) * eb, c.kv.cache_dtype);
+    x[static_cast<std::size_t>(d)] = c.kv.scale_mode == spec::ScaleMode::kNone
+                                         ? decode(code, c.kv.cache_dtype)
+                                         : dequantize(code, c.kv.cache_dtype, s);
+  }
+  return x;
+}
+
+float default_sm_scale(std::int64_t head_dim) {
+  const float root = std::sqrt(static_cast<float>(head_dim));
+  return 1.0f / root;
+}
+
+AttentionResult attention(const spec::ModelConfig& c, const spec::AttentionParams& p,
+                          const spec::ReadBatch& b, const spec::HostTensor& q,
+                          const spec::LayerCaches& caches, const std::vector<float>& k_scale,
+                          const std::vector<float>& v_scale, const TopkSelection* selection) {
+  spec::validate_batch(c, b);
+  spec::validate_attention(c, p);
+  spec::validate_scales(c, k_scale, "k_scale");
+  spec::validate_scales(c, v_scale, "v_scale");
+  const std::vector<QueryRow> rows = query_rows(b);
+  const auto tq = static_cast<std::int64_t>(rows.size());
+  const std::int64_t nkv = c.geometry.num_kv_heads, hd = c.geometry.head_dim, sb = p.sparse_block;
+  const std::int64_t group = p.num_q_heads / nkv;
+  check_tensor(q, "q", c.act_dtype, tq, p.num_q_heads, hd);
+  const PagedCacheLayout layout(c);
+  for (const spec::CacheBuffer& buf : caches.buffers) {
+    if (buf.kind != BufferKind::kIndexK && buf.body_bytes() != layout.buffer_bytes(buf.kind)) {
+      throw spec::InvalidInput("caches", -1, std::string(spec::name_of(buf.kind)),
+                               "wrong buffer size");
+    }
+  }
+  if (selection != nullptr && (selection->num_queries != tq || selection->num_kv_heads != nkv)) {
+    throw spec::InvalidInput(
+        "selection", -1, std::to_string(selection->num_queries) + " rows",
+        "expected [" + std::to_string(tq) + ", " + std::to_string(nkv) + ", topk]");
+  }
+  const float sm_scale = p.sm_scale > 0.0f ? p.sm_scale : default_sm_scale(hd);
+
+  AttentionResult res;
+  res.out_f32.assign(static_cast<std::size_t>(tq * p.num_q_heads * hd), 0.0f);
+  for (std::int64_t qi = 0; qi < tq; ++qi) {
+    const QueryRow& row = rows[static_cast<std::size_t>(qi)];
+    const std::int64_t pos = row.position;
+    if (b.seq_lens[static_cast<std::size_t>(row.request)] == 0) continue;  // padded row: +0
+    const std::int64_t n_valid = pos / sb + 1;
+    for (std::int64_t hq = 0; hq < p.num_q_heads; ++hq) {
+      const std::int64_t g = hq / group;
+      // Chunks: the selected logical blocks (dense: all), ascending.
+      std::vector<std::int64_t> chunks;
+      if (selection == nullptr) {
+        for (std::int64_t j = 0; j < n_valid; ++j) chunks.push_back(j);
+      } else {
+        for (std::int64_t k = 0; k < selection->topk; ++k) {
+          const std::int32_t id = selection->id(qi, g, k);
+          if (id < 0) continue;
+          if (id >= n_valid || std::find(chunks.begin(), chunks.end(), id) != chunks.end()) {
+            throw spec::InvalidInput(
+                "selection", (qi * nkv + g) * selection->topk + k, std::to_string(id),
+                "a duplicate or a block past n_valid = " + std::to_string(n_valid));
+          }
+          chunks.push_back(id);
+        }
+        std::sort(chunks.begin(), chunks.end());
+      }
+      const std::vector<float> qv = row_of(q, qi * p.num_q_heads + hq, hd);
+      bool started = false;
+      float big_m = 0.0f, big_l = 0.0f;
+      std::vector<float> big_o(static_cast<std::size_t>(hd), 0.0f);
+      for (std::int64_t j : chunks) {
+        // Per chunk: scores of the valid tokens, their max, p_t, l_c (tree over all sb positions,
+        // masked ones +0) and o_c (fma over the tokens, ascending t).
+        std::vector<float> s(static_cast<std::size_t>(sb), 0.0f),
+            pt(static_cast<std::size_t>(sb), 0.0f);
+        float m = -INFINITY;
+        std::int64_t valid = 0;
+        for (std::int64_t i = 0; i < sb && j * sb + i <= pos; ++i) {
+          const std::vector<float> k =
+              read_kv(c, b, caches, k_scale, 0, row.request, j * sb + i, g);
+          s[static_cast<std::size_t>(i)] = canonical_dot(qv, k) * sm_scale;
+          if (s[static_cast<std::size_t>(i)] > m) m = s[static_cast<std::size_t>(i)];
+          ++valid;
+        }
+        if (valid == 0) continue;  // nothing of this block is visible to the query
+        std::vector<float> o(static_cast<std::size_t>(hd), 0.0f);
+        for (std::int64_t i = 0; i < valid; ++i) {
+          pt[static_cast<std::size_t>(i)] = canonical_exp(s[static_cast<std::size_t>(i)] - m);
+          const std::vector<float> v =
+              read_kv(c, b, caches, v_scale, 1, row.request, j * sb + i, g);
+          for (std::int64_t d = 0; d < hd; ++d) {
+            o[static_cast<std::size_t>(d)] =
+                std::fma(pt[static_cast<std::size_t>(i)], v[static_cast<std::size_t>(d)],
+                         o[static_cast<std::size_t>(d)]);
+          }
+        }
+        const float l = tree_sum(pt);
+        if (!started) {
+          big_m = m;
+          big_l = l;
+          big_o = o;
+          started = true;
+          continue;
+        }
+        // Combine with the running (M, L, O), ascending chunk order.
+        const float m_new = m > big_m ? m : big_m;
+        const float a = canonical_exp(big_m - m_new);
+        const float bscale = canonical_exp(m - m_new);
+        big_l = std::fma(big_l, a, l * bscale);
+        for (std::int64_t d = 0; d < hd; ++d) {
+          big_o[static_cast<std::size_t>(d)] = std::fma(big_o[static_cast<std::size_t>(d)], a,
+                                                        o[static_cast<std::size_t>(d)] * bscale);
+        }
+        big_m = m_new;
+      }
+      if (!started) continue;  // no tokens: +0
+      for (std::int64_t d = 0; d < hd; ++d) {
+        res.out_f32[static_cast<std::size_t>((qi * p.num_q_heads + hq) * hd + d)] =
+            big_o[static_cast<std::size_t>(d)] / big_l;
+      }
+    }
+  }
+  res.out.dtype = p.out_dtype;
+  res.out.shape = {tq, p.num_q_heads, hd};
+  const auto ob = spec::dtype_bytes(p.out_dtype);
+  res.out.bytes.resize(res.out_f32.size() * ob);
+  for (std::size_t i = 0; i < res.out_f32.size(); ++i) {
+    store_code(encode(res.out_f32[i], p.out_dtype, spec::Saturation::kSatFinite), p.out_dtype,
+               &res.out.bytes[i * ob]);
+  }
+  return res;
+}
+
+}  // namespace kvo::reference

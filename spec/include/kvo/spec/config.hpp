@@ -1,0 +1,80 @@
+#pragma once
+/// \file config.hpp
+/// Plain configuration of a model's caches and of one layer's write call (SPEC 2-4), and the one
+/// validator of each. Shared by the reference, the GPU launchers and the CLI; nothing here computes
+/// an address or a value.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvo/spec/types.hpp"
+
+namespace kvo::spec {
+
+/// Paged-cache geometry (SPEC 3). index_dim is used by sparse layers only.
+struct CacheGeometry {
+  std::int64_t num_blocks = 64;
+  std::int64_t block_size = 16;  ///< page size, any integer >= 1
+  std::int64_t num_kv_heads = 4;
+  std::int64_t head_dim = 128;
+  std::int64_t index_dim = 128;
+  std::int64_t capacity() const { return num_blocks * block_size; }
+};
+
+/// How K and V values become cache elements (SPEC 2).
+struct KvQuant {
+  DType cache_dtype = DType::kBF16;
+  Saturation saturation = Saturation::kSatFinite;  ///< fp8 caches only
+  ScaleMode scale_mode = ScaleMode::kNone;
+  bool per_head_scale = false;   ///< scales are [nkv] instead of [1]
+  bool via_model_dtype = false;  ///< round the scaled value to the activation dtype first
+};
+
+/// How index-K values become cache elements (SPEC 2-3).
+struct IndexQuant {
+  IndexLayout layout = IndexLayout::kFlat;
+  DType flat_dtype = DType::kBF16;  ///< kFlat: bf16 or fp8 e4m3 (no scale)
+  bool ue8m0 = false;               ///< kBlockScale: round the scale up to a power of two
+};
+
+/// Everything that fixes the bytes a model's cache writes produce, apart from the inputs.
+struct ModelConfig {
+  std::vector<LayerKind> layers;  ///< the layer mix, e.g. parse_layer_mix("3D57S")
+  CacheGeometry geometry;
+  DType act_dtype = DType::kBF16;
+  KvLayout layout = KvLayout::kNhd;
+  KvQuant kv;
+  IndexQuant index;
+  SlotMode slot_mode = SlotMode::kStrict;
+  SlotType slot_type = SlotType::kI64;
+  bool separate_index_slots = false;  ///< index-K written through its own slot mapping (vLLM M3)
+};
+
+/// The MiniMax-M3-like default mix: 60 layers, the first 3 dense.
+inline constexpr std::string_view kDefaultLayerMix = "3D57S";
+
+/// Parses a layer mix: a run-length pattern ("3D57S") or one letter per layer ("DDDSSS"); D dense,
+/// S sparse, case-insensitive. Throws InvalidInput naming the character position on a malformed
+/// pattern, an empty one, or one of more than 100000 layers.
+std::vector<LayerKind> parse_layer_mix(std::string_view pattern);
+
+/// The run-length spelling of a mix ("3D57S").
+std::string format_layer_mix(std::span<const LayerKind> layers);
+
+/// Throws InvalidInput naming the first inconsistent field: non-positive sizes, head_dim not a
+/// multiple of 8, index_dim not a multiple of 128 with blockscale (of 8 otherwise), a
+/// non-activation act_dtype, a flat index dtype other than bf16/fp8_e4m3, an empty layer mix, a
+/// cache too large to address with the slot type.
+void validate(const ModelConfig& config);
+
+/// Throws InvalidInput unless every scale is finite and > 0 and there is one (or, per head, nkv).
+void validate_scales(const ModelConfig& config, std::span<const float> scales,
+                     std::string_view field);
+
+/// Short one-line description of a configuration, for reports ("layout=nhd kv=fp8_e4m3 ...").
+std::string describe(const ModelConfig& config);
+
+}  // namespace kvo::spec

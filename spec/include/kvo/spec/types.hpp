@@ -1,0 +1,202 @@
+#pragma once
+/// \file types.hpp
+/// The enumerations of the contract (SPEC sections 2-4) and their one table of names each. The CLI,
+/// the reference, the GPU launchers and the reports all spell an enumerator through these tables.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kvo::spec {
+
+/// Element types of activations and caches (SPEC 2). Activations are kF32, kBF16 or kF16.
+enum class DType : std::uint8_t { kF32, kBF16, kF16, kFp8E4M3, kFp8E5M2 };
+
+/// What a float32 -> fp8 conversion does with overflow and NaN (fp8_spec.md 4a). 16-bit targets
+/// ignore it: they always round to nearest even with overflow to infinity, NaN -> 0x7FFF.
+enum class Saturation : std::uint8_t { kSatFinite, kNoSat, kTorch };
+
+/// How a KV scale s is applied before the cast (SPEC 2): x / s, x * fl(1/s), or x.
+enum class ScaleMode : std::uint8_t { kDivide, kMulRecip, kNone };
+
+/// Main K/V cache layouts (SPEC 3). Element offsets: b block, o offset in block, h KV head, d dim.
+enum class KvLayout : std::uint8_t {
+  kNhd,        ///< K and V separate, each [nb, bs, nkv, hd]
+  kHnd,        ///< K and V separate, each [nb, nkv, bs, hd]
+  kPackedHnd,  ///< one tensor [nb, nkv, bs, 2*hd], K at d, V at hd + d (vLLM MiniMax-M3)
+  kPackedNhd,  ///< one tensor [nb, bs, nkv, 2*hd]
+  kSplitNhd,   ///< one tensor [nb, 2, bs, nkv, hd] (vLLM M3 sparse backend, TRT-LLM NHD)
+  kSplitHnd,   ///< one tensor [nb, 2, nkv, bs, hd] (TRT-LLM HND pool)
+};
+
+/// Index-K cache layouts of sparse layers (SPEC 3).
+enum class IndexLayout : std::uint8_t {
+  kFlat,        ///< [nb, bs, index_dim] of bf16 or fp8 e4m3, no scale
+  kBlockScale,  ///< per block: bs*index_dim fp8 bytes token-major, then bs*(index_dim/128) fp32
+};
+
+/// What a negative slot means (SPEC 3).
+enum class SlotMode : std::uint8_t {
+  kStrict,      ///< slot < 0 is padding and writes nothing
+  kLegacyWrap,  ///< slot < 0 indexes from the end, as torch indexing does (vllm#43810)
+};
+
+/// Storage type of a slot mapping.
+enum class SlotType : std::uint8_t { kI32, kI64 };
+
+/// Layer kinds of a layer mix: dense layers write K and V; sparse (MSA) layers also index-K.
+enum class LayerKind : std::uint8_t { kDense, kSparse };
+
+/// The buffers of one layer's caches. kKv is the single tensor of the packed and split layouts.
+enum class BufferKind : std::uint8_t { kK, kV, kKv, kIndexK };
+
+/// One row of an enum's name table.
+template <class E>
+struct EnumName {
+  E value;
+  std::string_view name;
+};
+
+/// Name table and noun of each enum; specialised once per enum below.
+template <class E>
+struct EnumInfo;
+
+template <>
+struct EnumInfo<DType> {
+  static constexpr std::string_view kNoun = "dtype";
+  static constexpr std::array<EnumName<DType>, 5> kNames{{{DType::kF32, "f32"},
+                                                          {DType::kBF16, "bf16"},
+                                                          {DType::kF16, "fp16"},
+                                                          {DType::kFp8E4M3, "fp8_e4m3"},
+                                                          {DType::kFp8E5M2, "fp8_e5m2"}}};
+};
+template <>
+struct EnumInfo<Saturation> {
+  static constexpr std::string_view kNoun = "saturation";
+  static constexpr std::array<EnumName<Saturation>, 3> kNames{
+      {{Saturation::kSatFinite, "satfinite"},
+       {Saturation::kNoSat, "nosat"},
+       {Saturation::kTorch, "torch"}}};
+};
+template <>
+struct EnumInfo<ScaleMode> {
+  static constexpr std::string_view kNoun = "scale mode";
+  static constexpr std::array<EnumName<ScaleMode>, 3> kNames{{{ScaleMode::kDivide, "divide"},
+                                                              {ScaleMode::kMulRecip, "mul_recip"},
+                                                              {ScaleMode::kNone, "none"}}};
+};
+template <>
+struct EnumInfo<KvLayout> {
+  static constexpr std::string_view kNoun = "layout";
+  static constexpr std::array<EnumName<KvLayout>, 6> kNames{{{KvLayout::kNhd, "nhd"},
+                                                             {KvLayout::kHnd, "hnd"},
+                                                             {KvLayout::kPackedHnd, "packed_hnd"},
+                                                             {KvLayout::kPackedNhd, "packed_nhd"},
+                                                             {KvLayout::kSplitNhd, "split_nhd"},
+                                                             {KvLayout::kSplitHnd, "split_hnd"}}};
+};
+template <>
+struct EnumInfo<IndexLayout> {
+  static constexpr std::string_view kNoun = "index layout";
+  static constexpr std::array<EnumName<IndexLayout>, 2> kNames{
+      {{IndexLayout::kFlat, "flat"}, {IndexLayout::kBlockScale, "blockscale"}}};
+};
+template <>
+struct EnumInfo<SlotMode> {
+  static constexpr std::string_view kNoun = "slot mode";
+  static constexpr std::array<EnumName<SlotMode>, 2> kNames{
+      {{SlotMode::kStrict, "strict"}, {SlotMode::kLegacyWrap, "legacy_wrap"}}};
+};
+template <>
+struct EnumInfo<SlotType> {
+  static constexpr std::string_view kNoun = "slot type";
+  static constexpr std::array<EnumName<SlotType>, 2> kNames{
+      {{SlotType::kI32, "i32"}, {SlotType::kI64, "i64"}}};
+};
+template <>
+struct EnumInfo<LayerKind> {
+  static constexpr std::string_view kNoun = "layer kind";
+  static constexpr std::array<EnumName<LayerKind>, 2> kNames{
+      {{LayerKind::kDense, "dense"}, {LayerKind::kSparse, "sparse"}}};
+};
+template <>
+struct EnumInfo<BufferKind> {
+  static constexpr std::string_view kNoun = "buffer";
+  static constexpr std::array<EnumName<BufferKind>, 4> kNames{{{BufferKind::kK, "k"},
+                                                               {BufferKind::kV, "v"},
+                                                               {BufferKind::kKv, "kv"},
+                                                               {BufferKind::kIndexK, "index_k"}}};
+};
+
+/// The name of an enumerator, from its table.
+template <class E>
+constexpr std::string_view name_of(E value) {
+  for (const auto& entry : EnumInfo<E>::kNames) {
+    if (entry.value == value) return entry.name;
+  }
+  return "?";
+}
+
+/// The enumerator named `name`, or nothing.
+template <class E>
+constexpr std::optional<E> parse_enum(std::string_view name) {
+  for (const auto& entry : EnumInfo<E>::kNames) {
+    if (entry.name == name) return entry.value;
+  }
+  return std::nullopt;
+}
+
+/// All names of an enum joined by '|', for usage and error messages.
+template <class E>
+std::string enum_choices() {
+  std::string out;
+  for (const auto& entry : EnumInfo<E>::kNames) {
+    if (!out.empty()) out += '|';
+    out += entry.name;
+  }
+  return out;
+}
+
+/// Per-dtype facts, one row per DType in enum order.
+struct DTypeFacts {
+  DType dtype;
+  std::size_t bytes;
+  bool is_fp8;
+  bool is_activation;  ///< may be an input activation type
+};
+inline constexpr std::array<DTypeFacts, 5> kDTypeFacts{{{DType::kF32, 4, false, true},
+                                                        {DType::kBF16, 2, false, true},
+                                                        {DType::kF16, 2, false, true},
+                                                        {DType::kFp8E4M3, 1, true, false},
+                                                        {DType::kFp8E5M2, 1, true, false}}};
+
+constexpr const DTypeFacts& facts(DType t) { return kDTypeFacts[static_cast<std::size_t>(t)]; }
+constexpr std::size_t dtype_bytes(DType t) { return facts(t).bytes; }
+constexpr bool is_fp8(DType t) { return facts(t).is_fp8; }
+
+/// Per-layout facts: whether K and V share one tensor. Offsets are each implementation's own code.
+struct LayoutFacts {
+  KvLayout layout;
+  bool one_tensor;
+};
+inline constexpr std::array<LayoutFacts, 6> kLayoutFacts{{{KvLayout::kNhd, false},
+                                                          {KvLayout::kHnd, false},
+                                                          {KvLayout::kPackedHnd, true},
+                                                          {KvLayout::kPackedNhd, true},
+                                                          {KvLayout::kSplitNhd, true},
+                                                          {KvLayout::kSplitHnd, true}}};
+constexpr bool kv_in_one_tensor(KvLayout l) {
+  return kLayoutFacts[static_cast<std::size_t>(l)].one_tensor;
+}
+
+/// Elements per block-scale group of the index-K blockscale layout (SPEC 2).
+inline constexpr std::int64_t kScaleGroup = 128;
+/// Divisor of the block scale: the e4m3 maximum.
+inline constexpr float kFp8E4M3Max = 448.0f;
+/// Lower clamp of a block's amax (SPEC 2).
+inline constexpr float kBlockScaleAmaxFloor = 1e-4f;
+
+}  // namespace kvo::spec

@@ -1,0 +1,90 @@
+#include "kvo/spec/read.hpp"
+
+#include <cmath>
+
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::spec {
+
+void validate_batch(const ModelConfig& c, const ReadBatch& b) {
+  validate(c);
+  const std::int64_t nreq = b.num_requests();
+  if (nreq < 1)
+    throw InvalidInput("seq_lens", -1, "0 requests", "a batch needs at least one request");
+  if (b.max_blocks < 1) {
+    throw InvalidInput("block_table", -1, std::to_string(b.max_blocks) + " columns",
+                       "needs at least one column");
+  }
+  if (static_cast<std::int64_t>(b.block_table.size()) != nreq * b.max_blocks) {
+    throw InvalidInput(
+        "block_table", -1, std::to_string(b.block_table.size()) + " entries",
+        "expected [" + std::to_string(nreq) + ", " + std::to_string(b.max_blocks) + "]");
+  }
+  if (static_cast<std::int64_t>(b.query_start_loc.size()) != nreq + 1 ||
+      b.query_start_loc[0] != 0) {
+    throw InvalidInput("query_start_loc", -1, std::to_string(b.query_start_loc.size()) + " entries",
+                       "expected " + std::to_string(nreq + 1) + " entries starting at 0");
+  }
+  const std::int64_t bs = c.geometry.block_size;
+  for (std::int64_t r = 0; r < nreq; ++r) {
+    const std::int64_t q_len = b.query_start_loc[static_cast<std::size_t>(r + 1)] -
+                               b.query_start_loc[static_cast<std::size_t>(r)];
+    const std::int64_t seq = b.seq_lens[static_cast<std::size_t>(r)];
+    if (q_len < 0) {
+      throw InvalidInput(
+          "query_start_loc", r + 1,
+          std::to_string(b.query_start_loc[static_cast<std::size_t>(r + 1)]),
+          "decreases: request " + std::to_string(r) + " would have a negative query length");
+    }
+    if (seq < 0 || seq < q_len) {
+      throw InvalidInput("seq_lens", r, std::to_string(seq),
+                         "shorter than the request's " + std::to_string(q_len) + " query tokens");
+    }
+    if (seq > b.max_blocks * bs) {
+      throw InvalidInput("seq_lens", r, std::to_string(seq),
+                         "beyond the block table: " + std::to_string(b.max_blocks) + " blocks of " +
+                             std::to_string(bs));
+    }
+    for (std::int64_t j = 0; j < (seq + bs - 1) / bs; ++j) {
+      const std::int64_t i = r * b.max_blocks + j;
+      const std::int32_t blk = b.block_table[static_cast<std::size_t>(i)];
+      if (blk < 0 || blk >= c.geometry.num_blocks) {
+        throw InvalidInput("block_table", i, std::to_string(blk),
+                           "request " + std::to_string(r) + " block " + std::to_string(j) +
+                               " points past the cache of " +
+                               std::to_string(c.geometry.num_blocks) + " blocks");
+      }
+    }
+  }
+}
+
+void validate_indexer(const ModelConfig& c, const IndexerParams& p) {
+  auto require = [](bool ok, const char* field, std::int64_t v, const char* why) {
+    if (!ok) throw InvalidInput(field, -1, std::to_string(v), why);
+  };
+  require(p.topk >= 1, "topk", p.topk, "must be >= 1");
+  require(p.sparse_block >= 1, "sparse_block", p.sparse_block, "must be >= 1");
+  require(p.init_blocks >= 0, "init_blocks", p.init_blocks, "must be >= 0");
+  require(p.local_blocks >= 0, "local_blocks", p.local_blocks, "must be >= 0");
+  require(p.num_index_heads >= 1 && p.num_index_heads % c.geometry.num_kv_heads == 0,
+          "num_index_heads", p.num_index_heads, "must be a positive multiple of num_kv_heads");
+}
+
+void validate_attention(const ModelConfig& c, const AttentionParams& p) {
+  if (p.num_q_heads < 1 || p.num_q_heads % c.geometry.num_kv_heads != 0) {
+    throw InvalidInput("num_q_heads", -1, std::to_string(p.num_q_heads),
+                       "must be a positive multiple of num_kv_heads");
+  }
+  if (p.sparse_block < 1)
+    throw InvalidInput("sparse_block", -1, std::to_string(p.sparse_block), "must be >= 1");
+  if (!std::isfinite(p.sm_scale) || p.sm_scale < 0.0f) {
+    throw InvalidInput("sm_scale", -1, std::to_string(p.sm_scale),
+                       "must be finite and >= 0 (0: default)");
+  }
+  if (!facts(p.out_dtype).is_activation) {
+    throw InvalidInput("out_dtype", -1, std::string(name_of(p.out_dtype)),
+                       "attention outputs f32, bf16 or fp16");
+  }
+}
+
+}  // namespace kvo::spec
