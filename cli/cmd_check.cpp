@@ -18,19 +18,30 @@ struct CheckFlags {
   std::string seed = "0x6B766F72";
   std::string case_seed;
   std::vector<std::string> subjects;
+  std::vector<std::string> ops;
   oracle::CheckOptions options;
 };
+
+/// "a,b" and repeated flags, flattened.
+std::vector<std::string> split_list(const std::vector<std::string>& lists) {
+  std::vector<std::string> out;
+  for (const std::string& list : lists) {
+    std::stringstream ss(list);
+    for (std::string name; std::getline(ss, name, ',');) {
+      if (!name.empty()) out.push_back(name);
+    }
+  }
+  return out;
+}
 
 int run_check_verb(CheckFlags& f) {
   oracle::CheckOptions& o = f.options;
   o.seed = parse_u64(f.seed, "seed");
   if (!f.case_seed.empty()) o.case_seed = parse_u64(f.case_seed, "case-seed");
-  for (const std::string& list : f.subjects) {
-    std::stringstream ss(list);
-    for (std::string name; std::getline(ss, name, ',');)
-      if (!name.empty()) o.subjects.push_back(name);
-  }
+  o.subjects = split_list(f.subjects);
+  if (!f.ops.empty()) o.ops = split_list(f.ops);
   auto subjects = oracle::make_write_subjects();
+  auto read_subjects = oracle::make_read_subjects();
   std::string why_no_gpu;
   const int gpus = gpu::device_count(&why_no_gpu);
   std::printf("kvoracle check: seed 0x%016llX, %s, GPU: %s\n",
@@ -48,7 +59,7 @@ int run_check_verb(CheckFlags& f) {
                  static_cast<long long>(done), static_cast<long long>(total));
     if (done == total) std::fprintf(stderr, "\n");
   };
-  const oracle::CheckReport report = oracle::run_check(o, subjects, progress);
+  const oracle::CheckReport report = oracle::run_check(o, subjects, read_subjects, progress);
   if (tty) std::fprintf(stderr, "\n");
   std::cout << report.summary() << std::endl;
   return spec::exit_status(report.worst);
@@ -69,7 +80,17 @@ void add_check(CLI::App& app, int& status) {
                   "stop drawing cases after this many seconds");
   cmd->add_option("--subject", flags->subjects,
                   "subjects to run (repeatable or comma-separated; default all)");
+  cmd->add_option("--ops", flags->ops, "ops to check: write,indexer,attention (default all)");
   add_model_flags(*cmd, flags->options.overrides);
+  oracle::ReadOverrides& r = flags->options.read_overrides;
+  auto add_read = [&](const char* flag, std::optional<std::int64_t>& target, const char* help) {
+    cmd->add_option_function<std::int64_t>(
+        flag, [&target](const std::int64_t& v) { target = v; }, help);
+  };
+  add_read("--sparse-block", r.sparse_block, "indexer/attention: selection block (tokens)");
+  add_read("--topk", r.topk, "indexer: blocks kept per query and KV head");
+  add_read("--group-size", r.group_size, "attention: query heads per KV head (GQA)");
+  add_read("--max-seq-len", r.max_seq_len, "indexer/attention: longest sequence drawn");
   cmd->callback([flags, &status] { status = run_check_verb(*flags); });
 }
 

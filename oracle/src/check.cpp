@@ -1,10 +1,12 @@
 #include "kvo/oracle/check.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
 
 #include "kvo/oracle/cache_diff.hpp"
+#include "kvo/oracle/read_diff.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/paged_cache.hpp"
 
@@ -19,15 +21,11 @@ std::string hex64(std::uint64_t v) {
   return buf;
 }
 
-/// Runs one subject over every layer of a case; returns the outcome and fills the diff or error.
-Outcome run_subject(WriteSubject& subject, const WriteCase& wc,
-                    const reference::PagedCacheLayout& layout,
-                    const std::vector<spec::LayerCaches>& expected, CacheDiff& diff,
-                    std::string& error) {
-  std::vector<spec::LayerCaches> actual = reference::make_model_caches(layout);
+/// Classifies what a subject threw.
+template <class Fn>
+Outcome guarded(Fn&& fn, std::string& error) {
   try {
-    for (std::size_t l = 0; l < wc.writes.size(); ++l)
-      subject.write_layer(wc.config, wc.writes[l], actual[l]);
+    return fn();
   } catch (const spec::InvalidInput& e) {
     error = std::string("rejected a valid case: ") + e.what();
     return Outcome::kInvalidInput;
@@ -38,17 +36,108 @@ Outcome run_subject(WriteSubject& subject, const WriteCase& wc,
     error = std::string("failed to run: ") + e.what();
     return Outcome::kFailedToRun;
   }
+}
+
+/// Runs one write subject over every layer of a case; fills the diff or the error.
+Outcome run_write(WriteSubject& subject, const WriteCase& wc,
+                  const reference::PagedCacheLayout& layout,
+                  const std::vector<spec::LayerCaches>& expected, CacheDiff& diff,
+                  std::string& error) {
+  std::vector<spec::LayerCaches> actual = reference::make_model_caches(layout);
+  const Outcome ran = guarded(
+      [&] {
+        for (std::size_t l = 0; l < wc.writes.size(); ++l)
+          subject.write_layer(wc.config, wc.writes[l], actual[l]);
+        return Outcome::kPass;
+      },
+      error);
+  if (ran != Outcome::kPass) return ran;
   for (std::size_t l = 0; l < wc.writes.size(); ++l) {
     diff.merge(diff_layer_caches(layout, static_cast<std::int64_t>(l), expected[l], actual[l],
                                  &wc.writes[l]));
   }
+  if (!diff.equal()) error = diff.report();
   return diff.equal() ? Outcome::kPass : Outcome::kMismatch;
+}
+
+/// The read-side dimensions: the shared flags (--block-size, --head-dim, ...) fill what the read
+/// overrides leave open.
+ReadOverrides read_overrides(const CheckOptions& o) {
+  ReadOverrides r = o.read_overrides;
+  const CaseOverrides& w = o.overrides;
+  if (!r.block_size) r.block_size = w.block_size;
+  if (!r.num_kv_heads) r.num_kv_heads = w.num_kv_heads;
+  if (!r.head_dim) r.head_dim = w.head_dim;
+  if (!r.index_dim) r.index_dim = w.index_dim;
+  if (!r.kv_dtype) r.kv_dtype = w.kv_dtype;
+  if (!r.layout) r.layout = w.layout;
+  if (!r.index_layout) r.index_layout = w.index_layout;
+  return r;
+}
+
+/// Expected results of a read case, computed once per case and only as far as needed.
+struct ReadExpectation {
+  const ReadCase& rc;
+  reference::TopkSelection selection;
+  std::optional<reference::ScoreTruth> scores[2];     // per Ordering
+  std::optional<reference::AttentionTruth> truth[2];  // per Ordering
+  std::optional<spec::HostTensor> exact_out;
+
+  explicit ReadExpectation(const ReadCase& c)
+      : rc(c),
+        selection(reference::indexer_topk(c.config, c.indexer, c.batch, c.index_q, c.caches)) {}
+  const reference::ScoreTruth& score_truth(reference::Ordering o) {
+    auto& t = scores[static_cast<int>(o)];
+    if (!t) t = reference::indexer_truth(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches, o);
+    return *t;
+  }
+  const reference::AttentionTruth& attention_truth(reference::Ordering o) {
+    auto& t = truth[static_cast<int>(o)];
+    if (!t) {
+      t = reference::attention_truth(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
+                                     rc.v_scale, &selection, o);
+    }
+    return *t;
+  }
+  const spec::HostTensor& exact() {
+    if (!exact_out) {
+      exact_out = reference::attention(rc.config, rc.attention, rc.batch, rc.q, rc.caches,
+                                       rc.k_scale, rc.v_scale, &selection)
+                      .out;
+    }
+    return *exact_out;
+  }
+};
+
+Outcome run_read(ReadSubject& s, const std::string& op, ReadExpectation& e, std::string& report) {
+  const bool canonical = s.ordering() == reference::Ordering::kCanonical;
+  return guarded(
+      [&] {
+        if (op == "indexer") {
+          const std::vector<std::int32_t> ids = s.indexer(e.rc);
+          const TopkDiff d = canonical
+                                 ? diff_topk_exact(e.selection, ids)
+                                 : diff_topk_tie_aware(e.selection, e.score_truth(s.ordering()),
+                                                       e.rc.indexer, ids, s.topk_order());
+          if (!d.equal()) report = d.report();
+          return d.equal() ? Outcome::kPass : Outcome::kMismatch;
+        }
+        // Attention over the reference selection, so an indexer bug does not mask an attention one.
+        const spec::HostTensor out = s.attention(e.rc, &e.selection);
+        const AttentionDiff d = canonical
+                                    ? diff_attention_exact(e.exact(), out)
+                                    : diff_attention_bounded(e.attention_truth(s.ordering()), out);
+        if (!d.pass()) report = d.report();
+        return d.pass() ? Outcome::kPass : Outcome::kMismatch;
+      },
+      report);
 }
 
 }  // namespace
 
-std::string repro_command(const CheckOptions& o, std::uint64_t seed, const std::string& subject) {
-  return "kvoracle check --case-seed " + hex64(seed) + " --subject " + subject +
+std::string repro_command(const CheckOptions& o, std::uint64_t seed, const std::string& subject,
+                          const std::string& op) {
+  return "kvoracle check --case-seed " + hex64(seed) + " --subject " + subject + " --ops " + op +
          o.overrides.to_flags();
 }
 
@@ -56,20 +145,20 @@ std::string CheckReport::summary() const {
   std::ostringstream s;
   char line[256];
   std::snprintf(line, sizeof line,
-                "kvoracle check: seed %s, %lld cases in %.2f s, %lld bytes compared\n",
+                "kvoracle check: seed %s, %lld cases in %.2f s, %lld cache bytes compared\n",
                 hex64(seed).c_str(), static_cast<long long>(cases_run), seconds,
                 static_cast<long long>(bytes_compared));
   s << line;
-  std::snprintf(line, sizeof line, "%-24s %8s %8s %9s %8s %8s %12s\n", "subject", "cases", "pass",
-                "mismatch", "invalid", "failed", "unsupported");
+  std::snprintf(line, sizeof line, "%-24s %-10s %7s %7s %9s %8s %7s %12s\n", "subject", "op",
+                "cases", "pass", "mismatch", "invalid", "failed", "unsupported");
   s << line;
   for (const auto& sub : subjects) {
     if (!sub.skipped.empty()) {
-      std::snprintf(line, sizeof line, "%-24s skipped: %s\n", sub.name.c_str(),
-                    sub.skipped.c_str());
+      std::snprintf(line, sizeof line, "%-24s %-10s skipped: %s\n", sub.name.c_str(),
+                    sub.op.c_str(), sub.skipped.c_str());
     } else {
-      std::snprintf(line, sizeof line, "%-24s %8lld %8lld %9lld %8lld %8lld %12lld\n",
-                    sub.name.c_str(), static_cast<long long>(sub.cases),
+      std::snprintf(line, sizeof line, "%-24s %-10s %7lld %7lld %9lld %8lld %7lld %12lld\n",
+                    sub.name.c_str(), sub.op.c_str(), static_cast<long long>(sub.cases),
                     static_cast<long long>(sub.count(Outcome::kPass)),
                     static_cast<long long>(sub.count(Outcome::kMismatch)),
                     static_cast<long long>(sub.count(Outcome::kInvalidInput)),
@@ -80,44 +169,91 @@ std::string CheckReport::summary() const {
   }
   for (const auto& sub : subjects) {
     if (!sub.first_failure.empty())
-      s << "\nfirst failure of " << sub.name << ":\n" << sub.first_failure << "\n";
+      s << "\nfirst failure of " << sub.name << " (" << sub.op << "):\n"
+        << sub.first_failure << "\n";
   }
   s << "result: " << spec::name_of(worst);
   return s.str();
 }
 
-CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSubject>>& all,
-                      const std::function<void(std::int64_t, std::int64_t)>& progress) {
+CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSubject>>& writes,
+                      const Progress& progress) {
+  std::vector<std::unique_ptr<ReadSubject>> none;
+  return run_check(o, writes, none, progress);
+}
+
+CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSubject>>& writes,
+                      std::vector<std::unique_ptr<ReadSubject>>& reads, const Progress& progress) {
+  std::vector<std::string> known;
+  for (const auto& s : writes) known.push_back(s->name());
+  for (const auto& s : reads) known.push_back(s->name());
   for (std::size_t i = 0; i < o.subjects.size(); ++i) {
-    bool known = false;
-    for (const auto& s : all) known |= s->name() == o.subjects[i];
-    if (!known) {
+    if (std::find(known.begin(), known.end(), o.subjects[i]) == known.end()) {
       std::string names;
-      for (const auto& s : all) names += (names.empty() ? "" : "|") + s->name();
+      for (const auto& n : known) names += (names.empty() ? "" : "|") + n;
       throw spec::InvalidInput("subject", static_cast<std::int64_t>(i), o.subjects[i],
                                "unknown subject; known: " + names);
     }
   }
+  for (std::size_t i = 0; i < o.ops.size(); ++i) {
+    if (std::find(kCheckOps.begin(), kCheckOps.end(), o.ops[i]) == kCheckOps.end()) {
+      throw spec::InvalidInput("ops", static_cast<std::int64_t>(i), o.ops[i],
+                               "unknown op; known: write|indexer|attention");
+    }
+  }
   if (o.cases < 1 && !o.case_seed)
     throw spec::InvalidInput("cases", -1, std::to_string(o.cases), "must be >= 1");
+  auto selected = [&](const std::string& name) {
+    return o.subjects.empty() ||
+           std::find(o.subjects.begin(), o.subjects.end(), name) != o.subjects.end();
+  };
+  auto op_on = [&](const std::string& op) {
+    return std::find(o.ops.begin(), o.ops.end(), op) != o.ops.end();
+  };
 
   CheckReport report;
   report.seed = o.seed;
-  std::vector<WriteSubject*> running;
-  for (const auto& s : all) {
-    bool selected = o.subjects.empty();
-    for (const auto& name : o.subjects) selected |= s->name() == name;
-    if (!selected) continue;
+  // One summary row per (subject, op); the row index of each runnable pair.
+  std::vector<std::pair<WriteSubject*, std::size_t>> write_rows;
+  std::vector<std::tuple<ReadSubject*, std::string, std::size_t>> read_rows;
+  auto add_row = [&](const std::string& name, const std::string& op, const std::string& skipped) {
     SubjectSummary sum;
-    sum.name = s->name();
-    sum.skipped = s->unavailable_reason();
-    if (sum.skipped.empty()) running.push_back(s.get());
+    sum.name = name;
+    sum.op = op;
+    sum.skipped = skipped;
     report.subjects.push_back(sum);
+    return report.subjects.size() - 1;
+  };
+  if (op_on("write")) {
+    for (const auto& s : writes) {
+      if (!selected(s->name())) continue;
+      const std::size_t row = add_row(s->name(), "write", s->unavailable_reason());
+      if (report.subjects[row].skipped.empty()) write_rows.emplace_back(s.get(), row);
+    }
   }
-  auto summary_of = [&](const WriteSubject* s) -> SubjectSummary& {
-    for (auto& sum : report.subjects)
-      if (sum.name == s->name()) return sum;
-    return report.subjects.front();
+  for (const std::string op : {"indexer", "attention"}) {
+    if (!op_on(op)) continue;
+    for (const auto& s : reads) {
+      if (!selected(s->name())) continue;
+      const std::size_t row = add_row(s->name(), op, s->unavailable_reason());
+      if (report.subjects[row].skipped.empty()) read_rows.emplace_back(s.get(), op, row);
+    }
+  }
+  const ReadOverrides read_o = read_overrides(o);
+
+  auto record = [&](std::size_t row, Outcome outcome, std::int64_t index, std::uint64_t seed,
+                    const std::string& what, const std::string& detail) {
+    SubjectSummary& sum = report.subjects[row];
+    ++sum.cases;
+    ++sum.counts[static_cast<int>(outcome)];
+    report.worst = spec::worst(report.worst, outcome);
+    if (outcome != Outcome::kPass && outcome != Outcome::kUnsupported &&
+        sum.first_failure.empty()) {
+      std::ostringstream f;
+      f << "case " << index << " seed " << hex64(seed) << ": " << what << "\n"
+        << detail << "\nreproduce: " << repro_command(o, seed, sum.name, sum.op);
+      sum.first_failure = f.str();
+    }
   };
 
   const auto start = std::chrono::steady_clock::now();
@@ -129,28 +265,27 @@ CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSu
     if (o.time_budget_s > 0.0 && i > 0 && elapsed() > o.time_budget_s) break;
     const std::uint64_t seed =
         o.case_seed ? *o.case_seed : case_seed(o.seed, static_cast<std::uint64_t>(i));
-    const WriteCase wc = make_write_case(seed, o.overrides);
-    const reference::PagedCacheLayout layout(wc.config);
-    std::vector<spec::LayerCaches> expected = reference::make_model_caches(layout);
-    for (std::size_t l = 0; l < wc.writes.size(); ++l)
-      reference::write_layer(wc.config, wc.writes[l], expected[l]);
-
-    for (WriteSubject* s : running) {
-      CacheDiff diff;
-      std::string error;
-      const Outcome outcome = run_subject(*s, wc, layout, expected, diff, error);
-      SubjectSummary& sum = summary_of(s);
-      ++sum.cases;
-      ++sum.counts[static_cast<int>(outcome)];
-      report.bytes_compared += diff.compared_bytes;
-      report.worst = spec::worst(report.worst, outcome);
-      if (outcome != Outcome::kPass && outcome != Outcome::kUnsupported &&
-          sum.first_failure.empty()) {
-        std::ostringstream f;
-        f << "case " << i << " seed " << hex64(seed) << ": " << wc.describe() << "\n"
-          << (outcome == Outcome::kMismatch ? diff.report() : error)
-          << "\nreproduce: " << repro_command(o, seed, s->name());
-        sum.first_failure = f.str();
+    if (!write_rows.empty()) {
+      const WriteCase wc = make_write_case(seed, o.overrides);
+      const reference::PagedCacheLayout layout(wc.config);
+      std::vector<spec::LayerCaches> expected = reference::make_model_caches(layout);
+      for (std::size_t l = 0; l < wc.writes.size(); ++l)
+        reference::write_layer(wc.config, wc.writes[l], expected[l]);
+      for (auto& [subject, row] : write_rows) {
+        CacheDiff diff;
+        std::string detail;
+        const Outcome outcome = run_write(*subject, wc, layout, expected, diff, detail);
+        report.bytes_compared += diff.compared_bytes;
+        record(row, outcome, i, seed, wc.describe(), detail);
+      }
+    }
+    if (!read_rows.empty()) {
+      const ReadCase rc = make_read_case(seed, read_o);
+      ReadExpectation expectation(rc);
+      for (auto& [subject, op, row] : read_rows) {
+        std::string detail;
+        const Outcome outcome = run_read(*subject, op, expectation, detail);
+        record(row, outcome, i, seed, rc.describe(), detail);
       }
     }
     ++report.cases_run;

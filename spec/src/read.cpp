@@ -36,7 +36,7 @@ void validate_batch(const ModelConfig& c, const ReadBatch& b) {
           std::to_string(b.query_start_loc[static_cast<std::size_t>(r + 1)]),
           "decreases: request " + std::to_string(r) + " would have a negative query length");
     }
-    if (seq < 0 || seq < q_len) {
+    if (seq < 0 || (seq > 0 && seq < q_len)) {  // seq_len 0 is a padded row, whatever its queries
       throw InvalidInput("seq_lens", r, std::to_string(seq),
                          "shorter than the request's " + std::to_string(q_len) + " query tokens");
     }

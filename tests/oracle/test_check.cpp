@@ -53,10 +53,11 @@ TEST(Check, PlantedBugIsFoundAndItsReproReplaysTheSameCase) {
   const std::string& failure = r.subjects[0].first_failure;
   EXPECT_NE(failure.find("layer 1 index_k"), std::string::npos) << failure;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(failure, m,
-                                std::regex("reproduce: kvoracle check --case-seed (0x[0-9A-F]{16}) "
-                                           "--subject index-k-through-main-mapping --layers DS "
-                                           "--separate-index-slots true")))
+  ASSERT_TRUE(
+      std::regex_search(failure, m,
+                        std::regex("reproduce: kvoracle check --case-seed (0x[0-9A-F]{16}) "
+                                   "--subject index-k-through-main-mapping --ops write --layers DS "
+                                   "--separate-index-slots true")))
       << failure;
   CheckOptions replay = o;
   replay.case_seed = std::stoull(m[1].str(), nullptr, 16);

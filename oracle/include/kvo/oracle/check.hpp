@@ -1,8 +1,10 @@
 #pragma once
 /// \file check.hpp
-/// The property campaign behind `kvoracle check`: N random write cases from a printed seed, each
-/// run through the reference and every selected subject over every layer of its mix, diffed byte
-/// for byte. Failures keep the case seed and a one-line command that replays exactly that case.
+/// The property campaign behind `kvoracle check`: N random cases from a printed seed. Op `write`: a
+/// write case through the reference and every selected write subject over every layer of its mix,
+/// diffed byte for byte. Ops `indexer` and `attention`: a read case through every selected read
+/// subject, diffed exactly (canonical subjects) or against the float64 truth, tie-aware (foreign
+/// ones). Failures keep the case seed and a one-line command that replays exactly that case.
 
 #include <cstdint>
 #include <functional>
@@ -11,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "kvo/oracle/read_case.hpp"
+#include "kvo/oracle/read_subject.hpp"
 #include "kvo/oracle/subject.hpp"
 #include "kvo/oracle/write_case.hpp"
 #include "kvo/spec/outcome.hpp"
@@ -23,11 +27,17 @@ struct CheckOptions {
   std::optional<std::uint64_t> case_seed;  ///< run exactly this one case instead
   double time_budget_s = 0.0;              ///< stop drawing new cases after this long (0: none)
   CaseOverrides overrides;
+  ReadOverrides read_overrides;       ///< read-side dimensions (shared ones come from overrides)
   std::vector<std::string> subjects;  ///< names; empty = every available subject
+  std::vector<std::string> ops{"write", "indexer", "attention"};
 };
+
+/// The ops `kvoracle check --ops` takes.
+inline const std::vector<std::string> kCheckOps{"write", "indexer", "attention"};
 
 struct SubjectSummary {
   std::string name;
+  std::string op;       ///< write, indexer or attention
   std::string skipped;  ///< non-empty: not run, and why
   std::int64_t cases = 0;
   std::int64_t counts[5] = {0, 0, 0, 0, 0};  ///< per spec::Outcome
@@ -48,14 +58,22 @@ struct CheckReport {
   std::string summary() const;
 };
 
-/// The one-line command that replays case `case_seed` with the same overrides and subject.
+/// The one-line command that replays case `case_seed` of `op` with the same overrides and subject.
 std::string repro_command(const CheckOptions& options, std::uint64_t case_seed,
-                          const std::string& subject);
+                          const std::string& subject, const std::string& op);
 
-/// Runs the campaign over `subjects` (selected by options.subjects; an unknown name is
-/// InvalidInput). `progress(done, total)` is called after each case when given.
+using Progress = std::function<void(std::int64_t, std::int64_t)>;
+
+/// Runs the campaign over the write and read subjects (selected by options.subjects; an unknown
+/// name or op is InvalidInput). `progress(done, total)` is called after each case when given.
+CheckReport run_check(const CheckOptions& options,
+                      std::vector<std::unique_ptr<WriteSubject>>& write_subjects,
+                      std::vector<std::unique_ptr<ReadSubject>>& read_subjects,
+                      const Progress& progress = {});
+
+/// The write subjects only.
 CheckReport run_check(const CheckOptions& options,
                       std::vector<std::unique_ptr<WriteSubject>>& subjects,
-                      const std::function<void(std::int64_t, std::int64_t)>& progress = {});
+                      const Progress& progress = {});
 
 }  // namespace kvo::oracle

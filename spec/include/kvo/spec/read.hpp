@@ -44,8 +44,8 @@ struct AttentionParams {
 };
 
 /// Throws InvalidInput unless the batch is consistent with the cache: B >= 1 rows of max_blocks
-/// entries; query_start_loc non-decreasing from 0; q_len_r <= seq_lens[r] (q_len 0 allowed only
-/// with seq_len 0 or as "no queries"); seq_lens[r] <= max_blocks * block_size; every block-table
+/// entries; query_start_loc non-decreasing from 0; q_len_r <= seq_lens[r] unless seq_lens[r] is 0
+/// (a padded row); seq_lens[r] <= max_blocks * block_size; every block-table
 /// entry a request reads (the first ceil(seq_len / block_size)) in [0, num_blocks).
 void validate_batch(const ModelConfig& config, const ReadBatch& batch);
 

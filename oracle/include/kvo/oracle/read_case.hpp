@@ -1,0 +1,45 @@
+#pragma once
+/// \file read_case.hpp
+/// Random read cases (SPEC 5-6): one sparse layer whose caches hold every request's tokens, written
+/// through the reference write path from SPEC 8 values; a batch of decode (q_len 1), MTP (q_len >
+/// 1) and prefill-chunk requests, padded rows included; index-Q and Q. A pure function of the seed.
+
+#include <cstdint>
+#include <optional>
+
+#include "kvo/spec/read.hpp"
+#include "kvo/spec/write.hpp"
+
+namespace kvo::oracle {
+
+struct ReadOverrides {
+  std::optional<std::int64_t> block_size, sparse_block, num_kv_heads, group_size,
+      index_heads_per_kv;
+  std::optional<std::int64_t> head_dim, index_dim, topk, max_seq_len, requests;
+  std::optional<spec::DType> kv_dtype;
+  std::optional<spec::KvLayout> layout;
+  std::optional<spec::IndexLayout> index_layout;
+  std::optional<bool> adversarial;  ///< large score spreads, near-ties and cancellation
+
+  /// Command-line flags of the read-only fields (--sparse-block, --topk, --group-size,
+  /// --max-seq-len); the fields shared with the write side come from CaseOverrides::to_flags.
+  std::string to_flags() const;
+};
+
+struct ReadCase {
+  std::uint64_t seed = 0;
+  spec::ModelConfig config;
+  spec::IndexerParams indexer;
+  spec::AttentionParams attention;
+  spec::ReadBatch batch;
+  spec::LayerCaches caches;  ///< the sparse layer's buffers, written
+  spec::HostTensor index_q;  ///< [Tq, num_index_heads, index_dim]
+  spec::HostTensor q;        ///< [Tq, num_q_heads, head_dim]
+  std::vector<float> k_scale, v_scale;
+
+  std::string describe() const;
+};
+
+ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& overrides);
+
+}  // namespace kvo::oracle

@@ -1,0 +1,86 @@
+#pragma once
+/// \file read_diff.hpp
+/// Diffs of the read side (SPEC 7): top-k selections, exactly or tie-aware for foreign kernels
+/// (SPEC 5 last bullets), and attention outputs, bit-exactly (first differing element, both bit
+/// patterns, ulp distance) or against the float64 truth and its derived bound (max abs and rel
+/// error, ulp histogram, the bound).
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvo/reference/read_path.hpp"
+#include "kvo/reference/truth.hpp"
+
+namespace kvo::oracle {
+
+/// The order a top-k kernel declares for its rows; checked only when declared (SPEC 5).
+enum class TopkOrder : std::uint8_t {
+  kAscendingIds,     ///< ids ascending, then -1 (kvoracle's reference, TRT-LLM MSA)
+  kDescendingScore,  ///< by score, best first, then -1 (vLLM M3 Triton)
+  kUnordered,        ///< a set of k_eff ids and topk - k_eff entries of -1 in any order
+};
+
+struct TopkRowDiff {
+  std::int64_t query = 0, kv_head = 0, n_valid = 0, k_eff = 0;
+  std::vector<std::int32_t> expected, actual;
+  std::vector<std::int32_t> missing, extra;  ///< ids, with their reference scores below
+  std::vector<float> missing_scores, extra_scores;
+  float kth_score = 0.0f;  ///< the k_eff-th largest reference score
+  std::string problem;     ///< tie-aware mode: which rule the row breaks
+};
+
+struct TopkDiff {
+  std::int64_t rows = 0, differing = 0;
+  std::vector<TopkRowDiff> samples;  ///< the first few differing rows
+
+  bool equal() const { return differing == 0; }
+  std::string report() const;
+};
+
+/// Exact comparison with the reference selection: same ids in the same slots.
+TopkDiff diff_topk_exact(const reference::TopkSelection& expected,
+                         const std::vector<std::int32_t>& actual);
+
+/// Tie-aware comparison for a foreign kernel: per row exactly k_eff ids below n_valid, no
+/// duplicates, the forced blocks when there is room, every chosen block's reference score at least
+/// the k_eff-th largest minus both scores' bounds, and the declared order.
+TopkDiff diff_topk_tie_aware(const reference::TopkSelection& expected,
+                             const reference::ScoreTruth& truth, const spec::IndexerParams& params,
+                             const std::vector<std::int32_t>& actual, TopkOrder order);
+
+struct AttentionMismatch {
+  std::int64_t query = 0, head = 0, dim = 0;
+  std::uint32_t expected_bits = 0, actual_bits = 0;
+  double expected = 0.0, actual = 0.0;
+  std::uint64_t ulps = 0;
+  double bound = 0.0;  ///< bounded mode: the allowed error there
+};
+
+struct AttentionDiff {
+  bool bounded = false;
+  std::int64_t elements = 0, differing = 0;  ///< bounded mode: elements past their bound
+  std::optional<AttentionMismatch> first;
+  double max_abs_error = 0.0, max_rel_error = 0.0;
+  /// ulp distances: 0, 1, 2, 3-4, 5-8, 9-16, 17-256, more.
+  std::array<std::int64_t, 8> ulp_histogram{};
+
+  bool pass() const { return differing == 0; }
+  std::string report() const;
+};
+
+/// Bit-exact comparison of two attention outputs [Tq, nq, hd] of the same dtype.
+AttentionDiff diff_attention_exact(const spec::HostTensor& expected,
+                                   const spec::HostTensor& actual);
+
+/// A foreign output against the float64 truth: element i passes when |actual - truth| <= bound_i
+/// plus one unit in the last place of the output dtype at |truth| + bound_i (the output rounding).
+AttentionDiff diff_attention_bounded(const reference::AttentionTruth& truth,
+                                     const spec::HostTensor& actual);
+
+/// Distance in units in the last place between two codes of a float dtype (f32, bf16, fp16).
+std::uint64_t ulp_distance(std::uint32_t a, std::uint32_t b, spec::DType dtype);
+
+}  // namespace kvo::oracle

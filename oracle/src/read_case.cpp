@@ -1,0 +1,204 @@
+#include "kvo/oracle/read_case.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+#include "kvo/reference/generator.hpp"
+#include "kvo/reference/layer_write.hpp"
+#include "kvo/reference/numbers.hpp"
+#include "kvo/reference/paged_cache.hpp"
+
+namespace kvo::oracle {
+namespace {
+
+using reference::GenTensor;
+using reference::SplitMix64;
+
+template <class T, std::size_t N>
+T pick(SplitMix64& rng, const std::array<T, N>& a) {
+  return a[static_cast<std::size_t>(rng.uniform(0, static_cast<std::int64_t>(N) - 1))];
+}
+
+/// [rows, heads, dim] of generated values; row r has key (request, position) = keys[r].
+spec::HostTensor generated(const reference::ValueGenerator& gen, GenTensor which,
+                           const std::vector<std::pair<std::int64_t, std::int64_t>>& keys,
+                           std::int64_t heads, std::int64_t dim, float bias) {
+  spec::HostTensor t;
+  t.dtype = gen.act;
+  t.shape = {static_cast<std::int64_t>(keys.size()), heads, dim};
+  const auto eb = spec::dtype_bytes(gen.act);
+  t.bytes.resize(keys.size() * static_cast<std::size_t>(heads * dim) * eb);
+  std::size_t i = 0;
+  for (const auto& [request, position] : keys) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      for (std::int64_t d = 0; d < dim; ++d, ++i) {
+        const float x =
+            reference::round_to(gen.value(0, which, request, position, h, d) + bias, gen.act);
+        reference::store_code(reference::encode(x, gen.act, spec::Saturation::kSatFinite), gen.act,
+                              &t.bytes[i * eb]);
+      }
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+std::string ReadOverrides::to_flags() const {
+  std::ostringstream s;
+  if (sparse_block) s << " --sparse-block " << *sparse_block;
+  if (topk) s << " --topk " << *topk;
+  if (group_size) s << " --group-size " << *group_size;
+  if (max_seq_len) s << " --max-seq-len " << *max_seq_len;
+  return s.str();
+}
+
+std::string ReadCase::describe() const {
+  std::ostringstream s;
+  s << spec::describe(config) << " sparse_block=" << indexer.sparse_block
+    << " topk=" << indexer.topk << " index_heads=" << indexer.num_index_heads
+    << " q_heads=" << attention.num_q_heads << " requests=" << batch.num_requests()
+    << " queries=" << batch.num_queries();
+  return s.str();
+}
+
+ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
+  SplitMix64 rng(seed);
+  ReadCase rc;
+  rc.seed = seed;
+  spec::ModelConfig& c = rc.config;
+  c.layers = {spec::LayerKind::kSparse};
+  c.act_dtype = spec::DType::kBF16;
+  c.geometry.block_size =
+      o.block_size.value_or(pick(rng, std::array<std::int64_t, 6>{1, 3, 16, 17, 64, 128}));
+  c.geometry.num_kv_heads = o.num_kv_heads.value_or(rng.uniform(1, 3));
+  c.geometry.head_dim = o.head_dim.value_or(pick(rng, std::array<std::int64_t, 4>{8, 16, 32, 64}));
+  c.index.layout = o.index_layout.value_or(rng.chance(1, 2) ? spec::IndexLayout::kFlat
+                                                            : spec::IndexLayout::kBlockScale);
+  c.geometry.index_dim =
+      o.index_dim.value_or(c.index.layout == spec::IndexLayout::kBlockScale
+                               ? 128
+                               : pick(rng, std::array<std::int64_t, 3>{16, 64, 128}));
+  c.index.flat_dtype = rng.chance(1, 2) ? spec::DType::kBF16 : spec::DType::kFp8E4M3;
+  c.index.ue8m0 = rng.chance(1, 2);
+  c.kv.cache_dtype =
+      o.kv_dtype.value_or(pick(rng, std::array{spec::DType::kBF16, spec::DType::kFp8E4M3,
+                                               spec::DType::kFp8E5M2, spec::DType::kF16}));
+  c.kv.scale_mode =
+      spec::is_fp8(c.kv.cache_dtype) ? spec::ScaleMode::kDivide : spec::ScaleMode::kNone;
+  c.kv.per_head_scale = rng.chance(1, 2);
+  c.layout = o.layout.value_or(
+      pick(rng, std::array{spec::KvLayout::kNhd, spec::KvLayout::kHnd, spec::KvLayout::kPackedHnd,
+                           spec::KvLayout::kPackedNhd, spec::KvLayout::kSplitNhd,
+                           spec::KvLayout::kSplitHnd}));
+  const bool adversarial = o.adversarial.value_or(rng.chance(1, 4));
+
+  rc.indexer.sparse_block =
+      o.sparse_block.value_or(pick(rng, std::array<std::int64_t, 4>{4, 16, 32, 128}));
+  rc.indexer.topk = o.topk.value_or(rng.uniform(1, 6));
+  rc.indexer.init_blocks = rng.uniform(0, 1);
+  rc.indexer.local_blocks = rng.uniform(0, 2);
+  rc.indexer.num_index_heads =
+      c.geometry.num_kv_heads * o.index_heads_per_kv.value_or(rng.uniform(1, 2));
+  rc.attention.sparse_block = rc.indexer.sparse_block;
+  rc.attention.num_q_heads =
+      c.geometry.num_kv_heads *
+      o.group_size.value_or(pick(rng, std::array<std::int64_t, 4>{1, 2, 4, 16}));
+  rc.attention.out_dtype = rng.chance(1, 3) ? spec::DType::kF32 : spec::DType::kBF16;
+
+  // Requests: lengths up to max_seq_len; query lengths of decode (1), MTP (2-4) or a prefill chunk;
+  // one in five a padded row (seq_len 0).
+  const std::int64_t max_seq = o.max_seq_len.value_or(4 * rc.indexer.sparse_block + 7);
+  const std::int64_t nreq = o.requests.value_or(rng.uniform(1, 3));
+  spec::ReadBatch& b = rc.batch;
+  b.query_start_loc = {0};
+  std::int64_t blocks_needed = 0;
+  for (std::int64_t r = 0; r < nreq; ++r) {
+    const bool padded = nreq > 1 && rng.chance(1, 5);
+    const std::int64_t seq = padded ? 0 : rng.uniform(1, max_seq);
+    const std::int64_t kind = rng.uniform(0, 2);
+    const std::int64_t q_len = padded ? rng.uniform(0, 1)
+                                      : std::min(seq, kind == 0   ? 1
+                                                      : kind == 1 ? rng.uniform(2, 4)
+                                                                  : rng.uniform(1, 9));
+    b.seq_lens.push_back(padded ? 0 : seq);
+    b.query_start_loc.push_back(b.query_start_loc.back() + q_len);
+    blocks_needed += (seq + c.geometry.block_size - 1) / c.geometry.block_size;
+  }
+  c.geometry.num_blocks = blocks_needed + rng.uniform(1, 4);
+  b.max_blocks = 1;
+  for (std::int64_t s : b.seq_lens)
+    b.max_blocks = std::max(b.max_blocks, (s + c.geometry.block_size - 1) / c.geometry.block_size);
+  std::vector<std::int32_t> free_blocks(static_cast<std::size_t>(c.geometry.num_blocks));
+  std::iota(free_blocks.begin(), free_blocks.end(), 0);
+  for (std::size_t i = free_blocks.size(); i > 1; --i) {
+    std::swap(
+        free_blocks[i - 1],
+        free_blocks[static_cast<std::size_t>(rng.uniform(0, static_cast<std::int64_t>(i) - 1))]);
+  }
+  b.block_table.assign(static_cast<std::size_t>(nreq * b.max_blocks), -1);
+  std::size_t next = 0;
+  for (std::int64_t r = 0; r < nreq; ++r) {
+    const std::int64_t nb = (b.seq_lens[static_cast<std::size_t>(r)] + c.geometry.block_size - 1) /
+                            c.geometry.block_size;
+    for (std::int64_t j = 0; j < nb; ++j)
+      b.block_table[static_cast<std::size_t>(r * b.max_blocks + j)] = free_blocks[next++];
+  }
+
+  reference::ValueGenerator gen;
+  gen.seed = rng.next();
+  gen.act = c.act_dtype;
+  gen.range = adversarial ? 64.0f : 2.0f;  // adversarial: score spreads in the thousands
+  const std::int64_t nkv = c.geometry.num_kv_heads;
+  rc.k_scale.assign(static_cast<std::size_t>(c.kv.per_head_scale ? nkv : 1), 0.0f);
+  rc.v_scale = rc.k_scale;
+  for (float& s : rc.k_scale) s = std::ldexp(1.0f, static_cast<int>(rng.uniform(-3, 3)));
+  for (float& s : rc.v_scale)
+    s = static_cast<float>(rng.uniform(1, 1 << 16)) / static_cast<float>(1 << 14);
+
+  // Write every request's tokens through the reference write path.
+  const reference::PagedCacheLayout layout(c);
+  rc.caches = reference::make_layer_caches(layout, 0, spec::LayerKind::kSparse);
+  std::vector<std::pair<std::int64_t, std::int64_t>> keys;
+  spec::SlotMapping slots;
+  slots.type = c.slot_type;
+  for (std::int64_t r = 0; r < nreq; ++r) {
+    for (std::int64_t t = 0; t < b.seq_lens[static_cast<std::size_t>(r)]; ++t) {
+      const std::int32_t blk =
+          b.block_table[static_cast<std::size_t>(r * b.max_blocks + t / c.geometry.block_size)];
+      slots.slots.push_back(static_cast<std::int64_t>(blk) * c.geometry.block_size +
+                            t % c.geometry.block_size);
+      keys.emplace_back(r, t);
+    }
+  }
+  if (!keys.empty()) {
+    spec::LayerWrite w;
+    w.kind = spec::LayerKind::kSparse;
+    // Adversarial V: a large common offset, so the output cancels it against the weights.
+    w.k = generated(gen, GenTensor::kK, keys, nkv, c.geometry.head_dim, 0.0f);
+    w.v =
+        generated(gen, GenTensor::kV, keys, nkv, c.geometry.head_dim, adversarial ? 1000.0f : 0.0f);
+    w.index_k = generated(gen, GenTensor::kIndexK, keys, 1, c.geometry.index_dim, 0.0f);
+    w.index_k.shape = {static_cast<std::int64_t>(keys.size()), c.geometry.index_dim};
+    w.slots = slots;
+    w.k_scale = rc.k_scale;
+    w.v_scale = rc.v_scale;
+    reference::write_layer(c, w, rc.caches);
+  }
+  std::vector<std::pair<std::int64_t, std::int64_t>> qkeys;
+  for (std::int64_t r = 0; r < nreq; ++r) {
+    const std::int64_t q_len = b.query_start_loc[static_cast<std::size_t>(r + 1)] -
+                               b.query_start_loc[static_cast<std::size_t>(r)];
+    for (std::int64_t j = 0; j < q_len; ++j)
+      qkeys.emplace_back(r, b.seq_lens[static_cast<std::size_t>(r)] - q_len + j);
+  }
+  rc.index_q = generated(gen, GenTensor::kIndexQ, qkeys, rc.indexer.num_index_heads,
+                         c.geometry.index_dim, 0.0f);
+  rc.q = generated(gen, GenTensor::kQ, qkeys, rc.attention.num_q_heads, c.geometry.head_dim, 0.0f);
+  return rc;
+}
+
+}  // namespace kvo::oracle

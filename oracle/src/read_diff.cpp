@@ -1,0 +1,328 @@
+#include "kvo/oracle/read_diff.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "kvo/reference/numbers.hpp"
+
+namespace kvo::oracle {
+namespace {
+
+constexpr std::size_t kSamples = 8;
+
+std::string ids_text(const std::vector<std::int32_t>& ids) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+
+std::vector<std::int32_t> row_ids(const std::vector<std::int32_t>& all, std::int64_t row,
+                                  std::int64_t topk) {
+  return {all.begin() + row * topk, all.begin() + (row + 1) * topk};
+}
+
+/// The reference scores of a row's valid blocks, sorted descending, and the k_eff-th.
+float kth_score(const reference::TopkSelection& s, std::int64_t q, std::int64_t g,
+                std::int64_t n_valid, std::int64_t k_eff) {
+  std::vector<float> v;
+  for (std::int64_t j = 0; j < n_valid; ++j) v.push_back(s.score(q, g, j));
+  std::sort(v.begin(), v.end(), std::greater<>());
+  return k_eff > 0 ? v[static_cast<std::size_t>(k_eff - 1)] : -INFINITY;
+}
+
+void fill_set_difference(const reference::TopkSelection& s, TopkRowDiff& d) {
+  std::set<std::int32_t> want, got;
+  for (std::int32_t id : d.expected)
+    if (id >= 0) want.insert(id);
+  for (std::int32_t id : d.actual)
+    if (id >= 0) got.insert(id);
+  for (std::int32_t id : want) {
+    if (!got.count(id)) {
+      d.missing.push_back(id);
+      d.missing_scores.push_back(s.score(d.query, d.kv_head, id));
+    }
+  }
+  for (std::int32_t id : got) {
+    if (!want.count(id)) {
+      d.extra.push_back(id);
+      d.extra_scores.push_back(id < d.n_valid ? s.score(d.query, d.kv_head, id) : NAN);
+    }
+  }
+}
+
+/// An order-preserving integer image of a float code, for ulp distances.
+std::int64_t ordered(std::uint32_t code, spec::DType dtype) {
+  const int bits = static_cast<int>(8 * spec::dtype_bytes(dtype));
+  const std::uint32_t sign = 1u << (bits - 1);
+  const std::int64_t mag = code & (sign - 1);
+  return (code & sign) ? -mag : mag;
+}
+
+double ulp_at(double x, spec::DType dtype) {
+  const int mantissa = dtype == spec::DType::kF32 ? 23 : dtype == spec::DType::kBF16 ? 7 : 10;
+  const int emin = dtype == spec::DType::kF16 ? -14 : -126;
+  const int e = x == 0.0 ? emin : std::max(std::ilogb(x), emin);
+  return std::ldexp(1.0, e - mantissa);
+}
+
+}  // namespace
+
+std::uint64_t ulp_distance(std::uint32_t a, std::uint32_t b, spec::DType dtype) {
+  const std::int64_t d = ordered(a, dtype) - ordered(b, dtype);
+  return static_cast<std::uint64_t>(d < 0 ? -d : d);
+}
+
+std::string TopkDiff::report() const {
+  std::ostringstream s;
+  if (equal()) {
+    s << "top-k identical (" << rows << " rows)";
+    return s.str();
+  }
+  s << differing << " of " << rows << " top-k rows differ";
+  for (const TopkRowDiff& d : samples) {
+    s << "\n  query " << d.query << " kv_head " << d.kv_head << " (n_valid " << d.n_valid
+      << ", k_eff " << d.k_eff << ", k_eff-th score " << d.kth_score << "): expected "
+      << ids_text(d.expected) << ", got " << ids_text(d.actual);
+    for (std::size_t i = 0; i < d.missing.size(); ++i)
+      s << "; missing " << d.missing[i] << " (score " << d.missing_scores[i] << ")";
+    for (std::size_t i = 0; i < d.extra.size(); ++i)
+      s << "; extra " << d.extra[i] << " (score " << d.extra_scores[i] << ")";
+    if (!d.problem.empty()) s << "; " << d.problem;
+  }
+  return s.str();
+}
+
+TopkDiff diff_topk_exact(const reference::TopkSelection& e,
+                         const std::vector<std::int32_t>& actual) {
+  TopkDiff diff;
+  diff.rows = e.num_queries * e.num_kv_heads;
+  if (actual.size() != e.ids.size()) {
+    diff.differing = diff.rows;
+    TopkRowDiff d;
+    d.problem = "output has " + std::to_string(actual.size()) + " ids, expected " +
+                std::to_string(e.ids.size());
+    diff.samples.push_back(d);
+    return diff;
+  }
+  for (std::int64_t q = 0; q < e.num_queries; ++q) {
+    for (std::int64_t g = 0; g < e.num_kv_heads; ++g) {
+      const std::int64_t row = q * e.num_kv_heads + g;
+      TopkRowDiff d;
+      d.expected = row_ids(e.ids, row, e.topk);
+      d.actual = row_ids(actual, row, e.topk);
+      if (d.expected == d.actual) continue;
+      ++diff.differing;
+      if (diff.samples.size() >= kSamples) continue;
+      d.query = q;
+      d.kv_head = g;
+      d.n_valid = e.n_valid[static_cast<std::size_t>(q)];
+      d.k_eff = std::min(e.topk, d.n_valid);
+      d.kth_score = kth_score(e, q, g, d.n_valid, d.k_eff);
+      fill_set_difference(e, d);
+      diff.samples.push_back(d);
+    }
+  }
+  return diff;
+}
+
+TopkDiff diff_topk_tie_aware(const reference::TopkSelection& e, const reference::ScoreTruth& truth,
+                             const spec::IndexerParams& p, const std::vector<std::int32_t>& actual,
+                             TopkOrder order) {
+  TopkDiff diff;
+  diff.rows = e.num_queries * e.num_kv_heads;
+  if (actual.size() != e.ids.size()) return diff_topk_exact(e, actual);
+  for (std::int64_t q = 0; q < e.num_queries; ++q) {
+    for (std::int64_t g = 0; g < e.num_kv_heads; ++g) {
+      const std::int64_t row = q * e.num_kv_heads + g;
+      TopkRowDiff d;
+      d.query = q;
+      d.kv_head = g;
+      d.n_valid = e.n_valid[static_cast<std::size_t>(q)];
+      d.k_eff = std::min(e.topk, d.n_valid);
+      d.expected = row_ids(e.ids, row, e.topk);
+      d.actual = row_ids(actual, row, e.topk);
+      d.kth_score = kth_score(e, q, g, d.n_valid, d.k_eff);
+      auto bound_of = [&](std::int64_t j) {
+        return truth.bound[static_cast<std::size_t>((q * e.num_kv_heads + g) * e.max_blocks + j)];
+      };
+      std::int64_t kth_block = -1;  // a block holding the k_eff-th score, for its bound
+      for (std::int64_t j = 0; j < d.n_valid && d.k_eff > 0; ++j) {
+        if (e.score(q, g, j) == d.kth_score) kth_block = j;
+      }
+      std::set<std::int32_t> chosen;
+      std::int64_t valid_count = 0;
+      bool seen_pad = false;
+      for (std::size_t k = 0; k < d.actual.size() && d.problem.empty(); ++k) {
+        const std::int32_t id = d.actual[k];
+        if (id < 0) {
+          seen_pad = true;
+          continue;
+        }
+        if (seen_pad && order != TopkOrder::kUnordered) d.problem = "an id after a -1 entry";
+        ++valid_count;
+        if (id >= d.n_valid)
+          d.problem =
+              "id " + std::to_string(id) + " is not below n_valid " + std::to_string(d.n_valid);
+        else if (!chosen.insert(id).second)
+          d.problem = "duplicate id " + std::to_string(id);
+        else if (static_cast<double>(e.score(q, g, id)) <
+                 static_cast<double>(d.kth_score) - bound_of(id) -
+                     (kth_block >= 0 ? bound_of(kth_block) : 0.0)) {
+          d.problem = "block " + std::to_string(id) + " scores " +
+                      std::to_string(e.score(q, g, id)) +
+                      ", below the k_eff-th score less the bounds";
+        }
+      }
+      if (d.problem.empty() && valid_count != d.k_eff) {
+        d.problem = std::to_string(valid_count) +
+                    " ids chosen, expected k_eff = " + std::to_string(d.k_eff);
+      }
+      if (d.problem.empty()) {
+        std::set<std::int32_t> forced;
+        for (std::int64_t j = 0; j < d.n_valid; ++j) {
+          if (j < p.init_blocks || j >= d.n_valid - p.local_blocks)
+            forced.insert(static_cast<std::int32_t>(j));
+        }
+        for (std::int32_t j : forced) {
+          if (static_cast<std::int64_t>(forced.size()) <= d.k_eff && !chosen.count(j)) {
+            d.problem = "forced block " + std::to_string(j) + " missing";
+            break;
+          }
+        }
+      }
+      if (d.problem.empty() && order != TopkOrder::kUnordered) {
+        for (std::int64_t k = 1; k < d.k_eff; ++k) {
+          const std::int32_t prev = d.actual[static_cast<std::size_t>(k - 1)],
+                             cur = d.actual[static_cast<std::size_t>(k)];
+          const bool ok =
+              order == TopkOrder::kAscendingIds
+                  ? cur > prev
+                  : static_cast<double>(e.score(q, g, cur)) <=
+                        static_cast<double>(e.score(q, g, prev)) + bound_of(cur) + bound_of(prev);
+          if (!ok) {
+            d.problem = std::string("not in the declared order (") +
+                        (order == TopkOrder::kAscendingIds ? "ascending ids" : "descending score") +
+                        ")";
+            break;
+          }
+        }
+      }
+      if (d.problem.empty()) continue;
+      ++diff.differing;
+      if (diff.samples.size() < kSamples) {
+        fill_set_difference(e, d);
+        diff.samples.push_back(d);
+      }
+    }
+  }
+  return diff;
+}
+
+std::string AttentionDiff::report() const {
+  std::ostringstream s;
+  s.precision(9);
+  if (bounded) {
+    s << differing << " of " << elements << " elements past their bound; max abs error "
+      << max_abs_error << ", max rel error " << max_rel_error
+      << "; ulp histogram [0,1,2,3-4,5-8,9-16,17-256,>256] =";
+    for (std::int64_t c : ulp_histogram) s << " " << c;
+  } else {
+    s << differing << " of " << elements << " elements differ";
+  }
+  if (first) {
+    char bits[64];
+    std::snprintf(bits, sizeof bits, "0x%X vs 0x%X", first->expected_bits, first->actual_bits);
+    s << "\n  first: query " << first->query << " head " << first->head << " dim " << first->dim
+      << ": expected " << first->expected << ", got " << first->actual << " (" << bits << ", "
+      << first->ulps << " ulp)";
+    if (bounded) s << ", allowed error " << first->bound;
+  }
+  return s.str();
+}
+
+AttentionDiff diff_attention_exact(const spec::HostTensor& e, const spec::HostTensor& a) {
+  AttentionDiff diff;
+  diff.elements = e.numel();
+  const auto eb = spec::dtype_bytes(e.dtype);
+  if (a.dtype != e.dtype || a.shape != e.shape || a.bytes.size() != e.bytes.size()) {
+    diff.differing = diff.elements;
+    return diff;
+  }
+  const std::int64_t heads = e.shape[1], hd = e.shape[2];
+  for (std::int64_t i = 0; i < diff.elements; ++i) {
+    const std::uint32_t x =
+        reference::load_code(&e.bytes[static_cast<std::size_t>(i) * eb], e.dtype);
+    const std::uint32_t y =
+        reference::load_code(&a.bytes[static_cast<std::size_t>(i) * eb], e.dtype);
+    const std::uint64_t ulps = ulp_distance(x, y, e.dtype);
+    ++diff.ulp_histogram[ulps == 0     ? 0
+                         : ulps <= 2   ? ulps
+                         : ulps <= 4   ? 3
+                         : ulps <= 8   ? 4
+                         : ulps <= 16  ? 5
+                         : ulps <= 256 ? 6
+                                       : 7];
+    if (x == y) continue;
+    ++diff.differing;
+    if (!diff.first) {
+      diff.first = AttentionMismatch{i / (heads * hd),
+                                     (i / hd) % heads,
+                                     i % hd,
+                                     x,
+                                     y,
+                                     reference::decode(x, e.dtype),
+                                     reference::decode(y, e.dtype),
+                                     ulps,
+                                     0.0};
+    }
+  }
+  return diff;
+}
+
+AttentionDiff diff_attention_bounded(const reference::AttentionTruth& truth,
+                                     const spec::HostTensor& a) {
+  AttentionDiff diff;
+  diff.bounded = true;
+  diff.elements = a.numel();
+  const auto eb = spec::dtype_bytes(a.dtype);
+  if (static_cast<std::size_t>(diff.elements) != truth.out.size() || a.shape.size() != 3) {
+    diff.differing = diff.elements;
+    return diff;
+  }
+  const std::int64_t heads = a.shape[1], hd = a.shape[2];
+  for (std::int64_t i = 0; i < diff.elements; ++i) {
+    const std::uint32_t code =
+        reference::load_code(&a.bytes[static_cast<std::size_t>(i) * eb], a.dtype);
+    const double got = reference::decode(code, a.dtype);
+    const double want = truth.out[static_cast<std::size_t>(i)];
+    const double bound = truth.bound[static_cast<std::size_t>(i)];
+    const double err = std::fabs(got - want);
+    const double allowed = bound + ulp_at(std::fabs(want) + bound, a.dtype);
+    const std::uint32_t want_code =
+        reference::encode(static_cast<float>(want), a.dtype, spec::Saturation::kSatFinite);
+    const std::uint64_t ulps = ulp_distance(want_code, code, a.dtype);
+    ++diff.ulp_histogram[ulps == 0     ? 0
+                         : ulps <= 2   ? ulps
+                         : ulps <= 4   ? 3
+                         : ulps <= 8   ? 4
+                         : ulps <= 16  ? 5
+                         : ulps <= 256 ? 6
+                                       : 7];
+    if (!std::isnan(err)) {
+      diff.max_abs_error = std::max(diff.max_abs_error, err);
+      if (want != 0.0) diff.max_rel_error = std::max(diff.max_rel_error, err / std::fabs(want));
+    }
+    if (err <= allowed) continue;  // NaN fails here
+    ++diff.differing;
+    if (!diff.first) {
+      diff.first = AttentionMismatch{
+          i / (heads * hd), (i / hd) % heads, i % hd, want_code, code, want, got, ulps, allowed};
+    }
+  }
+  return diff;
+}
+
+}  // namespace kvo::oracle

@@ -1,0 +1,300 @@
+// SPEC 5-6 read side: hand-checked indexer and attention cases, and properties against the float64
+// truth and its derived bound.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "kvo/oracle/read_case.hpp"
+#include "kvo/reference/layer_write.hpp"
+#include "kvo/reference/numbers.hpp"
+#include "kvo/reference/paged_cache.hpp"
+#include "kvo/reference/read_path.hpp"
+#include "kvo/reference/truth.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::reference {
+namespace {
+
+spec::HostTensor f32_tensor(std::vector<std::int64_t> shape, const std::vector<float>& v) {
+  spec::HostTensor t;
+  t.dtype = spec::DType::kF32;
+  t.shape = std::move(shape);
+  t.bytes.resize(v.size() * 4);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    store_code(bits_of(v[i]), spec::DType::kF32, &t.bytes[i * 4]);
+  return t;
+}
+
+/// One request (or several) written into a sparse layer: nkv 1, head_dim 8, index_dim 8 (flat
+/// bf16), bf16 K/V cache, f32 activations; page size `bs`. Token t of request r: index-K dim 0 =
+/// ik0[r][t], K dim 0 = k0[r][t], V all dims = v[r][t]; other dims 0.
+struct Hand {
+  spec::ModelConfig config;
+  spec::ReadBatch batch;
+  spec::LayerCaches caches;
+};
+Hand hand(std::int64_t bs, const std::vector<std::vector<float>>& ik0,
+          const std::vector<std::vector<float>>& k0, const std::vector<std::vector<float>>& v,
+          const std::vector<std::int64_t>& q_lens) {
+  Hand h;
+  spec::ModelConfig& c = h.config;
+  c.layers = {spec::LayerKind::kSparse};
+  c.act_dtype = spec::DType::kF32;
+  c.geometry = {64, bs, 1, 8, 8};
+  c.kv.cache_dtype = spec::DType::kBF16;
+  c.layout = spec::KvLayout::kHnd;
+  const PagedCacheLayout layout(c);
+  h.caches = make_layer_caches(layout, 0, spec::LayerKind::kSparse);
+  spec::ReadBatch& b = h.batch;
+  b.max_blocks = 64 / static_cast<std::int64_t>(ik0.size());
+  b.query_start_loc = {0};
+  std::int64_t next_block = 63;  // hand pages out from the top: the reader must use the table
+  spec::LayerWrite w;
+  w.kind = spec::LayerKind::kSparse;
+  std::vector<float> kx, vx, ix;
+  for (std::size_t r = 0; r < ik0.size(); ++r) {
+    const auto seq = static_cast<std::int64_t>(ik0[r].size());
+    b.seq_lens.push_back(seq);
+    b.query_start_loc.push_back(b.query_start_loc.back() + q_lens[r]);
+    for (std::int64_t j = 0; j < b.max_blocks; ++j)
+      b.block_table.push_back(j * bs < seq ? static_cast<std::int32_t>(next_block--) : -1);
+    for (std::int64_t t = 0; t < seq; ++t) {
+      w.slots.slots.push_back(b.block_table[r * static_cast<std::size_t>(b.max_blocks) +
+                                            static_cast<std::size_t>(t / bs)] *
+                                  bs +
+                              t % bs);
+      for (int d = 0; d < 8; ++d) {
+        ix.push_back(d == 0 ? ik0[r][static_cast<std::size_t>(t)] : 0.0f);
+        kx.push_back(d == 0 ? k0[r][static_cast<std::size_t>(t)] : 0.0f);
+        vx.push_back(v[r][static_cast<std::size_t>(t)]);
+      }
+    }
+  }
+  const auto rows = static_cast<std::int64_t>(w.slots.slots.size());
+  w.k = f32_tensor({rows, 1, 8}, kx);
+  w.v = f32_tensor({rows, 1, 8}, vx);
+  w.index_k = f32_tensor({rows, 8}, ix);
+  w.k_scale = w.v_scale = {1.0f};
+  write_layer(c, w, h.caches);
+  return h;
+}
+
+/// index_q rows: for every query, head 0 = [1, 0...] and head 1 = [0.5, 0...].
+spec::HostTensor index_q(std::int64_t queries) {
+  std::vector<float> v;
+  for (std::int64_t q = 0; q < queries; ++q) {
+    for (float head : {1.0f, 0.5f}) {
+      for (int d = 0; d < 8; ++d) v.push_back(d == 0 ? head : 0.0f);
+    }
+  }
+  return f32_tensor({queries, 2, 8}, v);
+}
+
+std::vector<std::int32_t> ids_of(const TopkSelection& s, std::int64_t q) {
+  return {s.ids.begin() + q * s.topk, s.ids.begin() + (q + 1) * s.topk};
+}
+
+TEST(Indexer, BlockScoresThroughTheBlockTableWithPageSizeUnequalToSparseBlock) {
+  // Page size 2, sparse block 4: block scores b0 = 5 (t 0-3), b1 = 4 (t 4-7), b2 = 9 (t 8-9,
+  // local).
+  const std::vector<float> ik{1, 5, 2, 0, 3, 3, 1, 4, 9, 0};
+  const Hand h = hand(2, {ik}, {ik}, {ik}, {1});
+  spec::IndexerParams p{2, 4, 2, 0, 1};
+  const TopkSelection s = indexer_topk(h.config, p, h.batch, index_q(1), h.caches);
+  EXPECT_EQ(s.n_valid[0], 3);
+  EXPECT_EQ(s.score(0, 0, 0), 5.0f);  // group max over the 2 index heads: max(5, 2.5)
+  EXPECT_EQ(s.score(0, 0, 1), 4.0f);
+  EXPECT_EQ(s.score(0, 0, 2), kLocalBlockScore);
+  EXPECT_EQ(ids_of(s, 0), (std::vector<std::int32_t>{0, 2}));
+  p.topk = 5;  // k_eff = n_valid = 3 < topk: ascending ids, then -1
+  EXPECT_EQ(ids_of(indexer_topk(h.config, p, h.batch, index_q(1), h.caches), 0),
+            (std::vector<std::int32_t>{0, 1, 2, -1, -1}));
+}
+
+TEST(Indexer, TiesGoToTheLowerBlockId) {
+  const std::vector<float> ik{1, 5, 2, 0, 3, 3, 1, 5, 9, 0};  // b0 = b1 = 5
+  const Hand h = hand(2, {ik}, {ik}, {ik}, {1});
+  const TopkSelection s = indexer_topk(h.config, {2, 4, 2, 0, 1}, h.batch, index_q(1), h.caches);
+  EXPECT_EQ(ids_of(s, 0), (std::vector<std::int32_t>{0, 2}));
+}
+
+TEST(Indexer, InitAndLocalBlocksAreForced) {
+  const std::vector<float> ik{1, 0,  0, 0, 0, 0, 0,
+                              0, 99, 0, 0, 0, 0};  // b2 = 99 would win on score
+  const Hand h = hand(2, {ik}, {ik}, {ik}, {1});
+  // n_valid = 12 / 4 + 1 = 4: init block 0 (1e30), local block 3 (1e29), then b2 on score.
+  const TopkSelection s = indexer_topk(h.config, {2, 4, 2, 1, 1}, h.batch, index_q(1), h.caches);
+  EXPECT_EQ(s.score(0, 0, 0), kInitBlockScore);
+  EXPECT_EQ(s.score(0, 0, 3), kLocalBlockScore);
+  EXPECT_EQ(ids_of(s, 0), (std::vector<std::int32_t>{0, 3}));
+  // Local overrides init when a block is both: n_valid 1.
+  const Hand one = hand(2, {{1, 2}}, {{1, 2}}, {{1, 2}}, {1});
+  EXPECT_EQ(
+      indexer_topk(one.config, {2, 4, 2, 1, 1}, one.batch, index_q(1), one.caches).score(0, 0, 0),
+      kLocalBlockScore);
+}
+
+TEST(Indexer, PositionsAroundTheBlockEdgeAndPaddedRows) {
+  // Positions 127, 128, 129 with sparse_block 128: n_valid 1, 2, 2. A padded row (seq_len 0): all
+  // -1.
+  std::vector<std::vector<float>> ik;
+  for (std::int64_t seq : {128, 129, 130}) ik.emplace_back(static_cast<std::size_t>(seq), 1.0f);
+  ik.emplace_back();
+  const Hand h = hand(16, ik, ik, ik, {1, 1, 1, 1});
+  const TopkSelection s = indexer_topk(h.config, {2, 128, 3, 0, 1}, h.batch, index_q(4), h.caches);
+  EXPECT_EQ(s.n_valid, (std::vector<std::int64_t>{1, 2, 2, 0}));
+  EXPECT_EQ(ids_of(s, 0), (std::vector<std::int32_t>{0, -1, -1}));
+  EXPECT_EQ(ids_of(s, 1), (std::vector<std::int32_t>{0, 1, -1}));
+  EXPECT_EQ(ids_of(s, 3), (std::vector<std::int32_t>{-1, -1, -1}));
+}
+
+TEST(Indexer, BadParametersAreRejected) {
+  const Hand h = hand(2, {{1, 2}}, {{1, 2}}, {{1, 2}}, {1});
+  EXPECT_THROW(indexer_topk(h.config, {2, 4, 0, 0, 1}, h.batch, index_q(1), h.caches),
+               spec::InvalidInput);  // topk 0
+  EXPECT_THROW(indexer_topk(h.config, {3, 4, 2, 0, 1}, h.batch, index_q(1), h.caches),
+               spec::InvalidInput);  // heads
+  spec::ReadBatch past = h.batch;
+  past.block_table[0] = 64;  // past the cache of 64 blocks
+  try {
+    indexer_topk(h.config, {2, 4, 2, 0, 1}, past, index_q(1), h.caches);
+    FAIL();
+  } catch (const spec::InvalidInput& e) {
+    EXPECT_EQ(e.field(), "block_table");
+    EXPECT_EQ(e.index(), 0);
+    EXPECT_EQ(e.value(), "64");
+  }
+  spec::ReadBatch long_seq = h.batch;
+  long_seq.seq_lens[0] = 1000;  // beyond the table
+  EXPECT_THROW(indexer_topk(h.config, {2, 4, 2, 0, 1}, long_seq, index_q(1), h.caches),
+               spec::InvalidInput);
+}
+
+/// q rows all [1, 0...]: scores s_t = k0[t] * sm_scale.
+spec::HostTensor q_rows(std::int64_t queries, std::int64_t heads) {
+  std::vector<float> v;
+  for (std::int64_t i = 0; i < queries * heads; ++i) {
+    for (int d = 0; d < 8; ++d) v.push_back(d == 0 ? 1.0f : 0.0f);
+  }
+  return f32_tensor({queries, heads, 8}, v);
+}
+
+TEST(Attention, EqualScoresAverageTheVisibleValuesWithTheCausalMask) {
+  // Equal keys: every p_t = exp(0) = 1, so out = fl(sum v / count), exactly. Two query rows of one
+  // request (MTP): p = 1 sees t 0-1, p = 2 sees t 0-2; sparse_block 2 makes t 2 its own chunk.
+  const Hand h = hand(2, {{0, 0, 0}}, {{0, 0, 0}}, {{2, 4, 9}}, {2});
+  spec::AttentionParams p;
+  p.num_q_heads = 1;
+  p.sparse_block = 2;
+  p.out_dtype = spec::DType::kF32;
+  const AttentionResult r =
+      attention(h.config, p, h.batch, q_rows(2, 1), h.caches, {1.0f}, {1.0f}, nullptr);
+  for (int d = 0; d < 8; ++d) {
+    EXPECT_EQ(r.out_f32[static_cast<std::size_t>(d)], 3.0f) << d;      // (2 + 4) / 2
+    EXPECT_EQ(r.out_f32[static_cast<std::size_t>(8 + d)], 5.0f) << d;  // (2 + 4 + 9) / 3
+  }
+}
+
+TEST(Attention, SparseAttendsOnlyTheSelectedBlocksAndPaddedRowsAreZero) {
+  const Hand h =
+      hand(2, {{0, 0, 0, 0, 0}, {}}, {{0, 0, 0, 0, 0}, {}}, {{1, 1, 7, 7, 4}, {}}, {1, 1});
+  spec::AttentionParams p;
+  p.num_q_heads = 2;  // GQA 2:1
+  p.sparse_block = 2;
+  p.out_dtype = spec::DType::kBF16;
+  TopkSelection sel;
+  sel.num_queries = 2;
+  sel.num_kv_heads = 1;
+  sel.topk = 2;
+  sel.ids = {1, 2, -1, -1};  // row 0: blocks 1 (t 2-3) and 2 (t 4); row 1 padded
+  const AttentionResult r =
+      attention(h.config, p, h.batch, q_rows(2, 2), h.caches, {1.0f}, {1.0f}, &sel);
+  EXPECT_EQ(r.out_f32[0], 6.0f);  // (7 + 7 + 4) / 3
+  EXPECT_EQ(r.out_f32[8], 6.0f);  // the second query head of the group
+  for (std::size_t i = 16; i < 32; ++i) EXPECT_EQ(bits_of(r.out_f32[i]), 0u) << i;
+  EXPECT_EQ(load_code(&r.out.bytes[0], spec::DType::kBF16), 0x40C0u);  // 6.0 in bf16
+  sel.ids = {2, 2, -1, -1};
+  EXPECT_THROW(attention(h.config, p, h.batch, q_rows(2, 2), h.caches, {1.0f}, {1.0f}, &sel),
+               spec::InvalidInput);
+  spec::ModelConfig two_kv = h.config;
+  two_kv.geometry.num_kv_heads = 2;
+  p.num_q_heads = 3;  // not a multiple of 2 KV heads
+  EXPECT_THROW(spec::validate_attention(two_kv, p), spec::InvalidInput);
+}
+
+// The canonical path stays within its derived bound of the float64 truth, on random and adversarial
+// (large score spreads, V with a large common offset) cases, dense and sparse.
+RC_GTEST_PROP(ReadPath, CanonicalAttentionIsWithinTheDerivedBoundOfTheTruth, ()) {
+  const auto seed = *rc::gen::arbitrary<std::uint64_t>();
+  oracle::ReadOverrides o;
+  o.max_seq_len = 300;
+  const oracle::ReadCase rc = oracle::make_read_case(seed, o);
+  const TopkSelection sel = indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+  for (const TopkSelection* s : {static_cast<const TopkSelection*>(nullptr), &sel}) {
+    const AttentionResult got =
+        attention(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale, rc.v_scale, s);
+    const AttentionTruth truth = attention_truth(rc.config, rc.attention, rc.batch, rc.q, rc.caches,
+                                                 rc.k_scale, rc.v_scale, s, Ordering::kCanonical);
+    for (std::size_t i = 0; i < got.out_f32.size(); ++i) {
+      const double err = std::fabs(static_cast<double>(got.out_f32[i]) - truth.out[i]);
+      if (!(err <= truth.bound[i])) {
+        RC_FAIL("element " + std::to_string(i) + ": got " + std::to_string(got.out_f32[i]) +
+                ", truth " + std::to_string(truth.out[i]) + ", |err| " + std::to_string(err) +
+                " > bound " + std::to_string(truth.bound[i]) + "; case " + rc.describe());
+      }
+    }
+  }
+}
+
+RC_GTEST_PROP(ReadPath, TopkInvariantsHold, ()) {
+  const auto seed = *rc::gen::arbitrary<std::uint64_t>();
+  oracle::ReadOverrides o;
+  o.max_seq_len = 400;
+  const oracle::ReadCase rc = oracle::make_read_case(seed, o);
+  const TopkSelection s = indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+  const ScoreTruth truth =
+      indexer_truth(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches, Ordering::kCanonical);
+  for (std::int64_t q = 0; q < s.num_queries; ++q) {
+    const std::int64_t n_valid = s.n_valid[static_cast<std::size_t>(q)];
+    const std::int64_t k_eff = std::min(s.topk, n_valid);
+    for (std::int64_t g = 0; g < s.num_kv_heads; ++g) {
+      std::vector<float> scores;
+      for (std::int64_t j = 0; j < n_valid; ++j) {
+        scores.push_back(s.score(q, g, j));
+        const auto at = static_cast<std::size_t>((q * s.num_kv_heads + g) * s.max_blocks + j);
+        RC_ASSERT(std::fabs(static_cast<double>(s.score(q, g, j)) - truth.scores[at]) <=
+                  truth.bound[at]);
+      }
+      std::sort(scores.begin(), scores.end(), std::greater<>());
+      std::set<std::int32_t> seen;
+      for (std::int64_t k = 0; k < s.topk; ++k) {
+        const std::int32_t id = s.id(q, g, k);
+        if (k >= k_eff) {
+          RC_ASSERT(id == -1);
+          continue;
+        }
+        RC_ASSERT(id >= 0 && id < n_valid);           // below n_valid
+        RC_ASSERT(seen.insert(id).second);            // no duplicates
+        RC_ASSERT(k == 0 || id > s.id(q, g, k - 1));  // ascending
+        RC_ASSERT(s.score(q, g, id) >= scores[static_cast<std::size_t>(k_eff - 1)]);  // >= k_eff-th
+      }
+      // Forced blocks (init, local) are all present when there is room for them; otherwise every
+      // chosen block is a forced one.
+      std::set<std::int32_t> forced;
+      for (std::int64_t j = 0; j < n_valid; ++j) {
+        if (j < rc.indexer.init_blocks || j >= n_valid - rc.indexer.local_blocks)
+          forced.insert(static_cast<std::int32_t>(j));
+      }
+      for (std::int32_t j : forced)
+        RC_ASSERT(static_cast<std::int64_t>(forced.size()) > k_eff || seen.count(j) == 1u);
+      for (std::int32_t j : seen)
+        RC_ASSERT(static_cast<std::int64_t>(forced.size()) <= k_eff || forced.count(j) == 1u);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvo::reference
