@@ -198,7 +198,7 @@ struct Setup {
 
 /// hot: a 16-block cache per layer (4.5 MB bf16) instead of >= 512 blocks, a diagnostic of how
 /// much of the small-token time is the caches' cold pages rather than the kernel.
-void make_setup(Setup& st, bool fp8, std::int64_t tokens, bool hot = false) {
+void make_setup(Setup& st, bool fp8, std::int64_t tokens, bool hot = false, float scale = 0.37f) {
   kvo::spec::ModelConfig& c = st.config;
   c.layers = kvo::spec::parse_layer_mix(kvo::spec::kDefaultLayerMix);
   const std::int64_t bs = 128;
@@ -244,7 +244,6 @@ void make_setup(Setup& st, bool fp8, std::int64_t tokens, bool hot = false) {
   void* d_slots = st.alloc(slots.size() * 8);
   check(cudaMemcpy(d_slots, slots.data(), slots.size() * 8, cudaMemcpyHostToDevice), "slots");
   st.in.slots = d_slots;
-  const float scale = 0.5f;
   auto* d_scale = static_cast<float*>(st.alloc(4));
   check(cudaMemcpy(d_scale, &scale, 4, cudaMemcpyHostToDevice), "scale");
   st.in.k_scale = d_scale;
@@ -294,14 +293,17 @@ double time_path(Setup& st, bool fused, int reps, int* launches, bool pdl = fals
 }
 
 void BM_LayerWrite(benchmark::State& state) {
+  // range(0): 0 bf16; 1 fp8 with a calibrated-looking scale (0.37: the division path); 2 fp8 with
+  // scale 1.0 (a power of two: the exact multiply path, vLLM's default k_scale).
   const bool fp8 = state.range(0) != 0;
+  const float scale = state.range(0) == 2 ? 1.0f : 0.37f;
   const std::int64_t tokens = state.range(1);
   try {
     const double empty = empty_launch_s(false);
     const double empty_pdl = empty_launch_s(true);
     const double copy_bw = copy_bandwidth().best();
     Setup st;
-    make_setup(st, fp8, tokens);
+    make_setup(st, fp8, tokens, false, scale);
     const int reps = tokens >= 65536 ? 10 : (tokens >= 4096 ? 30 : 100);
     int fused_launches = 0, unfused_launches = 0, pdl_launches = 0;
     const double fused = time_path(st, true, reps, &fused_launches) / kLayers;
@@ -327,19 +329,20 @@ void BM_LayerWrite(benchmark::State& state) {
     state.counters["launches_unfused"] = unfused_launches;
     if (tokens <= 256) {
       Setup hot;
-      make_setup(hot, fp8, tokens, true);
+      make_setup(hot, fp8, tokens, true, scale);
       int n = 0;
       state.counters["fused_hot_us"] = time_path(hot, true, reps, &n) / kLayers * 1e6;
       state.counters["fused_hot_pdl_us"] = time_path(hot, true, reps, &n, true) / kLayers * 1e6;
     }
-    state.SetLabel(std::string(fp8 ? "fp8" : "bf16") + " tokens=" + std::to_string(tokens));
+    state.SetLabel(std::string(fp8 ? (scale == 1.0f ? "fp8s1" : "fp8") : "bf16") +
+                   " tokens=" + std::to_string(tokens));
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
 }
 BENCHMARK(BM_LayerWrite)
     ->ArgNames({"fp8", "tokens"})
-    ->ArgsProduct({{0, 1}, {1, 8, 64, 256, 4096, 65536}})
+    ->ArgsProduct({{0, 1, 2}, {1, 8, 64, 256, 4096, 65536}})
     ->UseManualTime()
     ->Iterations(1)
     ->Unit(benchmark::kMicrosecond);

@@ -9,6 +9,9 @@
 #include "commands.hpp"
 #include "kvo/gpu/device.hpp"
 #include "kvo/oracle/check.hpp"
+#include "kvo/oracle/mutants.hpp"
+#include "kvo/oracle/report_files.hpp"
+#include "kvo/oracle/shrink.hpp"
 #include "options.hpp"
 
 namespace kvo::cli {
@@ -19,6 +22,9 @@ struct CheckFlags {
   std::string case_seed;
   std::vector<std::string> subjects;
   std::vector<std::string> ops;
+  std::optional<std::int64_t> total_shards, shard_index;
+  std::string junit, json;
+  bool no_shrink = false;
   oracle::CheckOptions options;
 };
 
@@ -42,6 +48,10 @@ int run_check_verb(CheckFlags& f) {
   if (!f.ops.empty()) o.ops = split_list(f.ops);
   auto subjects = oracle::make_write_subjects();
   auto read_subjects = oracle::make_read_subjects();
+  oracle::add_named_mutants(o.subjects, subjects, read_subjects);
+  oracle::apply_shard_environment(o);
+  if (f.total_shards) o.total_shards = *f.total_shards;
+  if (f.shard_index) o.shard_index = *f.shard_index;
   std::string why_no_gpu;
   const int gpus = gpu::device_count(&why_no_gpu);
   std::printf("kvoracle check: seed 0x%016llX, %s, GPU: %s\n",
@@ -62,6 +72,18 @@ int run_check_verb(CheckFlags& f) {
   const oracle::CheckReport report = oracle::run_check(o, subjects, read_subjects, progress);
   if (tty) std::fprintf(stderr, "\n");
   std::cout << report.summary() << std::endl;
+  // Every failing subject's case, shrunk to a small one that still fails, with its command.
+  for (const auto& sum : report.subjects) {
+    if (f.no_shrink || !sum.failing_seed || sum.count(spec::Outcome::kMismatch) == 0) continue;
+    const auto shrunk =
+        oracle::shrink_failure(o, *sum.failing_seed, sum.name, sum.op, subjects, read_subjects);
+    if (!shrunk) continue;
+    std::cout << "\nshrunk failure of " << sum.name << " (" << sum.op << ", " << shrunk->steps
+              << " reductions kept, " << shrunk->attempts << " cases run):\n"
+              << shrunk->first_failure << std::endl;
+  }
+  if (!f.junit.empty()) oracle::write_file_atomically(f.junit, oracle::junit_xml(report));
+  if (!f.json.empty()) oracle::write_file_atomically(f.json, oracle::report_json(report));
   return spec::exit_status(report.worst);
 }
 
@@ -81,16 +103,20 @@ void add_check(CLI::App& app, int& status) {
   cmd->add_option("--subject", flags->subjects,
                   "subjects to run (repeatable or comma-separated; default all)");
   cmd->add_option("--ops", flags->ops, "ops to check: write,indexer,attention (default all)");
+  cmd->add_option_function<std::int64_t>(
+      "--total-shards", [f = flags.get()](const std::int64_t& v) { f->total_shards = v; },
+      "split the campaign over this many shards (also GTEST_TOTAL_SHARDS)");
+  cmd->add_option_function<std::int64_t>(
+      "--shard-index", [f = flags.get()](const std::int64_t& v) { f->shard_index = v; },
+      "run this shard, 0-based (also GTEST_SHARD_INDEX)");
+  cmd->add_flag("--fail-fast", flags->options.fail_fast,
+                "stop at the first case that does not pass");
+  cmd->add_option("--junit", flags->junit,
+                  "write a JUnit XML report (one testcase per subject and op)");
+  cmd->add_option("--json", flags->json, "write the report as JSON");
+  cmd->add_flag("--no-shrink", flags->no_shrink, "do not shrink failing cases");
   add_model_flags(*cmd, flags->options.overrides);
-  oracle::ReadOverrides& r = flags->options.read_overrides;
-  auto add_read = [&](const char* flag, std::optional<std::int64_t>& target, const char* help) {
-    cmd->add_option_function<std::int64_t>(
-        flag, [&target](const std::int64_t& v) { target = v; }, help);
-  };
-  add_read("--sparse-block", r.sparse_block, "indexer/attention: selection block (tokens)");
-  add_read("--topk", r.topk, "indexer: blocks kept per query and KV head");
-  add_read("--group-size", r.group_size, "attention: query heads per KV head (GQA)");
-  add_read("--max-seq-len", r.max_seq_len, "indexer/attention: longest sequence drawn");
+  add_read_flags(*cmd, flags->options.read_overrides);
   cmd->callback([flags, &status] { status = run_check_verb(*flags); });
 }
 

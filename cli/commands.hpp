@@ -11,5 +11,9 @@ namespace kvo::cli {
 void add_check(CLI::App& app, int& status);
 void add_quant(CLI::App& app, int& status);
 void add_layout(CLI::App& app, int& status);
+void add_trace(CLI::App& app, int& status);
+void add_replay(CLI::App& app, int& status);
+void add_mutants(CLI::App& app, int& status);
+void add_explain(CLI::App& app, int& status);
 
 }  // namespace kvo::cli

@@ -13,6 +13,10 @@ int main(int argc, char** argv) {
   kvo::cli::add_check(app, status);
   kvo::cli::add_quant(app, status);
   kvo::cli::add_layout(app, status);
+  kvo::cli::add_trace(app, status);
+  kvo::cli::add_replay(app, status);
+  kvo::cli::add_mutants(app, status);
+  kvo::cli::add_explain(app, status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

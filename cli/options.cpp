@@ -56,6 +56,19 @@ void add_model_flags(CLI::App& app, oracle::CaseOverrides& o) {
            "mix in edge values (zeros, ties, fp8 maxima, inf, NaN)");
 }
 
+void add_read_flags(CLI::App& app, oracle::ReadOverrides& r) {
+  add_int(app, "--sparse-block", r.sparse_block, "indexer/attention: selection block (tokens)");
+  add_int(app, "--topk", r.topk, "indexer: blocks kept per query and KV head");
+  add_int(app, "--group-size", r.group_size, "attention: query heads per KV head (GQA)");
+  add_int(app, "--max-seq-len", r.max_seq_len, "indexer/attention: longest sequence drawn");
+  add_int(app, "--read-requests", r.requests, "indexer/attention: requests in the batch");
+  add_int(app, "--index-heads-per-kv", r.index_heads_per_kv, "indexer: index heads per KV head");
+  add_bool(app, "--adversarial", r.adversarial,
+           "indexer/attention: large score spreads and offsets");
+  add_bool(app, "--tied-scores", r.tied_scores,
+           "indexer: zero index-Q, so every unforced block ties");
+}
+
 std::uint64_t parse_u64(const std::string& text, const char* field) {
   const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
   const std::string digits = text.substr(hex ? 2 : 0);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvo/oracle/read_case.hpp"
 #include "kvo/oracle/write_case.hpp"
 #include "kvo/spec/types.hpp"
 
@@ -30,6 +31,10 @@ CLI::Option* add_enum_option(CLI::App& app, const std::string& flag, std::option
 /// The configuration flags (--layers, --block-size, --kv-dtype, --layout, ...) that fix a dimension
 /// of the model instead of drawing it.
 void add_model_flags(CLI::App& app, oracle::CaseOverrides& overrides);
+
+/// The read-side flags (--sparse-block, --topk, --group-size, --max-seq-len, --read-requests,
+/// --index-heads-per-kv, --adversarial, --tied-scores) of `check` and `explain`.
+void add_read_flags(CLI::App& app, oracle::ReadOverrides& overrides);
 
 /// A 64-bit value in decimal or 0x-hex; throws spec::InvalidInput naming `field` otherwise.
 std::uint64_t parse_u64(const std::string& text, const char* field);

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "kvo/spec/outcome.hpp"
+#include "kvo/traces/analysis.hpp"
 #include "kvo/traces/trace.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -19,5 +20,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   const auto bytes = kvo::traces::serialize_trace(trace);
   if (!(kvo::traces::parse_trace(bytes) == trace)) std::abort();
+  const auto validation = kvo::traces::validate_trace(trace, 4);
+  if (validation.problems.size() > 4 || (validation.count > 0) != !validation.problems.empty()) {
+    std::abort();
+  }
+  const auto info = kvo::traces::trace_info(trace);
+  if (info.padding > info.slot_entries || info.tokens > info.slot_entries) std::abort();
+  (void)info.report(trace.config);
   return 0;
 }

@@ -119,46 +119,113 @@ __device__ __forceinline__ float round_to_act(float x) {
   }
 }
 
-/// The scaled value of SPEC 2: divide fl(x / s); mul_recip fl(x * r) with r = fl(1 / s) computed
-/// by the caller; none x. Correctly rounded intrinsics: no approximate division, no contraction.
-/// s is finite and > 0 (validated), so only a NaN x gives a NaN. The GPU's arithmetic returns the
-/// canonical NaN 0x7FFFFFFF (sign dropped) where the CPU reference (x86/Arm) propagates the input
-/// NaN, quieted, sign kept; the sign is visible in the torch saturation mode (0xFF for -NaN) and in
-/// f32 caches, so a NaN passes through as the CPU's quieted input.
-__device__ __forceinline__ float apply_scale(float x, ScaleMode mode, float s, float r) {
-  if (mode != ScaleMode::kNone && isnan(x))
-    return __uint_as_float(__float_as_uint(x) | 0x00400000u);
-  if (mode == ScaleMode::kDivide) return __fdiv_rn(x, s);
-  if (mode == ScaleMode::kMulRecip) return __fmul_rn(x, r);
-  return x;
+/// True for a normal power of two: its reciprocal 2^-k is exact (subnormal at worst), so
+/// fl(x / s) == fl(x * fl(1 / s)) for every x (the same real number, rounded once).
+__device__ __forceinline__ bool is_pow2_normal(float s) {
+  const std::uint32_t b = __float_as_uint(s) & 0x7FFFFFFFu;
+  return (b & 0x7FFFFFu) == 0u && (b >> 23) >= 1u && (b >> 23) <= 254u;
+}
+
+/// fl(x / s) from r = fl(1 / s) without a division: q0 = fl(x * r), then two exact-residual
+/// corrections q' = fma(fma(-s, q, x), r, q) (Markstein: with a correctly rounded reciprocal and q
+/// within 1 ulp of x / s, the corrected q' is the correctly rounded quotient; the first correction
+/// brings q0 within 1 ulp). Valid when no intermediate leaves the normal range: the caller checks
+/// s in [2^-20, 2^21) (range_ok_s) and every |x| in [2^-100, 2^100) (range_ok_x), and falls back to
+/// __fdiv_rn otherwise (zeros, subnormals, huge values, inf, NaN). Verified against __fdiv_rn for
+/// all 2^32 x at many s by the GPU test FastDivision.ExhaustiveAgainstFdivRn.
+__device__ __forceinline__ float div_by_recip(float x, float s, float r) {
+  const float q0 = __fmul_rn(x, r);
+  const float q1 = __fmaf_rn(__fmaf_rn(-s, q0, x), r, q0);
+  return __fmaf_rn(__fmaf_rn(-s, q1, x), r, q1);
+}
+__device__ __forceinline__ bool range_ok_s(float s) {
+  const std::uint32_t e = (__float_as_uint(s) >> 23) & 0xFFu;
+  return e >= 127u - 20u && e <= 127u + 20u;
+}
+__device__ __forceinline__ bool range_ok_x(float x) {
+  const std::uint32_t e = (__float_as_uint(x) >> 23) & 0xFFu;
+  return e - (127u - 100u) < 200u;  // biased exponent in [27, 226]
+}
+
+/// fl(x_i / s) for 8 elements: by multiply (s a power of two), by the reciprocal with corrections
+/// (every operand in range), else by __fdiv_rn. Returns true when every x was in range (so finite:
+/// no NaN to pass through).
+__device__ __forceinline__ bool divide8(const float (&x)[kVec], float (&y)[kVec], float s) {
+  const float r = __fdiv_rn(1.0f, s);
+  if (is_pow2_normal(s)) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) y[i] = __fmul_rn(x[i], r);
+    return false;
+  }
+  bool ok = range_ok_s(s);
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) ok = ok && range_ok_x(x[i]);
+  if (ok) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) y[i] = div_by_recip(x[i], s, r);
+    return true;
+  }
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) y[i] = __fdiv_rn(x[i], s);
+  return false;
+}
+
+/// The scaled values of SPEC 2 for 8 elements of one head, then (via_model_dtype) the rounding to
+/// the activation dtype A: divide fl(x / s); mul_recip fl(x * fl(1 / s)); none x. Correctly
+/// rounded intrinsics, no contraction; the mode is branched on once per 8 elements.
+/// - divide: divide8 (a power of two by multiply, else the corrected reciprocal or __fdiv_rn).
+/// - NaN: s is finite and > 0 (validated), so only a NaN x gives a NaN. The GPU's arithmetic
+///   returns the canonical NaN 0x7FFFFFFF (sign dropped) where the CPU reference (x86/Arm)
+///   propagates the input NaN, quieted, sign kept; the sign shows in the torch saturation mode
+///   (0xFF for -NaN) and in f32 caches, so a NaN passes through as the CPU's quieted input.
+template <DType A>
+__device__ __forceinline__ void scale8(const float (&x)[kVec], float (&y)[kVec], ScaleMode mode,
+                                       float s, bool via_model) {
+  if (mode == ScaleMode::kNone) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) y[i] = x[i];
+  } else {
+    bool finite = false;
+    if (mode == ScaleMode::kMulRecip) {
+      const float r = __fdiv_rn(1.0f, s);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) y[i] = __fmul_rn(x[i], r);
+    } else {
+      finite = divide8(x, y, s);
+    }
+    if (!finite) {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        if (isnan(x[i])) y[i] = __uint_as_float(__float_as_uint(x[i]) | 0x00400000u);
+      }
+    }
+  }
+  if (via_model) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) y[i] = round_to_act<A>(y[i]);
+  }
 }
 
 /// fp8 interpretation of CUDA's interpretation enum for a cache dtype.
 template <DType C>
 inline constexpr __nv_fp8_interpretation_t kFp8Kind = C == DType::kFp8E5M2 ? __NV_E5M2 : __NV_E4M3;
 
-/// One fp8 code under a saturation mode (fp8_spec.md 4a). satfinite and nosat are CUDA's own
-/// conversions; torch is nosat except that a NaN input keeps its sign (0xFF for -NaN), where
-/// CUDA gives 0x7F for every NaN.
+/// One fp8 code without saturation (nosat, torch) through CUDA's software conversion; kept out of
+/// line so that the hot (satfinite) path of every kernel stays short. torch is nosat except that a
+/// NaN input keeps its sign (0xFF for -NaN), where CUDA gives 0x7F for every NaN.
 template <DType C>
-__device__ __forceinline__ std::uint32_t fp8_code(float x, Saturation sat) {
-  if (sat == Saturation::kSatFinite) {
-    return static_cast<std::uint32_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, kFp8Kind<C>));
-  }
+__device__ __noinline__ std::uint32_t fp8_code_soft(float x, Saturation sat) {
   std::uint32_t q = static_cast<std::uint32_t>(__nv_cvt_float_to_fp8(x, __NV_NOSAT, kFp8Kind<C>));
   if (sat == Saturation::kTorch && isnan(x) && signbit(x)) q = 0xFFu;
   return q;
 }
 
-/// Two fp8 codes packed little-endian (low byte = a). satfinite uses the paired hardware
-/// conversion (cvt.rn.satfinite.e4m3x2.f32, direct from f32, verified equal to the single one).
+/// Two satfinite fp8 codes packed little-endian (low byte = a) by the paired hardware conversion
+/// (cvt.rn.satfinite.e4m3x2.f32, direct from f32, verified equal to the single conversion).
 template <DType C>
-__device__ __forceinline__ std::uint32_t fp8_pair(float a, float b, Saturation sat) {
-  if (sat == Saturation::kSatFinite) {
-    return static_cast<std::uint32_t>(
-        __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kFp8Kind<C>));
-  }
-  return fp8_code<C>(a, sat) | (fp8_code<C>(b, sat) << 8);
+__device__ __forceinline__ std::uint32_t fp8_pair_satfinite(float a, float b) {
+  return static_cast<std::uint32_t>(
+      __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kFp8Kind<C>));
 }
 
 /// Eight fp32 values cast to the cache dtype C and stored at `dst` (aligned to 8 elements of C:
@@ -185,19 +252,28 @@ __device__ __forceinline__ void store8(void* dst, const float (&y)[kVec], Satura
     }
     *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
   } else {
-    const std::uint32_t w0 = fp8_pair<C>(y[0], y[1], sat) | (fp8_pair<C>(y[2], y[3], sat) << 16);
-    const std::uint32_t w1 = fp8_pair<C>(y[4], y[5], sat) | (fp8_pair<C>(y[6], y[7], sat) << 16);
-    *reinterpret_cast<uint2*>(dst) = make_uint2(w0, w1);
+    std::uint32_t w[2];
+    if (sat == Saturation::kSatFinite) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        w[i] = fp8_pair_satfinite<C>(y[4 * i], y[4 * i + 1]) |
+               (fp8_pair_satfinite<C>(y[4 * i + 2], y[4 * i + 3]) << 16);
+      }
+    } else {
+      w[0] = w[1] = 0;
+      for (int i = 0; i < kVec; ++i) w[i / 4] |= fp8_code_soft<C>(y[i], sat) << (8 * (i % 4));
+    }
+    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
   }
 }
 
 /// Eight satfinite e4m3 codes stored as two 4-byte words (the blockscale value rows are only
 /// 4-byte aligned when bs * (index_dim / 128) is odd).
 __device__ __forceinline__ void store8_e4m3_words(std::uint8_t* dst, const float (&y)[kVec]) {
-  const std::uint32_t w0 = fp8_pair<DType::kFp8E4M3>(y[0], y[1], Saturation::kSatFinite) |
-                           (fp8_pair<DType::kFp8E4M3>(y[2], y[3], Saturation::kSatFinite) << 16);
-  const std::uint32_t w1 = fp8_pair<DType::kFp8E4M3>(y[4], y[5], Saturation::kSatFinite) |
-                           (fp8_pair<DType::kFp8E4M3>(y[6], y[7], Saturation::kSatFinite) << 16);
+  const std::uint32_t w0 = fp8_pair_satfinite<DType::kFp8E4M3>(y[0], y[1]) |
+                           (fp8_pair_satfinite<DType::kFp8E4M3>(y[2], y[3]) << 16);
+  const std::uint32_t w1 = fp8_pair_satfinite<DType::kFp8E4M3>(y[4], y[5]) |
+                           (fp8_pair_satfinite<DType::kFp8E4M3>(y[6], y[7]) << 16);
   reinterpret_cast<std::uint32_t*>(dst)[0] = w0;
   reinterpret_cast<std::uint32_t*>(dst)[1] = w1;
 }

@@ -46,6 +46,7 @@ struct FusedParams {
   FastDiv bs_div;                ///< block_size, valid when bs_fast
   bool bs_fast = false;          ///< every slot < 2^31: page = bs_div.quo(slot)
   bool pdl = false;              ///< programmatic dependent launch (griddepcontrol)
+  bool small = false;            ///< one item per thread: the short (1-item) instantiation
   bool pdl_early = false;        ///< trigger the dependents at the start (small grids)
   bool slots_i64 = true;
   bool legacy_wrap = false;

@@ -26,7 +26,8 @@ namespace kvo::gpu {
 namespace detail {
 namespace {
 
-/// Items a thread keeps in flight between its loads and its stores.
+/// Items a thread keeps in flight between its loads and its stores (large calls; small calls use
+/// the 1-item instantiation, whose code path is short: a small call's time is its latency).
 constexpr int kUnroll = 4;
 
 /// A destination element base that means "write nothing" (padding, or a rejected slot).
@@ -54,8 +55,10 @@ __device__ __forceinline__ void page_offset(const FusedParams& p, std::int64_t s
   off = slot - page * p.block_size + (p.offset_plus_one ? 1 : 0);
 }
 
-template <DType A, DType C>
-__global__ void __launch_bounds__(kThreads) fused_write_kernel(const FusedParams p) {
+/// 16-bit activations: 4 blocks of 256 per SM (64 registers, no spill); f32 ones need more.
+template <DType A, DType C, int U>
+__global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
+    fused_write_kernel(const FusedParams p) {
   using Act = typename ActTraits<A>::T;
   // Per token of the tile: element base of its (page, offset) in K and V (kSkip: nothing), and the
   // index-K destination: flat element base, or blockscale byte offsets of values and scales.
@@ -98,11 +101,11 @@ __global__ void __launch_bounds__(kThreads) fused_write_kernel(const FusedParams
     if (gi < n_groups) load_raw<A>(group_src(gi, tt, g), group_raw);
   }
 
-  for (std::uint32_t base = 0; base < n_items; base += kThreads * kUnroll) {
-    ItemInfo info[kUnroll];
-    RawItem<A> raw[kUnroll];
+  for (std::uint32_t base = 0; base < n_items; base += kThreads * U) {
+    ItemInfo info[U];
+    RawItem<A> raw[U];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const std::uint32_t j = base + threadIdx.x + u * kThreads;
       info[u].part = -1;
       if (j >= n_items) continue;
@@ -160,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) fused_write_kernel(const FusedParams
       __syncthreads();
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       if (info[u].part < 0) continue;
       float x[kVec];
       widen<A>(raw[u], x);
@@ -181,14 +184,8 @@ __global__ void __launch_bounds__(kThreads) fused_write_kernel(const FusedParams
       const std::uint32_t h = p.head_items.quo(c);
       const std::uint32_t d8 = c - h * p.head_items.div;
       const std::int64_t e = kvb + h * p.st.head + d8 * kVec;
-      const float s = info[u].s;
-      const float recip = p.scale_mode == ScaleMode::kMulRecip ? __fdiv_rn(1.0f, s) : 1.0f;
       float y[kVec];
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        y[i] = apply_scale(x[i], p.scale_mode, s, recip);
-        if (p.via_model) y[i] = round_to_act<A>(y[i]);
-      }
+      scale8<A>(x, y, p.scale_mode, info[u].s, p.via_model);
       void* cache = info[u].part == 0 ? p.k_cache : p.v_cache;
       store8<C>(static_cast<std::uint8_t*>(cache) + e * kBytes<C>, y, p.sat);
     }
@@ -218,8 +215,7 @@ __global__ void __launch_bounds__(kThreads) fused_write_kernel(const FusedParams
     float s = __fdiv_rn(amax, spec::kFp8E4M3Max);
     if (p.ue8m0) s = ue8m0_ceil(s);
     float y[kVec];
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) y[i] = __fdiv_rn(x[i], s);
+    divide8(x, y, s);
     store8_e4m3_words(p.index_cache + ix + g * spec::kScaleGroup + lane16 * kVec, y);
     if (lane16 == 0) *reinterpret_cast<float*>(p.index_cache + s_sc[tt] + g * 4) = s;
   }
@@ -230,8 +226,9 @@ __global__ void __launch_bounds__(kThreads) fused_write_kernel(const FusedParams
 /// serialization attribute (captured into a graph as a programmatic edge).
 template <DType A, DType C>
 void launch_one(const FusedParams& p, dim3 grid, cudaStream_t stream) {
+  const auto kernel = p.small ? fused_write_kernel<A, C, 1> : fused_write_kernel<A, C, kUnroll>;
   if (!p.pdl) {
-    fused_write_kernel<A, C><<<grid, kThreads, 0, stream>>>(p);
+    kernel<<<grid, kThreads, 0, stream>>>(p);
     return;
   }
   cudaLaunchConfig_t cfg{};
@@ -243,8 +240,7 @@ void launch_one(const FusedParams& p, dim3 grid, cudaStream_t stream) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&cfg, fused_write_kernel<A, C>, p),
-             "cudaLaunchKernelEx(fused write)");
+  check_cuda(cudaLaunchKernelEx(&cfg, kernel, p), "cudaLaunchKernelEx(fused write)");
 }
 
 template <DType A>
@@ -277,14 +273,14 @@ int launch_fused_write(const spec::ModelConfig& config, spec::LayerKind kind,
   const std::int64_t work = static_cast<std::int64_t>(p.items_per_token.div) +
                             (p.index_mode == IndexMode::kBlockScale ? p.groups * 16 : 0);
   const std::int64_t fill = static_cast<std::int64_t>(sm_count()) * 2048;
-  const std::int64_t per_thread =
-      std::clamp<std::int64_t>(p.num_tokens * work / fill, 1, 2 * kUnroll);
+  const std::int64_t per_thread = std::clamp<std::int64_t>(p.num_tokens * work / fill, 1, kUnroll);
   p.tile_tokens = static_cast<std::int32_t>(
       std::clamp<std::int64_t>(kThreads * per_thread / work, 1, kMaxTileTokens));
   const std::int64_t blocks = (p.num_tokens + p.tile_tokens - 1) / p.tile_tokens;
   if (blocks > 0x7FFFFFFF) throw spec::Unsupported("more than 2^31 - 1 thread blocks");
   const dim3 grid(static_cast<unsigned>(blocks));
   p.pdl = pdl;
+  p.small = per_thread == 1;
   p.pdl_early = blocks <= 2 * static_cast<std::int64_t>(sm_count());
   const auto s = static_cast<cudaStream_t>(stream);
   switch (config.act_dtype) {

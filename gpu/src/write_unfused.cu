@@ -82,14 +82,8 @@ __global__ void __launch_bounds__(kThreads)
   const std::uint32_t d8 = c - h * p.head_items.div;
   float x[kVec];
   load8<A>(static_cast<const Act*>(src) + t * p.nkv * p.hd + c * kVec, x);
-  const float s = scale[p.per_head_scale ? h : 0];
-  const float recip = p.scale_mode == ScaleMode::kMulRecip ? __fdiv_rn(1.0f, s) : 1.0f;
   float y[kVec];
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    y[i] = apply_scale(x[i], p.scale_mode, s, recip);
-    if (p.via_model) y[i] = round_to_act<A>(y[i]);
-  }
+  scale8<A>(x, y, p.scale_mode, scale[p.per_head_scale ? h : 0], p.via_model);
   const std::int64_t e = block64[t] * p.st.block + o * p.st.token + h * p.st.head + d8 * kVec;
   store8<C>(static_cast<std::uint8_t*>(dst) + e * kBytes<C>, y, p.sat);
 }
@@ -148,8 +142,7 @@ __global__ void __launch_bounds__(kThreads)
   float s = __fdiv_rn(amax, spec::kFp8E4M3Max);
   if (p.ue8m0) s = ue8m0_ceil(s);
   float y[kVec];
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) y[i] = __fdiv_rn(x[i], s);
+  divide8(x, y, s);
   const std::int64_t block_start = block64[t] * p.index_block_bytes;
   store8_e4m3_words(
       p.index_cache + block_start + o * p.idim + g * spec::kScaleGroup + lane16 * kVec, y);

@@ -86,6 +86,7 @@ void CacheDiff::merge(const CacheDiff& other) {
   compared_bytes += other.compared_bytes;
   buffers.insert(buffers.end(), other.buffers.begin(), other.buffers.end());
   if (!first && other.first) first = other.first;
+  samples.insert(samples.end(), other.samples.begin(), other.samples.end());
 }
 
 std::string CacheDiff::report() const {
@@ -106,7 +107,7 @@ std::string CacheDiff::report() const {
 
 CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int64_t layer,
                             const spec::LayerCaches& expected, const spec::LayerCaches& actual,
-                            const spec::LayerWrite* write) {
+                            const spec::LayerWrite* write, std::size_t max_samples) {
   CacheDiff diff;
   for (const spec::CacheBuffer& eb : expected.buffers) {
     const spec::CacheBuffer* ab = actual.find(eb.kind);
@@ -128,7 +129,7 @@ CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int6
       ++count.differing_bytes;
       const bool guard = i < eb.guard_bytes || i >= body_end;
       if (guard) ++count.guard_bytes;
-      if (diff.first) continue;
+      if (diff.samples.size() >= max_samples) continue;
       ByteMismatch m;
       m.layer = layer;
       m.buffer = eb.kind;
@@ -139,6 +140,13 @@ CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int6
       } else {
         m.byte = i - eb.guard_bytes;
         m.coord = *layout.locate(eb.kind, m.byte);
+        // One sample per element: the element's later bytes add nothing.
+        if (!diff.samples.empty() && diff.samples.back().buffer == eb.kind &&
+            diff.samples.back().guard_distance == 0 &&
+            diff.samples.back().byte - diff.samples.back().coord.byte_in_element ==
+                m.byte - m.coord.byte_in_element) {
+          continue;
+        }
         const spec::DType dt = element_dtype(layout.config(), m.coord);
         const std::int64_t start = m.byte - m.coord.byte_in_element;
         m.expected_code = reference::load_code(eb.body() + start, dt);
@@ -160,7 +168,8 @@ CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int6
         m.writer = write != nullptr ? attribute(layout.config(), *write, m.coord) : "";
         m.code_digits = static_cast<int>(2 * spec::dtype_bytes(dt));
       }
-      diff.first = m;
+      if (!diff.first) diff.first = m;
+      diff.samples.push_back(std::move(m));
     }
     if (count.differing_bytes) {
       diff.differing_bytes += count.differing_bytes;

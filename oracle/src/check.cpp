@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "kvo/oracle/cache_diff.hpp"
@@ -135,6 +136,27 @@ Outcome run_read(ReadSubject& s, const std::string& op, ReadExpectation& e, std:
 
 }  // namespace
 
+void apply_shard_environment(CheckOptions& o) {
+  const char* total = std::getenv("GTEST_TOTAL_SHARDS");
+  const char* index = std::getenv("GTEST_SHARD_INDEX");
+  if (total == nullptr || index == nullptr) return;
+  auto parse = [](const char* text, const char* field) {
+    char* end = nullptr;
+    const long long v = std::strtoll(text, &end, 10);
+    if (*text == '\0' || end == nullptr || *end != '\0') {
+      throw spec::InvalidInput(field, -1, std::string("\"") + text + "\"", "expected an integer");
+    }
+    return static_cast<std::int64_t>(v);
+  };
+  o.total_shards = parse(total, "GTEST_TOTAL_SHARDS");
+  o.shard_index = parse(index, "GTEST_SHARD_INDEX");
+  if (o.total_shards < 1 || o.shard_index < 0 || o.shard_index >= o.total_shards) {
+    throw spec::InvalidInput(
+        "GTEST_SHARD_INDEX", -1, std::to_string(o.shard_index),
+        "must be in [0, GTEST_TOTAL_SHARDS = " + std::to_string(o.total_shards) + ")");
+  }
+}
+
 std::string repro_command(const CheckOptions& o, std::uint64_t seed, const std::string& subject,
                           const std::string& op) {
   return "kvoracle check --case-seed " + hex64(seed) + " --subject " + subject + " --ops " + op +
@@ -201,8 +223,17 @@ CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSu
                                "unknown op; known: write|indexer|attention");
     }
   }
-  if (o.cases < 1 && !o.case_seed)
+  if (o.cases < 1 && !o.case_seed) {
     throw spec::InvalidInput("cases", -1, std::to_string(o.cases), "must be >= 1");
+  }
+  if (o.total_shards < 1) {
+    throw spec::InvalidInput("total_shards", -1, std::to_string(o.total_shards), "must be >= 1");
+  }
+  if (o.shard_index < 0 || o.shard_index >= o.total_shards) {
+    throw spec::InvalidInput(
+        "shard_index", -1, std::to_string(o.shard_index),
+        "must be in [0, total_shards = " + std::to_string(o.total_shards) + ")");
+  }
   auto selected = [&](const std::string& name) {
     return o.subjects.empty() ||
            std::find(o.subjects.begin(), o.subjects.end(), name) != o.subjects.end();
@@ -253,6 +284,7 @@ CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSu
       f << "case " << index << " seed " << hex64(seed) << ": " << what << "\n"
         << detail << "\nreproduce: " << repro_command(o, seed, sum.name, sum.op);
       sum.first_failure = f.str();
+      sum.failing_seed = seed;
     }
   };
 
@@ -262,7 +294,10 @@ CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSu
   };
   const std::int64_t total = o.case_seed ? 1 : o.cases;
   for (std::int64_t i = 0; i < total; ++i) {
-    if (o.time_budget_s > 0.0 && i > 0 && elapsed() > o.time_budget_s) break;
+    if (o.time_budget_s > 0.0 && report.cases_run > 0 && elapsed() > o.time_budget_s) break;
+    if (o.fail_fast && report.worst != Outcome::kPass && report.worst != Outcome::kUnsupported)
+      break;
+    if (!o.case_seed && i % o.total_shards != o.shard_index) continue;
     const std::uint64_t seed =
         o.case_seed ? *o.case_seed : case_seed(o.seed, static_cast<std::uint64_t>(i));
     if (!write_rows.empty()) {

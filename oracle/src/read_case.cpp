@@ -53,6 +53,10 @@ std::string ReadOverrides::to_flags() const {
   if (topk) s << " --topk " << *topk;
   if (group_size) s << " --group-size " << *group_size;
   if (max_seq_len) s << " --max-seq-len " << *max_seq_len;
+  if (requests) s << " --read-requests " << *requests;
+  if (index_heads_per_kv) s << " --index-heads-per-kv " << *index_heads_per_kv;
+  if (adversarial) s << " --adversarial " << (*adversarial ? "true" : "false");
+  if (tied_scores) s << " --tied-scores " << (*tied_scores ? "true" : "false");
   return s.str();
 }
 
@@ -197,6 +201,7 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
   }
   rc.index_q = generated(gen, GenTensor::kIndexQ, qkeys, rc.indexer.num_index_heads,
                          c.geometry.index_dim, 0.0f);
+  if (o.tied_scores.value_or(false)) std::fill(rc.index_q.bytes.begin(), rc.index_q.bytes.end(), 0);
   rc.q = generated(gen, GenTensor::kQ, qkeys, rc.attention.num_q_heads, c.geometry.head_dim, 0.0f);
   return rc;
 }

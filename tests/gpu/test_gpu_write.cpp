@@ -212,6 +212,43 @@ TEST(GpuWriteProperty, FusedAndUnfusedMatchReference) {
   }));
 }
 
+// The kernels divide by a scale without a hardware division where that is exact (convert.cuh
+// divide8); every one of the 2^32 float32 x must give __fdiv_rn's bits, for adversarial scales
+// (significand all ones, 1 + ulp, powers of two, both ends of the fast range and past them) and
+// 200 random ones.
+TEST(FastDivision, ExhaustiveAgainstFdivRn) {
+  KVO_REQUIRE_GPU();
+  std::vector<float> scales = {0.37f,          1.0f,        0.5f, 3.0f,    5.0f,
+                               7.0f,           1.0f / 3.0f, 1.5f, 448.0f,  0.1f,
+                               1e-4f / 448.0f, 1e-6f,       1e6f, 1.7e-7f, 3.1e7f};
+  for (int e = -22; e <= 22; e += 3) {
+    for (std::uint32_t mant : {0x7FFFFFu, 0x000001u, 0x400000u, 0x7FFFFEu}) {
+      const std::uint32_t bits = static_cast<std::uint32_t>(127 + e) << 23 | mant;
+      float s;
+      std::memcpy(&s, &bits, 4);
+      scales.push_back(s);
+    }
+  }
+  std::uint64_t z = 0x5EEDull;
+  for (int i = 0; i < 200; ++i) {
+    z += 0x9E3779B97F4A7C15ull;
+    std::uint64_t h = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    h ^= h >> 31;
+    const auto e = static_cast<std::uint32_t>(127 - 21 + static_cast<int>(h % 43));
+    const std::uint32_t bits = e << 23 | static_cast<std::uint32_t>((h >> 8) & 0x7FFFFFu);
+    float s;
+    std::memcpy(&s, &bits, 4);
+    scales.push_back(s);
+  }
+  for (float s : scales) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &s, 4);
+    EXPECT_EQ(gpu::count_division_mismatches(s), 0)
+        << "scale " << s << " (bits " << hex(bits) << ")";
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hand-built cases: planted bugs, bad input, legacy_wrap collisions.
 

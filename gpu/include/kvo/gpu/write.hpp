@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "kvo/spec/config.hpp"
+#include "kvo/spec/dense_insert.hpp"
 #include "kvo/spec/write.hpp"
 
 namespace kvo::gpu {
@@ -105,5 +106,17 @@ int launch_unfused_write(const spec::ModelConfig& config, spec::LayerKind kind,
 void write_layer_host(WritePath path, const spec::ModelConfig& config,
                       const spec::LayerWrite& write, spec::LayerCaches& caches,
                       FaultInjection fault = FaultInjection::kNone);
+
+/// The dense-layer fused insert (SPEC 4, vLLM MiniMax-M3 qknorm + rope + insert) in one launch:
+/// validates (spec::validate_dense_insert), copies to the device, runs, copies the K/V buffers
+/// (guards included) back and returns q_out [T, nq, hd] in the activation dtype. head_dim 32, 64,
+/// 128 or 256 (else spec::Unsupported). Synchronous.
+spec::HostTensor dense_insert_host(const spec::ModelConfig& config, const spec::DenseInsert& in,
+                                   spec::LayerCaches& caches);
+
+/// Self-check of the kernels' division rule (a power of two by multiply; else, in range, a
+/// correctly rounded reciprocal with two exact-residual corrections; else __fdiv_rn): the number of
+/// float32 bit patterns x, of all 2^32, where the kernels' fl(x / s) differs from __fdiv_rn(x, s).
+std::int64_t count_division_mismatches(float s);
 
 }  // namespace kvo::gpu

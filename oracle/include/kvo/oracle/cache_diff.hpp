@@ -45,6 +45,7 @@ struct CacheDiff {
   std::int64_t compared_bytes = 0;
   std::vector<BufferDiffCount> buffers;  ///< only buffers with differences
   std::optional<ByteMismatch> first;
+  std::vector<ByteMismatch> samples;  ///< the first differing elements (first == samples.front())
 
   bool equal() const { return differing_bytes == 0; }
   /// Adds another diff (e.g. the next layer's), keeping the earliest first mismatch.
@@ -53,9 +54,10 @@ struct CacheDiff {
   std::string report() const;
 };
 
-/// Diffs one layer's caches. `write` (may be null) attributes the first mismatch to a token.
+/// Diffs one layer's caches. `write` (may be null) attributes mismatches to tokens; up to
+/// `max_samples` differing elements are described in full.
 CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int64_t layer,
                             const spec::LayerCaches& expected, const spec::LayerCaches& actual,
-                            const spec::LayerWrite* write);
+                            const spec::LayerWrite* write, std::size_t max_samples = 1);
 
 }  // namespace kvo::oracle

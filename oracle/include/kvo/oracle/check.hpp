@@ -30,7 +30,14 @@ struct CheckOptions {
   ReadOverrides read_overrides;       ///< read-side dimensions (shared ones come from overrides)
   std::vector<std::string> subjects;  ///< names; empty = every available subject
   std::vector<std::string> ops{"write", "indexer", "attention"};
+  /// Sharding (GoogleTest's convention): case i runs when i % total_shards == shard_index.
+  std::int64_t total_shards = 1, shard_index = 0;
+  bool fail_fast = false;  ///< stop at the first case that does not pass
 };
+
+/// Reads GTEST_TOTAL_SHARDS and GTEST_SHARD_INDEX into the options (when both are set); throws
+/// InvalidInput when either is malformed or the index is out of range.
+void apply_shard_environment(CheckOptions& options);
 
 /// The ops `kvoracle check --ops` takes.
 inline const std::vector<std::string> kCheckOps{"write", "indexer", "attention"};
@@ -40,8 +47,9 @@ struct SubjectSummary {
   std::string op;       ///< write, indexer or attention
   std::string skipped;  ///< non-empty: not run, and why
   std::int64_t cases = 0;
-  std::int64_t counts[5] = {0, 0, 0, 0, 0};  ///< per spec::Outcome
-  std::string first_failure;                 ///< full report of the first non-pass case
+  std::int64_t counts[5] = {0, 0, 0, 0, 0};   ///< per spec::Outcome
+  std::string first_failure;                  ///< full report of the first non-pass case
+  std::optional<std::uint64_t> failing_seed;  ///< the seed of that case
 
   std::int64_t count(spec::Outcome o) const { return counts[static_cast<int>(o)]; }
 };

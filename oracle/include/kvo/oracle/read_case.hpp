@@ -20,6 +20,7 @@ struct ReadOverrides {
   std::optional<spec::KvLayout> layout;
   std::optional<spec::IndexLayout> index_layout;
   std::optional<bool> adversarial;  ///< large score spreads, near-ties and cancellation
+  std::optional<bool> tied_scores;  ///< zero index-Q: every unforced block scores 0 (all ties)
 
   /// Command-line flags of the read-only fields (--sparse-block, --topk, --group-size,
   /// --max-seq-len); the fields shared with the write side come from CaseOverrides::to_flags.

@@ -1,0 +1,48 @@
+#pragma once
+/// \file mutants.hpp
+/// The mutation score: a catalogue of planted bugs modelled on real ones (anchors_kvcache.md 6),
+/// each a subject that can be switched on, and the campaign that measures how many cases each needs
+/// before the oracle kills it. A mutant that survives is a hole in the oracle.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvo/oracle/check.hpp"
+
+namespace kvo::oracle {
+
+struct Mutant {
+  std::string name;
+  std::string op;           ///< write, indexer or attention
+  std::string models;       ///< the real bug it models
+  CaseOverrides overrides;  ///< the conditions under which the bug can show
+  ReadOverrides read_overrides;
+  std::function<std::unique_ptr<WriteSubject>()> make_write;  ///< op write
+  std::function<std::unique_ptr<ReadSubject>()> make_read;    ///< ops indexer, attention
+};
+
+/// Every catalogued mutant, CPU emulations only, in a fixed order.
+const std::vector<Mutant>& mutant_catalogue();
+
+struct MutantResult {
+  std::string name, op, models;
+  bool killed = false;
+  std::int64_t cases = 0;  ///< cases run: the one that killed it, or all of them
+  std::string first_failure;
+};
+
+/// Appends to the subject lists the catalogued mutants among `names`, so that a mutant can be named
+/// wherever a subject can (`kvoracle check --subject minus-one-wraps`, `kvoracle explain`).
+void add_named_mutants(const std::vector<std::string>& names,
+                       std::vector<std::unique_ptr<WriteSubject>>& write_subjects,
+                       std::vector<std::unique_ptr<ReadSubject>>& read_subjects);
+
+/// Runs each mutant (all, or those named) for up to `max_cases` cases from `seed`, stopping at the
+/// first kill. An unknown name is InvalidInput.
+std::vector<MutantResult> run_mutants(std::uint64_t seed, std::int64_t max_cases,
+                                      const std::vector<std::string>& names = {});
+
+}  // namespace kvo::oracle

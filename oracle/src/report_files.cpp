@@ -1,0 +1,168 @@
+#include "kvo/oracle/report_files.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::oracle {
+namespace {
+
+using spec::Outcome;
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        // XML 1.0 admits no control characters but tab, newline and carriage return.
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t' && c != '\r') {
+          out += '?';
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x",
+                        static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string hex64(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016llX", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+std::string junit_xml(const CheckReport& r) {
+  std::int64_t failures = 0, errors = 0, skipped = 0;
+  for (const auto& s : r.subjects) {
+    if (!s.skipped.empty())
+      ++skipped;
+    else if (s.count(Outcome::kFailedToRun) || s.count(Outcome::kInvalidInput))
+      ++errors;
+    else if (s.count(Outcome::kMismatch))
+      ++failures;
+  }
+  std::ostringstream x;
+  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  x << "<testsuites name=\"kvoracle check\" tests=\"" << r.subjects.size() << "\" failures=\""
+    << failures << "\" errors=\"" << errors << "\" skipped=\"" << skipped << "\" time=\""
+    << r.seconds << "\">\n";
+  x << "  <testsuite name=\"kvoracle.check\" tests=\"" << r.subjects.size() << "\" failures=\""
+    << failures << "\" errors=\"" << errors << "\" skipped=\"" << skipped << "\" time=\""
+    << r.seconds << "\">\n";
+  x << "    <properties>\n      <property name=\"seed\" value=\"" << hex64(r.seed)
+    << "\"/>\n      <property name=\"cases\" value=\"" << r.cases_run
+    << "\"/>\n    </properties>\n";
+  for (const auto& s : r.subjects) {
+    x << "    <testcase classname=\"kvoracle.check." << xml_escape(s.op) << "\" name=\""
+      << xml_escape(s.name) << "\">\n";
+    const std::string counts =
+        std::to_string(s.count(Outcome::kPass)) + " of " + std::to_string(s.cases) + " cases pass";
+    if (!s.skipped.empty()) {
+      x << "      <skipped message=\"" << xml_escape(s.skipped) << "\"/>\n";
+    } else if (s.count(Outcome::kFailedToRun) || s.count(Outcome::kInvalidInput)) {
+      x << "      <error type=\""
+        << (s.count(Outcome::kFailedToRun) ? "failed-to-run" : "invalid-input") << "\" message=\""
+        << xml_escape(counts) << "\">" << xml_escape(s.first_failure) << "</error>\n";
+    } else if (s.count(Outcome::kMismatch)) {
+      x << "      <failure type=\"mismatch\" message=\"" << xml_escape(counts) << "\">"
+        << xml_escape(s.first_failure) << "</failure>\n";
+    }
+    x << "    </testcase>\n";
+  }
+  x << "  </testsuite>\n</testsuites>\n";
+  return x.str();
+}
+
+std::string report_json(const CheckReport& r) {
+  std::ostringstream j;
+  j << "{\n  \"seed\": " << json_escape(hex64(r.seed)) << ",\n  \"cases_run\": " << r.cases_run
+    << ",\n  \"seconds\": " << r.seconds << ",\n  \"cache_bytes_compared\": " << r.bytes_compared
+    << ",\n  \"result\": " << json_escape(std::string(spec::name_of(r.worst)))
+    << ",\n  \"subjects\": [";
+  for (std::size_t i = 0; i < r.subjects.size(); ++i) {
+    const auto& s = r.subjects[i];
+    j << (i ? "," : "") << "\n    {\"name\": " << json_escape(s.name)
+      << ", \"op\": " << json_escape(s.op) << ", \"skipped\": " << json_escape(s.skipped)
+      << ", \"cases\": " << s.cases;
+    for (const auto& f : spec::kOutcomeFacts) {
+      std::string key(f.name);
+      for (char& c : key) c = c == '-' ? '_' : c;
+      j << ", \"" << key << "\": " << s.count(f.outcome);
+    }
+    j << ", \"first_failure\": " << json_escape(s.first_failure) << "}";
+  }
+  j << "\n  ]\n}\n";
+  return j.str();
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw spec::FailedToRun("cannot write " + tmp);
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw spec::FailedToRun("cannot rename " + tmp + " to " + path);
+  }
+}
+
+}  // namespace kvo::oracle

@@ -1,0 +1,20 @@
+#pragma once
+/// \file dense_insert.hpp
+/// The reference of the dense-layer fused insert (SPEC 4): Gemma RMSNorm + partial NeoX RoPE of q
+/// and k per token and head, then the SPEC 4 insert of k and v.
+
+#include "kvo/spec/dense_insert.hpp"
+
+namespace kvo::reference {
+
+/// Per token t (all T of the slot mapping, padding included for q) and head, on x widened to fp32:
+///   ms = fl(tree_sum(fl(x_i * x_i)) / hd); r = fl(1 / fl(sqrt(fl(ms + eps))));
+///   y_i = fl(fl(x_i * r) * fl(1 + w_i));
+///   for i < rotary_dim / 2 (c, s from row positions[t]): y_i' = fma(y_i, c, -fl(y_j * s)),
+///   y_j' = fma(y_j, c, fl(y_i * s)) with j = i + rotary_dim / 2.
+/// q: the result rounded to the activation dtype, returned as [T, nq, hd]. k: the result, v: the
+/// input, inserted per slot as write_layer does (scale, via_model_dtype, cast; padding skipped).
+spec::HostTensor dense_insert(const spec::ModelConfig& config, const spec::DenseInsert& in,
+                              spec::LayerCaches& caches);
+
+}  // namespace kvo::reference

@@ -1,0 +1,286 @@
+// Validation names planted inconsistencies by step, tensor, index and value; replay of the
+// committed traces is clean on the CPU subjects, finds planted subject bugs at the right step, and
+// carries what step n wrote into the comparison of step n+k.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "kvo/reference/layer_write.hpp"
+#include "kvo/reference/paged_cache.hpp"
+#include "kvo/spec/outcome.hpp"
+#include "kvo/traces/analysis.hpp"
+#include "kvo/traces/replay.hpp"
+#include "kvo/traces/trace.hpp"
+#include "trace_fixture.hpp"
+
+namespace kvo::traces {
+namespace {
+
+using testing::small_trace;
+
+std::vector<std::filesystem::path> committed_traces() {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(KVO_TRACE_DATA_DIR)) {
+    if (e.path().extension() == ".st" && e.path().filename().string().rfind("planted", 0) != 0) {
+      out.push_back(e.path());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::unique_ptr<oracle::WriteSubject>> cpu_subjects() {
+  std::vector<std::unique_ptr<oracle::WriteSubject>> out;
+  for (auto& s : oracle::make_write_subjects()) {
+    if (s->name().rfind("cpu-", 0) == 0) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+TEST(TraceValidate, PlantedDuplicateSlotIsNamed) {
+  Trace t = small_trace();
+  std::size_t s = 0;
+  while (t.steps[s].starts().back() < 3) ++s;
+  auto& slots = t.steps[s].slot_mapping.values;
+  const std::int64_t dup = slots[0];
+  slots[2] = dup;
+  const TraceValidation v = validate_trace(t);
+  ASSERT_FALSE(v.ok());
+  const TraceProblem& p = v.problems.front();
+  EXPECT_EQ(p.step, static_cast<std::int64_t>(s));
+  EXPECT_EQ(p.tensor, "step." + std::to_string(s) + ".slot_mapping");
+  EXPECT_EQ(p.index, 2);
+  EXPECT_EQ(p.value, dup);
+  EXPECT_NE(p.what.find("duplicate slot: entry 0"), std::string::npos) << p.describe();
+}
+
+TEST(TraceValidate, EachClassOfProblemIsNamed) {
+  const Trace base = small_trace();
+  const std::int64_t cap = base.config.geometry.capacity();
+  std::size_t s = 0;
+  while (base.steps[s].starts().back() < 2 ||
+         base.steps[s].tokens() == base.steps[s].starts().back())
+    ++s;
+  const std::int64_t real = base.steps[s].starts().back();
+  struct Case {
+    const char* name;
+    std::function<void(TraceStep&)> plant;
+    std::string tensor;
+    std::int64_t index;
+    std::string what;
+  };
+  const std::vector<Case> cases{
+      {"out of range", [&](TraceStep& st) { st.slot_mapping.values[1] = cap; }, "slot_mapping", 1,
+       "out of range"},
+      {"padding inside tokens", [&](TraceStep& st) { st.slot_mapping.values[1] = -1; },
+       "slot_mapping", 1, "padding slot inside"},
+      {"real slot in tail",
+       [&](TraceStep& st) { st.slot_mapping.values[static_cast<std::size_t>(real)] = cap - 1; },
+       "slot_mapping", real, "padding tail"},
+      {"outside block table",
+       [&](TraceStep& st) {
+         // A block no request of the step holds.
+         std::set<std::int64_t> held(st.block_table.values.begin(), st.block_table.values.end());
+         std::int64_t b = 0;
+         while (held.count(b)) ++b;
+         st.slot_mapping.values[0] = b * base.config.geometry.block_size;
+       },
+       "slot_mapping", 0, "outside request 0"},
+      {"block table past the cache",
+       [&](TraceStep& st) { st.block_table.values[0] = base.config.geometry.num_blocks; },
+       "block_table", 0, "past the cache"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Trace t = base;
+    c.plant(t.steps[s]);
+    const TraceValidation v = validate_trace(t);
+    ASSERT_FALSE(v.ok());
+    const auto hit = std::find_if(v.problems.begin(), v.problems.end(), [&](const TraceProblem& p) {
+      return p.tensor == "step." + std::to_string(s) + "." + c.tensor && p.index == c.index &&
+             p.what.find(c.what) != std::string::npos;
+    });
+    EXPECT_NE(hit, v.problems.end()) << v.problems.front().describe();
+  }
+}
+
+TEST(TraceValidate, CommittedTracesAreValid) {
+  const auto files = committed_traces();
+  ASSERT_GE(files.size(), 3u);
+  for (const auto& f : files) {
+    const TraceValidation v = validate_trace(load_trace(f));
+    EXPECT_TRUE(v.ok()) << f << ": " << (v.ok() ? "" : v.problems.front().describe());
+  }
+}
+
+TEST(TraceReplay, CommittedTracesReplayCleanOnCpuSubjects) {
+  for (const auto& f : committed_traces()) {
+    SCOPED_TRACE(f.string());
+    const Trace t = load_trace(f);
+    auto subjects = cpu_subjects();
+    const ReplayReport r = replay_trace(t, ReplayOptions{}, subjects);
+    EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
+    EXPECT_EQ(r.steps_run, static_cast<std::int64_t>(t.steps.size()));
+    for (const auto& s : r.subjects) {
+      EXPECT_EQ(s.layer_writes, static_cast<std::int64_t>(t.steps.size() * t.config.layers.size()))
+          << s.name;
+    }
+  }
+}
+
+TEST(TraceReplay, PlantedTraceIsRejectedWithItsLocation) {
+  const Trace t =
+      load_trace(std::filesystem::path(KVO_TRACE_DATA_DIR) / "planted_duplicate_slot.st");
+  auto subjects = cpu_subjects();
+  try {
+    (void)replay_trace(t, ReplayOptions{}, subjects);
+    ADD_FAILURE() << "replayed a trace with a duplicate slot";
+  } catch (const spec::InvalidInput& e) {
+    EXPECT_EQ(e.field(), "step.3.slot_mapping");
+    EXPECT_EQ(e.index(), 2);
+  }
+}
+
+/// A subject that writes correctly except at one step, where it skips the last real token.
+/// `layers` is how many layers each step writes (calls are counted from the first replayed step).
+std::unique_ptr<oracle::WriteSubject> drops_token_at(std::int64_t bad_step, std::int64_t layers) {
+  auto calls = std::make_shared<std::int64_t>(0);
+  return oracle::make_function_subject(
+      "drops-token", [calls, bad_step, layers](const spec::ModelConfig& c,
+                                               const spec::LayerWrite& w, spec::LayerCaches& out) {
+        const std::int64_t step = (*calls)++ / layers;
+        spec::LayerWrite bad = w;
+        if (step == bad_step) {
+          auto& slots = bad.slots.slots;
+          const auto last =
+              std::find_if(slots.rbegin(), slots.rend(), [](std::int64_t x) { return x >= 0; });
+          if (last != slots.rend()) *last = -1;
+        }
+        reference::write_layer(c, bad, out);
+      });
+}
+
+TEST(TraceReplay, PlantedSubjectBugStopsAtItsStep) {
+  const Trace t = small_trace();
+  std::vector<std::unique_ptr<oracle::WriteSubject>> subjects;
+  subjects.push_back(drops_token_at(7, 2));
+  const ReplayReport r = replay_trace(t, ReplayOptions{}, subjects);
+  EXPECT_EQ(r.worst, spec::Outcome::kMismatch);
+  ASSERT_EQ(r.mismatches.size(), 1u);
+  EXPECT_NE(r.mismatches[0].find("step 7, layer 0"), std::string::npos) << r.mismatches[0];
+  EXPECT_EQ(r.steps_run, 8) << "stops at the first mismatching step";
+}
+
+TEST(TraceReplay, KeepGoingCollectsAndResyncs) {
+  const Trace t = small_trace();
+  std::vector<std::unique_ptr<oracle::WriteSubject>> subjects;
+  subjects.push_back(drops_token_at(4, 2));
+  ReplayOptions o;
+  o.keep_going = true;
+  const ReplayReport r = replay_trace(t, o, subjects);
+  EXPECT_EQ(r.steps_run, static_cast<std::int64_t>(t.steps.size()));
+  // One report per layer of step 4, none after: the resync keeps later steps clean.
+  EXPECT_EQ(r.mismatches.size(), t.config.layers.size());
+  EXPECT_EQ(r.subjects[0].mismatching_steps, 1);
+}
+
+/// What step n wrote is compared at step n+k: a subject that, from step 6 on, starts every layer
+/// from freshly poisoned caches (forgetting earlier steps) must be caught at step 6.
+TEST(TraceReplay, EarlierStepsAreReadBackLater) {
+  const Trace t = small_trace();
+  const reference::PagedCacheLayout layout(t.config);
+  auto calls = std::make_shared<std::int64_t>(0);
+  std::vector<std::unique_ptr<oracle::WriteSubject>> subjects;
+  subjects.push_back(oracle::make_function_subject("forgets", [&, calls](const spec::ModelConfig& c,
+                                                                         const spec::LayerWrite& w,
+                                                                         spec::LayerCaches& out) {
+    const std::int64_t n = (*calls)++;
+    const std::int64_t layer = n % static_cast<std::int64_t>(c.layers.size());
+    if (n / static_cast<std::int64_t>(c.layers.size()) == 6) {
+      out = reference::make_layer_caches(layout, layer, c.layers[static_cast<std::size_t>(layer)]);
+    }
+    reference::write_layer(c, w, out);
+  }));
+  const ReplayReport r = replay_trace(t, ReplayOptions{}, subjects);
+  ASSERT_EQ(r.mismatches.size(), 1u);
+  EXPECT_NE(r.mismatches[0].find("step 6, layer 0"), std::string::npos) << r.mismatches[0];
+}
+
+TEST(TraceReplay, StepRangeStartsFromTheReferenceState) {
+  const Trace t = small_trace();
+  std::vector<std::unique_ptr<oracle::WriteSubject>> subjects;
+  subjects.push_back(drops_token_at(2, 1));  // counts calls from the range start: step 5 + 2 = 7
+  ReplayOptions o;
+  o.step_begin = 5;
+  o.step_end = 10;
+  o.layers = {1};
+  const ReplayReport r = replay_trace(t, o, subjects);
+  ASSERT_EQ(r.mismatches.size(), 1u);
+  EXPECT_NE(r.mismatches[0].find("step 7, layer 1"), std::string::npos) << r.mismatches[0];
+  auto clean = cpu_subjects();
+  const ReplayReport ok = replay_trace(t, o, clean);
+  EXPECT_EQ(ok.worst, spec::Outcome::kPass);
+  EXPECT_EQ(ok.steps_run, 5);
+}
+
+TEST(TraceReplay, BadRangesLayersAndSubjectsAreInvalidInput) {
+  const Trace t = small_trace();
+  auto subjects = cpu_subjects();
+  ReplayOptions o;
+  o.step_begin = 5;
+  o.step_end = 3;
+  EXPECT_THROW((void)replay_trace(t, o, subjects), spec::InvalidInput);
+  o = ReplayOptions{};
+  o.step_end = 99;
+  EXPECT_THROW((void)replay_trace(t, o, subjects), spec::InvalidInput);
+  o = ReplayOptions{};
+  o.layers = {2};
+  EXPECT_THROW((void)replay_trace(t, o, subjects), spec::InvalidInput);
+  o = ReplayOptions{};
+  o.subjects = {"nonesuch"};
+  EXPECT_THROW((void)replay_trace(t, o, subjects), spec::InvalidInput);
+}
+
+TEST(TraceReplay, ValuesAreKeyedByRequestAndPosition) {
+  SimOptions so;
+  so.seed = 9;
+  so.steps = 30;
+  so.mtp = 2;  // rejected drafts' positions are written again in the next step
+  so.config.layers = spec::parse_layer_mix("D");
+  so.config.geometry.num_blocks = 32;
+  so.config.geometry.head_dim = 16;
+  const Trace t = simulate(so);
+  const auto gen = replay_generator(t, ReplayOptions{});
+  // Find a (request, position) written in two steps (a rewrite after preemption or MTP), and
+  // check both writes carry the same K bytes; and padding rows differ from real ones.
+  std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::uint8_t>> seen;
+  const std::int64_t row = t.config.geometry.num_kv_heads * t.config.geometry.head_dim * 2;
+  std::int64_t repeats = 0;
+  for (std::int64_t s = 0; s < static_cast<std::int64_t>(t.steps.size()); ++s) {
+    const spec::LayerWrite w = make_step_write(t, s, 0, gen);
+    const TraceStep& st = t.steps[static_cast<std::size_t>(s)];
+    const auto starts = st.starts();
+    for (std::int64_t b = 0; b < st.batch(); ++b) {
+      const auto bi = static_cast<std::size_t>(b);
+      const std::int64_t q = starts[bi + 1] - starts[bi];
+      for (std::int64_t j = 0; j < q; ++j) {
+        const std::int64_t tok = starts[bi] + j;
+        std::vector<std::uint8_t> bytes(w.k.bytes.begin() + tok * row,
+                                        w.k.bytes.begin() + (tok + 1) * row);
+        const auto key = std::make_pair(st.request_id(b), st.seq_lens.values[bi] - q + j);
+        const auto [it, inserted] = seen.emplace(key, bytes);
+        if (!inserted) {
+          ++repeats;
+          EXPECT_EQ(it->second, bytes) << "request " << key.first << " position " << key.second;
+        }
+      }
+    }
+  }
+  EXPECT_GT(repeats, 0) << "the fixture should rewrite some token (preemption or MTP)";
+}
+
+}  // namespace
+}  // namespace kvo::traces

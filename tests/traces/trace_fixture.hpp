@@ -1,0 +1,58 @@
+#pragma once
+// Shared helpers of the trace tests: a small valid trace, and a way to rewrite a file's header
+// JSON or data section to build each class of malformed file from a valid one.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kvo/traces/simulator.hpp"
+#include "kvo/traces/trace.hpp"
+
+namespace kvo::traces::testing {
+
+/// A small simulated trace (2 layers, 12 steps) of the given seed.
+inline Trace small_trace(std::uint64_t seed = 5, bool separate_index = false) {
+  SimOptions o;
+  o.seed = seed;
+  o.steps = 12;
+  o.config.layers = spec::parse_layer_mix("DS");
+  o.config.geometry.num_blocks = 32;
+  o.config.geometry.block_size = 4;
+  o.config.geometry.num_kv_heads = 2;
+  o.config.geometry.head_dim = 16;
+  o.config.separate_index_slots = separate_index;
+  o.prompt_max = 40;
+  o.output_max = 20;
+  return simulate(o);
+}
+
+/// A file split into its header JSON and its data section.
+struct FileParts {
+  nlohmann::json header;
+  std::vector<std::uint8_t> data;
+};
+
+inline FileParts split(const std::vector<std::uint8_t>& file) {
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | file[static_cast<std::size_t>(i)];
+  FileParts p;
+  p.header = nlohmann::json::parse(file.begin() + 8, file.begin() + 8 + static_cast<long>(n));
+  p.data.assign(file.begin() + 8 + static_cast<long>(n), file.end());
+  return p;
+}
+
+/// 8-byte length, header text, data: no padding, so offsets in messages are easy to predict.
+inline std::vector<std::uint8_t> join(const std::string& header,
+                                      const std::vector<std::uint8_t>& data) {
+  const std::uint64_t n = header.size();
+  std::vector<std::uint8_t> out(8 + header.size() + data.size());
+  for (std::size_t i = 0; i < 8; ++i) out[i] = static_cast<std::uint8_t>(n >> (8 * i));
+  for (std::size_t i = 0; i < header.size(); ++i) out[8 + i] = static_cast<std::uint8_t>(header[i]);
+  for (std::size_t i = 0; i < data.size(); ++i) out[8 + header.size() + i] = data[i];
+  return out;
+}
+
+inline std::vector<std::uint8_t> join(const FileParts& p) { return join(p.header.dump(), p.data); }
+
+}  // namespace kvo::traces::testing

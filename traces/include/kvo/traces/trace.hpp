@@ -1,0 +1,90 @@
+#pragma once
+/// \file trace.hpp
+/// A serving trace: the model configuration and, per engine step, the slot mapping and the batch
+/// metadata an attention backend sees (block table, sequence lengths, query start locations).
+/// Stored as a safetensors file (traces/README.md gives the format); read strictly: a file that
+/// parses is structurally sound (every per-token quantity can be computed without a bounds check),
+/// and everything else is spec::InvalidInput naming the tensor or byte offset. Whether its slots
+/// are *legal* for the cache is trace validate's job (analysis.hpp), so that a broken engine
+/// capture can still be loaded and explained.
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvo/spec/config.hpp"
+
+namespace kvo::traces {
+
+/// Storage type of an integer tensor of a trace.
+enum class IntType : std::uint8_t { kI32, kI64 };
+
+/// An integer tensor; values are held as int64 whatever the storage type.
+struct IntTensor {
+  IntType type = IntType::kI32;
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> values;  ///< row-major, prod(shape) values
+
+  std::int64_t dim(std::size_t i) const { return shape.at(i); }
+  bool operator==(const IntTensor&) const = default;
+};
+
+/// One engine step. B requests in the batch, T slot-mapping entries (T >= the step's real tokens;
+/// the tail past query_start_loc[B] is CUDA-graph padding).
+struct TraceStep {
+  IntTensor slot_mapping;                       ///< [T], the model's slot type
+  std::optional<IntTensor> index_slot_mapping;  ///< [T], iff config.separate_index_slots
+  IntTensor block_table;                        ///< [B, max_blocks]
+  IntTensor seq_lens;                           ///< [B], tokens of each request after the step
+  std::optional<IntTensor> query_start_loc;     ///< [B+1]; exactly one of this and query_lens
+  std::optional<IntTensor> query_lens;          ///< [B]
+  std::optional<IntTensor> request_ids;         ///< [B]; absent: the batch index is the id
+  std::optional<IntTensor> topk_ids;            ///< [T, k], the engine's own top-k (not replayed)
+
+  std::int64_t batch() const { return seq_lens.values.empty() ? 0 : seq_lens.dim(0); }
+  std::int64_t tokens() const { return slot_mapping.dim(0); }
+  /// Start of request b's tokens in the slot mapping ([B+1], from either form).
+  std::vector<std::int64_t> starts() const;
+  /// The id the value generator keys request b's tokens with.
+  std::int64_t request_id(std::int64_t b) const {
+    return request_ids ? request_ids->values[static_cast<std::size_t>(b)] : b;
+  }
+  bool operator==(const TraceStep&) const = default;
+};
+
+struct Trace {
+  spec::ModelConfig config;
+  std::string engine = "kvoracle-sim";
+  std::string engine_version = "0";
+  std::vector<float> k_scale{1.0f};  ///< [1] or [nkv]
+  std::vector<float> v_scale{1.0f};
+  /// Metadata keys the format does not define (capture notes, simulator knobs); kept verbatim.
+  std::map<std::string, std::string> extra;
+  std::vector<TraceStep> steps;
+
+  bool operator==(const Trace& o) const;
+};
+
+/// Format identifier in __metadata__["format"].
+inline constexpr std::string_view kTraceFormat = "kvoracle-trace/1";
+
+/// Parses a trace file held in memory. Throws spec::InvalidInput (see file comment).
+Trace parse_trace(std::span<const std::uint8_t> bytes);
+/// Serialises a trace. Throws spec::InvalidInput when the trace would not parse back (so a
+/// program can never write a file its own reader rejects).
+std::vector<std::uint8_t> serialize_trace(const Trace& trace);
+
+/// Reads and parses a file; a missing or unreadable file is InvalidInput naming the path.
+Trace load_trace(const std::filesystem::path& path);
+/// Writes to a temporary file next to `path` and renames it over `path`: a failure never leaves a
+/// partial trace behind.
+void save_trace(const Trace& trace, const std::filesystem::path& path);
+
+/// The metadata map of a trace's configuration (what serialize_trace writes to __metadata__).
+std::map<std::string, std::string> trace_metadata(const Trace& trace);
+
+}  // namespace kvo::traces

@@ -1,0 +1,540 @@
+#include "kvo/traces/trace.hpp"
+
+#include <unistd.h>
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <set>
+#include <unordered_set>
+
+#include "kvo/spec/outcome.hpp"
+#include "kvo/traces/safetensors.hpp"
+
+namespace kvo::traces {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "trace tensors are little-endian and read with memcpy");
+
+/// Longest sequence a trace may describe; positions stay far from any overflow.
+constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 40;
+
+/// The tensors of one step, as named in the file.
+enum class Part : std::uint8_t {
+  kSlotMapping,
+  kIndexSlotMapping,
+  kBlockTable,
+  kSeqLens,
+  kQueryStartLoc,
+  kQueryLens,
+  kRequestIds,
+  kTopkIds,
+};
+constexpr std::array<std::string_view, 8> kPartNames{
+    "slot_mapping",    "index_slot_mapping", "block_table", "seq_lens",
+    "query_start_loc", "query_lens",         "request_ids", "topk_ids"};
+
+std::string tensor_name(std::int64_t step, Part p) {
+  return "step." + std::to_string(step) + "." +
+         std::string(kPartNames[static_cast<std::size_t>(p)]);
+}
+
+std::string field_of(std::int64_t step, Part p) { return "tensor '" + tensor_name(step, p) + "'"; }
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// Strict decimal: digits only, no sign, no leading zero, fits int64.
+std::optional<std::int64_t> parse_count(std::string_view text) {
+  if (text.empty() || text.size() > 19) return std::nullopt;
+  if (text.size() > 1 && text[0] == '0') return std::nullopt;
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v < 0) return std::nullopt;
+  return v;
+}
+
+const std::string& require_key(const std::map<std::string, std::string>& m, const char* key) {
+  const auto it = m.find(key);
+  if (it == m.end()) {
+    throw spec::InvalidInput(std::string("__metadata__ '") + key + "'", -1, "missing",
+                             "required configuration key");
+  }
+  return it->second;
+}
+
+std::int64_t meta_int(const std::map<std::string, std::string>& m, const char* key) {
+  const std::string& v = require_key(m, key);
+  const auto n = parse_count(v);
+  if (!n) {
+    throw spec::InvalidInput(std::string("__metadata__ '") + key + "'", -1, "\"" + v + "\"",
+                             "expected a non-negative decimal integer");
+  }
+  return *n;
+}
+
+bool meta_bool(const std::map<std::string, std::string>& m, const char* key) {
+  const std::string& v = require_key(m, key);
+  if (v == "true") return true;
+  if (v == "false") return false;
+  throw spec::InvalidInput(std::string("__metadata__ '") + key + "'", -1, "\"" + v + "\"",
+                           "expected true or false");
+}
+
+template <class E>
+E meta_enum(const std::map<std::string, std::string>& m, const char* key) {
+  const std::string& v = require_key(m, key);
+  const auto e = spec::parse_enum<E>(v);
+  if (!e) {
+    throw spec::InvalidInput(std::string("__metadata__ '") + key + "'", -1, "\"" + v + "\"",
+                             "expected one of " + spec::enum_choices<E>());
+  }
+  return *e;
+}
+
+std::vector<float> meta_scales(const std::map<std::string, std::string>& m, const char* key) {
+  const std::string& v = require_key(m, key);
+  std::vector<float> out;
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t comma = std::min(v.find(',', at), v.size());
+    const std::string item = v.substr(at, comma - at);
+    char* end = nullptr;
+    errno = 0;
+    const float x = item.empty() ? 0.0f : std::strtof(item.c_str(), &end);
+    if (item.empty() || end != item.c_str() + item.size() || errno == ERANGE ||
+        std::isspace(static_cast<unsigned char>(item[0]))) {
+      throw spec::InvalidInput(std::string("__metadata__ '") + key + "'",
+                               static_cast<std::int64_t>(out.size()), "\"" + item + "\"",
+                               "expected comma-separated float32 scales");
+    }
+    out.push_back(x);
+    if (comma == v.size()) break;
+    at = comma + 1;
+    if (out.size() > 4096) break;
+  }
+  return out;
+}
+
+std::string scales_text(const std::vector<float>& s) {
+  std::string out;
+  for (float x : s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.9g", static_cast<double>(x));
+    if (!out.empty()) out += ',';
+    out += b;
+  }
+  return out;
+}
+
+IntTensor decode_int(const StTensor& t) {
+  IntTensor out;
+  out.shape = t.shape;
+  const std::size_t eb = t.dtype == StDType::kI32 ? 4 : 8;
+  out.type = t.dtype == StDType::kI32 ? IntType::kI32 : IntType::kI64;
+  const std::size_t n = t.bytes.size() / eb;
+  out.values.resize(n);
+  if (eb == 8) {
+    if (n) std::memcpy(out.values.data(), t.bytes.data(), n * 8);
+  } else {
+    const std::uint8_t* p = t.bytes.data();
+    for (std::size_t i = 0; i < n; ++i) {
+      std::int32_t v;
+      std::memcpy(&v, p + 4 * i, 4);
+      out.values[i] = v;
+    }
+  }
+  return out;
+}
+
+StTensorOut encode_int(std::string name, const IntTensor& t) {
+  StTensorOut out;
+  out.name = std::move(name);
+  out.shape = t.shape;
+  out.dtype = t.type == IntType::kI32 ? StDType::kI32 : StDType::kI64;
+  const std::size_t n = t.values.size();
+  if (t.type == IntType::kI64) {
+    out.bytes.resize(n * 8);
+    if (n) std::memcpy(out.bytes.data(), t.values.data(), n * 8);
+  } else {
+    out.bytes.resize(n * 4);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto v = static_cast<std::int32_t>(t.values[i]);
+      std::memcpy(out.bytes.data() + 4 * i, &v, 4);
+    }
+  }
+  return out;
+}
+
+void expect_rank(const IntTensor& t, std::size_t rank, std::int64_t step, Part p) {
+  if (t.shape.size() != rank) {
+    throw spec::InvalidInput(field_of(step, p) + " shape", -1, shape_text(t.shape),
+                             "expected " + std::to_string(rank) + " dimension(s)");
+  }
+}
+
+void expect_shape(const IntTensor& t, const std::vector<std::int64_t>& shape, std::int64_t step,
+                  Part p, const std::string& why) {
+  if (t.shape != shape) {
+    throw spec::InvalidInput(field_of(step, p) + " shape", -1, shape_text(t.shape),
+                             "expected " + shape_text(shape) + " (" + why + ")");
+  }
+}
+
+/// The step's structure: shapes agree on B and T, query ranges tile a prefix of the slot
+/// mapping, every request's tokens fit its sequence and its block-table row.
+void check_step(const spec::ModelConfig& c, std::int64_t s, const TraceStep& st) {
+  expect_rank(st.slot_mapping, 1, s, Part::kSlotMapping);
+  const std::int64_t tokens = st.slot_mapping.dim(0);
+  const IntType slot_type = c.slot_type == spec::SlotType::kI32 ? IntType::kI32 : IntType::kI64;
+  if (st.slot_mapping.type != slot_type) {
+    throw spec::InvalidInput(field_of(s, Part::kSlotMapping) + " dtype", -1,
+                             st.slot_mapping.type == IntType::kI32 ? "I32" : "I64",
+                             "expected the model's slot type " +
+                                 std::string(spec::name_of(c.slot_type)) +
+                                 " (__metadata__ "
+                                 "'slot_type')");
+  }
+  if (c.separate_index_slots != st.index_slot_mapping.has_value()) {
+    throw spec::InvalidInput(
+        field_of(s, Part::kIndexSlotMapping), -1, st.index_slot_mapping ? "present" : "missing",
+        std::string("expected ") + (c.separate_index_slots ? "present" : "absent") +
+            " (__metadata__ 'separate_index_slots' = " +
+            (c.separate_index_slots ? "true" : "false") + ")");
+  }
+  if (st.index_slot_mapping) {
+    expect_shape(*st.index_slot_mapping, {tokens}, s, Part::kIndexSlotMapping,
+                 "one per slot_mapping entry");
+    if (st.index_slot_mapping->type != slot_type) {
+      throw spec::InvalidInput(
+          field_of(s, Part::kIndexSlotMapping) + " dtype", -1,
+          st.index_slot_mapping->type == IntType::kI32 ? "I32" : "I64",
+          "expected the model's slot type " + std::string(spec::name_of(c.slot_type)));
+    }
+  }
+  expect_rank(st.block_table, 2, s, Part::kBlockTable);
+  const std::int64_t batch = st.block_table.dim(0);
+  const std::int64_t max_blocks = st.block_table.dim(1);
+  expect_shape(st.seq_lens, {batch}, s, Part::kSeqLens, "one per block_table row");
+  if (st.query_start_loc.has_value() == st.query_lens.has_value()) {
+    throw spec::InvalidInput(field_of(s, Part::kQueryStartLoc), -1,
+                             st.query_start_loc ? "present with query_lens" : "missing",
+                             "expected exactly one of step." + std::to_string(s) +
+                                 ".query_start_loc [B+1] and step." + std::to_string(s) +
+                                 ".query_lens [B]");
+  }
+  if (st.query_start_loc) {
+    expect_shape(*st.query_start_loc, {batch + 1}, s, Part::kQueryStartLoc, "B + 1");
+    const auto& q = st.query_start_loc->values;
+    if (q[0] != 0) {
+      throw spec::InvalidInput(field_of(s, Part::kQueryStartLoc), 0, std::to_string(q[0]),
+                               "expected 0");
+    }
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const auto i = static_cast<std::size_t>(b);
+      if (q[i + 1] <= q[i]) {
+        throw spec::InvalidInput(field_of(s, Part::kQueryStartLoc), b + 1, std::to_string(q[i + 1]),
+                                 "expected > the previous entry " + std::to_string(q[i]) +
+                                     " (every request writes at least one token)");
+      }
+    }
+  } else {
+    expect_shape(*st.query_lens, {batch}, s, Part::kQueryLens, "one per block_table row");
+  }
+  if (st.request_ids) {
+    expect_shape(*st.request_ids, {batch}, s, Part::kRequestIds, "one per block_table row");
+    std::unordered_set<std::int64_t> seen;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t id = st.request_ids->values[static_cast<std::size_t>(b)];
+      if (id < 0) {
+        throw spec::InvalidInput(field_of(s, Part::kRequestIds), b, std::to_string(id),
+                                 "expected a non-negative request id");
+      }
+      if (!seen.insert(id).second) {
+        throw spec::InvalidInput(field_of(s, Part::kRequestIds), b, std::to_string(id),
+                                 "request id repeats within the step");
+      }
+    }
+  }
+  if (st.topk_ids) {
+    expect_rank(*st.topk_ids, 2, s, Part::kTopkIds);
+    if (st.topk_ids->dim(0) != tokens) {
+      throw spec::InvalidInput(field_of(s, Part::kTopkIds) + " shape", -1,
+                               shape_text(st.topk_ids->shape),
+                               "expected [" + std::to_string(tokens) + ", k] (one row per token)");
+    }
+  }
+  // Per request: q_len in [1, seq_len], seq_len within the row's blocks, tokens within T.
+  std::int64_t end = 0;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const auto i = static_cast<std::size_t>(b);
+    const std::int64_t q_len =
+        st.query_lens ? st.query_lens->values[i]
+                      : st.query_start_loc->values[i + 1] - st.query_start_loc->values[i];
+    if (q_len < 1) {
+      throw spec::InvalidInput(field_of(s, Part::kQueryLens), b, std::to_string(q_len),
+                               "expected >= 1 (every request writes at least one token)");
+    }
+    const std::int64_t seq = st.seq_lens.values[i];
+    if (seq < q_len || seq > kMaxSeqLen) {
+      throw spec::InvalidInput(field_of(s, Part::kSeqLens), b, std::to_string(seq),
+                               "expected in [query length " + std::to_string(q_len) + ", 2^40]");
+    }
+    const std::int64_t bs = c.geometry.block_size;
+    const std::int64_t blocks = seq / bs + (seq % bs != 0 ? 1 : 0);
+    if (blocks > max_blocks) {
+      throw spec::InvalidInput(field_of(s, Part::kSeqLens), b, std::to_string(seq),
+                               "needs " + std::to_string(blocks) + " blocks of " +
+                                   std::to_string(bs) + " but step." + std::to_string(s) +
+                                   ".block_table has " + std::to_string(max_blocks) + " columns");
+    }
+    if (q_len > tokens - end) {
+      throw spec::InvalidInput(
+          field_of(s, st.query_lens ? Part::kQueryLens : Part::kQueryStartLoc), b,
+          std::to_string(q_len),
+          "the step's tokens run past the slot mapping's " + std::to_string(tokens) + " entries");
+    }
+    end += q_len;
+  }
+}
+
+}  // namespace
+
+std::vector<std::int64_t> TraceStep::starts() const {
+  if (query_start_loc) return query_start_loc->values;
+  std::vector<std::int64_t> out{0};
+  for (std::int64_t q : query_lens->values) out.push_back(out.back() + q);
+  return out;
+}
+
+std::map<std::string, std::string> trace_metadata(const Trace& t) {
+  std::map<std::string, std::string> m = t.extra;
+  const spec::ModelConfig& c = t.config;
+  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+  m["format"] = std::string(kTraceFormat);
+  m["engine"] = t.engine;
+  m["engine_version"] = t.engine_version;
+  m["num_steps"] = std::to_string(t.steps.size());
+  m["layers"] = spec::format_layer_mix(c.layers);
+  m["num_blocks"] = std::to_string(c.geometry.num_blocks);
+  m["block_size"] = std::to_string(c.geometry.block_size);
+  m["num_kv_heads"] = std::to_string(c.geometry.num_kv_heads);
+  m["head_dim"] = std::to_string(c.geometry.head_dim);
+  m["index_dim"] = std::to_string(c.geometry.index_dim);
+  m["act_dtype"] = spec::name_of(c.act_dtype);
+  m["kv_dtype"] = spec::name_of(c.kv.cache_dtype);
+  m["saturation"] = spec::name_of(c.kv.saturation);
+  m["scale_mode"] = spec::name_of(c.kv.scale_mode);
+  m["per_head_scale"] = b(c.kv.per_head_scale);
+  m["via_model_dtype"] = b(c.kv.via_model_dtype);
+  m["layout"] = spec::name_of(c.layout);
+  m["index_layout"] = spec::name_of(c.index.layout);
+  m["index_dtype"] = spec::name_of(c.index.flat_dtype);
+  m["ue8m0"] = b(c.index.ue8m0);
+  m["slot_mode"] = spec::name_of(c.slot_mode);
+  m["slot_type"] = spec::name_of(c.slot_type);
+  m["separate_index_slots"] = b(c.separate_index_slots);
+  m["k_scale"] = scales_text(t.k_scale);
+  m["v_scale"] = scales_text(t.v_scale);
+  return m;
+}
+
+bool Trace::operator==(const Trace& o) const {
+  return trace_metadata(*this) == trace_metadata(o) && steps == o.steps;
+}
+
+Trace parse_trace(std::span<const std::uint8_t> bytes) {
+  const StFile file = parse_safetensors(bytes);
+  const auto& m = file.metadata;
+  Trace t;
+  const std::string& format = require_key(m, "format");
+  if (format != kTraceFormat) {
+    throw spec::InvalidInput("__metadata__ 'format'", -1, "\"" + format + "\"",
+                             "expected \"" + std::string(kTraceFormat) + "\"");
+  }
+  t.engine = require_key(m, "engine");
+  t.engine_version = require_key(m, "engine_version");
+  spec::ModelConfig& c = t.config;
+  c.layers = spec::parse_layer_mix(require_key(m, "layers"));
+  c.geometry.num_blocks = meta_int(m, "num_blocks");
+  c.geometry.block_size = meta_int(m, "block_size");
+  c.geometry.num_kv_heads = meta_int(m, "num_kv_heads");
+  c.geometry.head_dim = meta_int(m, "head_dim");
+  c.geometry.index_dim = meta_int(m, "index_dim");
+  c.act_dtype = meta_enum<spec::DType>(m, "act_dtype");
+  c.kv.cache_dtype = meta_enum<spec::DType>(m, "kv_dtype");
+  c.kv.saturation = meta_enum<spec::Saturation>(m, "saturation");
+  c.kv.scale_mode = meta_enum<spec::ScaleMode>(m, "scale_mode");
+  c.kv.per_head_scale = meta_bool(m, "per_head_scale");
+  c.kv.via_model_dtype = meta_bool(m, "via_model_dtype");
+  c.layout = meta_enum<spec::KvLayout>(m, "layout");
+  c.index.layout = meta_enum<spec::IndexLayout>(m, "index_layout");
+  c.index.flat_dtype = meta_enum<spec::DType>(m, "index_dtype");
+  c.index.ue8m0 = meta_bool(m, "ue8m0");
+  c.slot_mode = meta_enum<spec::SlotMode>(m, "slot_mode");
+  c.slot_type = meta_enum<spec::SlotType>(m, "slot_type");
+  c.separate_index_slots = meta_bool(m, "separate_index_slots");
+  spec::validate(c);
+  t.k_scale = meta_scales(m, "k_scale");
+  t.v_scale = meta_scales(m, "v_scale");
+  spec::validate_scales(c, t.k_scale, "__metadata__ 'k_scale'");
+  spec::validate_scales(c, t.v_scale, "__metadata__ 'v_scale'");
+  const std::int64_t num_steps = meta_int(m, "num_steps");
+  static const std::set<std::string> kKnown{
+      "format",          "engine",     "engine_version",       "num_steps",   "layers",
+      "num_blocks",      "block_size", "num_kv_heads",         "head_dim",    "index_dim",
+      "act_dtype",       "kv_dtype",   "saturation",           "scale_mode",  "per_head_scale",
+      "via_model_dtype", "layout",     "index_layout",         "index_dtype", "ue8m0",
+      "slot_mode",       "slot_type",  "separate_index_slots", "k_scale",     "v_scale"};
+  for (const auto& [k, v] : m) {
+    if (!kKnown.count(k)) t.extra.emplace(k, v);
+  }
+
+  // Every tensor is step.<s>.<part> (s < num_steps, no leading zeros) or an x.* extension.
+  std::map<std::int64_t, std::array<const StTensor*, 8>> parts;
+  for (const StTensor& st : file.tensors) {
+    const std::string& name = st.name;
+    if (name.rfind("x.", 0) == 0) continue;
+    const std::size_t dot = name.find('.', 5);
+    const auto step = name.rfind("step.", 0) == 0 && dot != std::string::npos
+                          ? parse_count(std::string_view(name).substr(5, dot - 5))
+                          : std::nullopt;
+    if (!step) {
+      throw spec::InvalidInput("tensor '" + name + "'", -1, "name",
+                               "expected step.<s>.<part> (s a decimal step index) or an x.* "
+                               "extension");
+    }
+    const std::string_view part = std::string_view(name).substr(dot + 1);
+    const auto pi = std::find(kPartNames.begin(), kPartNames.end(), part);
+    if (pi == kPartNames.end()) {
+      throw spec::InvalidInput("tensor '" + name + "'", -1, "name",
+                               "unknown part; expected one of slot_mapping, index_slot_mapping, "
+                               "block_table, seq_lens, query_start_loc, query_lens, request_ids, "
+                               "topk_ids");
+    }
+    if (*step >= num_steps) {
+      throw spec::InvalidInput("tensor '" + name + "'", -1, "step " + std::to_string(*step),
+                               "past __metadata__ 'num_steps' = " + std::to_string(num_steps));
+    }
+    if (st.dtype != StDType::kI32 && st.dtype != StDType::kI64) {
+      throw spec::InvalidInput("tensor '" + name + "' dtype", -1,
+                               std::string(st_dtype_name(st.dtype)), "expected I32 or I64");
+    }
+    parts[*step][static_cast<std::size_t>(pi - kPartNames.begin())] = &st;
+  }
+  for (std::int64_t s = 0; s < num_steps; ++s) {
+    const auto it = parts.find(s);
+    const auto required = [&](Part p) -> const StTensor& {
+      const StTensor* st = it == parts.end() ? nullptr : it->second[static_cast<std::size_t>(p)];
+      if (!st) {
+        throw spec::InvalidInput(
+            field_of(s, p), -1, "missing",
+            "every step of __metadata__ 'num_steps' = " + std::to_string(num_steps) +
+                " needs slot_mapping, "
+                "block_table, seq_lens and query_start_loc or query_lens");
+      }
+      return *st;
+    };
+    const auto optional = [&](Part p) -> std::optional<IntTensor> {
+      const StTensor* st = it == parts.end() ? nullptr : it->second[static_cast<std::size_t>(p)];
+      if (!st) return std::nullopt;
+      return decode_int(*st);
+    };
+    TraceStep step;
+    step.slot_mapping = decode_int(required(Part::kSlotMapping));
+    step.block_table = decode_int(required(Part::kBlockTable));
+    step.seq_lens = decode_int(required(Part::kSeqLens));
+    step.index_slot_mapping = optional(Part::kIndexSlotMapping);
+    step.query_start_loc = optional(Part::kQueryStartLoc);
+    step.query_lens = optional(Part::kQueryLens);
+    step.request_ids = optional(Part::kRequestIds);
+    step.topk_ids = optional(Part::kTopkIds);
+    check_step(c, s, step);
+    t.steps.push_back(std::move(step));
+  }
+  return t;
+}
+
+std::vector<std::uint8_t> serialize_trace(const Trace& t) {
+  std::vector<StTensorOut> out;
+  for (std::size_t i = 0; i < t.steps.size(); ++i) {
+    const auto s = static_cast<std::int64_t>(i);
+    const TraceStep& st = t.steps[i];
+    out.push_back(encode_int(tensor_name(s, Part::kSlotMapping), st.slot_mapping));
+    if (st.index_slot_mapping) {
+      out.push_back(encode_int(tensor_name(s, Part::kIndexSlotMapping), *st.index_slot_mapping));
+    }
+    out.push_back(encode_int(tensor_name(s, Part::kBlockTable), st.block_table));
+    out.push_back(encode_int(tensor_name(s, Part::kSeqLens), st.seq_lens));
+    if (st.query_start_loc) {
+      out.push_back(encode_int(tensor_name(s, Part::kQueryStartLoc), *st.query_start_loc));
+    }
+    if (st.query_lens) out.push_back(encode_int(tensor_name(s, Part::kQueryLens), *st.query_lens));
+    if (st.request_ids) {
+      out.push_back(encode_int(tensor_name(s, Part::kRequestIds), *st.request_ids));
+    }
+    if (st.topk_ids) out.push_back(encode_int(tensor_name(s, Part::kTopkIds), *st.topk_ids));
+  }
+  for (const auto& o : out) {
+    std::int64_t n = 1;
+    for (std::int64_t d : o.shape) n *= d;
+    if (static_cast<std::size_t>(n) * st_dtype_bytes(o.dtype) != o.bytes.size()) {
+      throw spec::InvalidInput("tensor '" + o.name + "' shape", -1, shape_text(o.shape),
+                               "disagrees with its " +
+                                   std::to_string(o.bytes.size() / st_dtype_bytes(o.dtype)) +
+                                   " values");
+    }
+  }
+  std::vector<std::uint8_t> bytes = build_safetensors(trace_metadata(t), out);
+  // The writer's output goes through the strict reader: a trace this program writes always loads.
+  (void)parse_trace(bytes);
+  return bytes;
+}
+
+Trace load_trace(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw spec::InvalidInput("trace", -1, path.string(), "cannot open the file for reading");
+  }
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
+  if (in.bad()) throw spec::InvalidInput("trace", -1, path.string(), "read error");
+  return parse_trace(bytes);
+}
+
+void save_trace(const Trace& trace, const std::filesystem::path& path) {
+  const std::vector<std::uint8_t> bytes = serialize_trace(trace);
+  std::filesystem::path tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw spec::InvalidInput("output", -1, path.string(), "cannot open for writing");
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    if (!out) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw spec::InvalidInput("output", -1, path.string(), "write failed");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw spec::InvalidInput("output", -1, path.string(), "cannot rename the temporary file");
+  }
+}
+
+}  // namespace kvo::traces
