@@ -45,6 +45,7 @@ void add_model_flags(CLI::App& app, oracle::CaseOverrides& o) {
   add_enum_option(app, "--index-layout", o.index_layout, "index-K cache layout");
   add_enum_option(app, "--slot-mode", o.slot_mode, "meaning of negative slots");
   add_enum_option(app, "--slot-type", o.slot_type, "slot mapping storage type");
+  add_enum_option(app, "--allocator", o.allocator, "how the step's blocks are handed out");
   add_bool(app, "--per-head-scale", o.per_head_scale,
            "one KV scale per head instead of per tensor");
   add_bool(app, "--via-model-dtype", o.via_model_dtype,

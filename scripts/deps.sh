@@ -4,7 +4,7 @@
 # the build finds nvcc when it exists (e.g. /usr/local/cuda) and builds without CUDA otherwise.
 set -euo pipefail
 packages=(cmake ninja-build g++ make pkg-config libgtest-dev libgmock-dev librapidcheck-dev libcli11-dev
-          libeigen3-dev libbenchmark-dev)
+          libeigen3-dev libbenchmark-dev nlohmann-json3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -42,9 +42,10 @@ Outcome guarded(Fn&& fn, std::string& error) {
 /// Runs one write subject over every layer of a case; fills the diff or the error.
 Outcome run_write(WriteSubject& subject, const WriteCase& wc,
                   const reference::PagedCacheLayout& layout,
+                  const std::vector<spec::LayerCaches>& poisoned,
                   const std::vector<spec::LayerCaches>& expected, CacheDiff& diff,
                   std::string& error) {
-  std::vector<spec::LayerCaches> actual = reference::make_model_caches(layout);
+  std::vector<spec::LayerCaches> actual = poisoned;  // poisoned once per case, copied per subject
   const Outcome ran = guarded(
       [&] {
         for (std::size_t l = 0; l < wc.writes.size(); ++l)
@@ -303,13 +304,14 @@ CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSu
     if (!write_rows.empty()) {
       const WriteCase wc = make_write_case(seed, o.overrides);
       const reference::PagedCacheLayout layout(wc.config);
-      std::vector<spec::LayerCaches> expected = reference::make_model_caches(layout);
+      const std::vector<spec::LayerCaches> poisoned = reference::make_model_caches(layout);
+      std::vector<spec::LayerCaches> expected = poisoned;
       for (std::size_t l = 0; l < wc.writes.size(); ++l)
         reference::write_layer(wc.config, wc.writes[l], expected[l]);
       for (auto& [subject, row] : write_rows) {
         CacheDiff diff;
         std::string detail;
-        const Outcome outcome = run_write(*subject, wc, layout, expected, diff, detail);
+        const Outcome outcome = run_write(*subject, wc, layout, poisoned, expected, diff, detail);
         report.bytes_compared += diff.compared_bytes;
         record(row, outcome, i, seed, wc.describe(), detail);
       }

@@ -57,9 +57,10 @@ spec::HostTensor make_tensor(const reference::ValueGenerator& gen, std::int64_t 
   t.bytes.resize(static_cast<std::size_t>(rows * per_row * eb));
   for (std::int64_t r = 0; r < rows; ++r) {
     const auto [request, position] = row_keys[static_cast<std::size_t>(r)];
+    const std::uint64_t key = gen.row_key(layer, which, request, position);
     for (std::int64_t h = 0; h < std::max<std::int64_t>(heads, 1); ++h) {
       for (std::int64_t d = 0; d < dim; ++d) {
-        const float x = gen.value(layer, which, request, position, heads > 0 ? h : 0, d);
+        const float x = gen.value_in_row(key, heads > 0 ? h : 0, d);
         reference::store_code(reference::encode(x, gen.act, spec::Saturation::kSatFinite), gen.act,
                               t.bytes.data() + ((r * per_row) + h * dim + d) * eb);
       }
@@ -109,6 +110,7 @@ std::string CaseOverrides::to_flags() const {
   name("--index-layout", index_layout);
   name("--slot-mode", slot_mode);
   name("--slot-type", slot_type);
+  name("--allocator", allocator);
   boolean("--per-head-scale", per_head_scale);
   boolean("--via-model-dtype", via_model_dtype);
   boolean("--ue8m0", ue8m0);
@@ -147,8 +149,8 @@ std::string WriteCase::describe() const {
   std::ostringstream s;
   std::int64_t tokens = padding;
   for (const auto& r : requests) tokens += r.q_len;
-  s << spec::describe(config) << " requests=" << requests.size() << " tokens=" << tokens
-    << " (padding " << padding << ")";
+  s << spec::describe(config) << " allocator=" << spec::name_of(allocator)
+    << " requests=" << requests.size() << " tokens=" << tokens << " (padding " << padding << ")";
   return s.str();
 }
 
@@ -191,6 +193,14 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     c.geometry.index_dim = 128;
   }
   if (tokens < 1) throw spec::InvalidInput("tokens", -1, std::to_string(tokens), "must be >= 1");
+  // A long mix (the 60-layer MiniMax-M3 shape) draws smaller per-layer caches: the wide shapes are
+  // covered by short mixes, and a long one then costs about what a short one does.
+  if (c.layers.size() > 8) {
+    if (!o.head_dim) c.geometry.head_dim = std::min<std::int64_t>(c.geometry.head_dim, 64);
+    if (!o.num_kv_heads)
+      c.geometry.num_kv_heads = std::min<std::int64_t>(c.geometry.num_kv_heads, 2);
+    if (!o.block_size) c.geometry.block_size = std::min<std::int64_t>(c.geometry.block_size, 32);
+  }
   spec::validate(c);
   if (c.slot_mode == spec::SlotMode::kLegacyWrap) padding = std::min<std::int64_t>(padding, 1);
 
@@ -202,6 +212,11 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     throw spec::InvalidInput("requests", -1, std::to_string(*o.requests),
                              "must be in [1, tokens = " + std::to_string(tokens) + "]");
   }
+  const AllocatorShape shape = o.allocator.value_or(pick_enum<AllocatorShape>(rng));
+  wc.allocator = shape;
+  // Shared prefix: every request continues the same cached prefix of `shared_context` tokens.
+  const std::int64_t shared_context =
+      shape == AllocatorShape::kSharedPrefix ? rng.uniform(bs, 3 * bs) : 0;
   std::int64_t left = tokens;
   while (left > 0) {
     StepRequest r;
@@ -211,13 +226,24 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     } else {
       r.q_len = std::min(rng.chance(1, 2) ? 1 : rng.uniform(1, left), left);
     }
-    r.context = rng.uniform(0, 3 * bs);
+    if (shape == AllocatorShape::kSharedPrefix) {
+      r.context = shared_context;
+    } else if (rng.chance(1, 3)) {
+      r.context =
+          std::max<std::int64_t>(0, rng.uniform(1, 2) * bs + rng.uniform(-1, 1));  // a block edge
+    } else {
+      r.context = rng.uniform(0, 3 * bs);
+    }
     left -= r.q_len;
     wc.requests.push_back(std::move(r));
   }
+  // Blocks of the shared prefix (full blocks only: a partly filled one is each request's own copy).
+  auto shared_blocks = [&] {
+    return shape == AllocatorShape::kSharedPrefix ? wc.requests.front().context / bs : 0;
+  };
   auto blocks_needed = [&] {
-    std::int64_t n = 0;
-    for (const auto& r : wc.requests) n += (r.context + r.q_len + bs - 1) / bs;
+    std::int64_t n = shared_blocks();
+    for (const auto& r : wc.requests) n += (r.context + r.q_len + bs - 1) / bs - shared_blocks();
     return n;
   };
   if (o.num_blocks) {
@@ -233,24 +259,34 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     const std::int64_t needed = blocks_needed();
     const std::int64_t per_block =
         std::max<std::int64_t>(bs * c.geometry.num_kv_heads * c.geometry.head_dim, 1);
-    const std::int64_t room = std::max(needed, kMaxBufferElements / per_block);
+    // The cache bound holds for the whole mix, so a 60-layer case costs what a 1-layer one does.
+    const auto layers = static_cast<std::int64_t>(c.layers.size());
+    const std::int64_t room =
+        std::max(needed, kMaxBufferElements / per_block / std::max<std::int64_t>(1, layers / 4));
     c.geometry.num_blocks = rng.uniform(needed, std::min(room, 2 * needed + 8));
   }
   spec::validate(c);
   const spec::CacheGeometry& g = c.geometry;
   std::vector<std::int64_t> free_blocks(static_cast<std::size_t>(g.num_blocks));
   std::iota(free_blocks.begin(), free_blocks.end(), 0);
-  for (std::size_t i = free_blocks.size(); i > 1; --i) {
-    std::swap(
-        free_blocks[i - 1],
-        free_blocks[static_cast<std::size_t>(rng.uniform(0, static_cast<std::int64_t>(i) - 1))]);
+  if (shape == AllocatorShape::kNearCapacity) std::reverse(free_blocks.begin(), free_blocks.end());
+  if (shape == AllocatorShape::kFragmented || shape == AllocatorShape::kSharedPrefix) {
+    for (std::size_t i = free_blocks.size(); i > 1; --i) {
+      std::swap(
+          free_blocks[i - 1],
+          free_blocks[static_cast<std::size_t>(rng.uniform(0, static_cast<std::int64_t>(i) - 1))]);
+    }
   }
-  std::size_t next_free = 0;
+  const auto shared = static_cast<std::size_t>(shared_blocks());
+  std::size_t next_free = shared;
   for (auto& r : wc.requests) {
     const auto nblocks = static_cast<std::size_t>((r.context + r.q_len + bs - 1) / bs);
-    r.block_table.assign(free_blocks.begin() + static_cast<std::ptrdiff_t>(next_free),
-                         free_blocks.begin() + static_cast<std::ptrdiff_t>(next_free + nblocks));
-    next_free += nblocks;
+    r.block_table.assign(free_blocks.begin(),
+                         free_blocks.begin() + static_cast<std::ptrdiff_t>(shared));
+    r.block_table.insert(
+        r.block_table.end(), free_blocks.begin() + static_cast<std::ptrdiff_t>(next_free),
+        free_blocks.begin() + static_cast<std::ptrdiff_t>(next_free + nblocks - shared));
+    next_free += nblocks - shared;
   }
   wc.padding = padding;
 

@@ -59,19 +59,39 @@ std::int64_t SplitMix64::uniform(std::int64_t lo, std::int64_t hi) {
 
 bool SplitMix64::chance(std::uint32_t num, std::uint32_t den) { return next() % den < num; }
 
+namespace {
+std::uint64_t chain(std::uint64_t h, std::int64_t field) {
+  return mix64(h ^ mix64(static_cast<std::uint64_t>(field) + 1));
+}
+}  // namespace
+
 std::uint64_t value_key(std::uint64_t seed, std::int64_t layer, GenTensor tensor,
                         std::int64_t request, std::int64_t position, std::int64_t head,
                         std::int64_t dim) {
   std::uint64_t h = mix64(seed);
-  for (std::int64_t f : {layer, static_cast<std::int64_t>(tensor), request, position, head, dim}) {
-    h = mix64(h ^ mix64(static_cast<std::uint64_t>(f) + 1));
-  }
+  for (std::int64_t f : {layer, static_cast<std::int64_t>(tensor), request, position, head, dim})
+    h = chain(h, f);
   return h;
+}
+
+std::uint64_t ValueGenerator::row_key(std::int64_t layer, GenTensor tensor, std::int64_t request,
+                                      std::int64_t position) const {
+  std::uint64_t h = mix64(seed);
+  for (std::int64_t f : {layer, static_cast<std::int64_t>(tensor), request, position})
+    h = chain(h, f);
+  return h;
+}
+
+float ValueGenerator::value_in_row(std::uint64_t key, std::int64_t head, std::int64_t dim) const {
+  return value_of_key(chain(chain(key, head), dim));
 }
 
 float ValueGenerator::value(std::int64_t layer, GenTensor tensor, std::int64_t request,
                             std::int64_t position, std::int64_t head, std::int64_t dim) const {
-  const std::uint64_t key = value_key(seed, layer, tensor, request, position, head, dim);
+  return value_of_key(value_key(seed, layer, tensor, request, position, head, dim));
+}
+
+float ValueGenerator::value_of_key(std::uint64_t key) const {
   if (edge_values && (key & 3u) == 0) {
     const std::uint64_t pick =
         (key >> 8) % (kFiniteEdges.size() + (allow_nonfinite ? kNonFiniteEdges.size() : 0));

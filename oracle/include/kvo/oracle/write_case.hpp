@@ -10,7 +10,32 @@
 #include <vector>
 
 #include "kvo/spec/config.hpp"
+#include "kvo/spec/types.hpp"
 #include "kvo/spec/write.hpp"
+
+namespace kvo::oracle {
+
+/// How a step's blocks were handed out, so slot mappings look like a real allocator's.
+enum class AllocatorShape : std::uint8_t {
+  kFragmented,    ///< a shuffled free list: blocks anywhere, after hours of allocation and freeing
+  kContiguous,    ///< a fresh cache: blocks in order from 0
+  kNearCapacity,  ///< the last blocks first: slots next to num_blocks * block_size
+  kSharedPrefix,  ///< every request shares the blocks of a common cached prefix
+};
+
+}  // namespace kvo::oracle
+
+namespace kvo::spec {
+template <>
+struct EnumInfo<oracle::AllocatorShape> {
+  static constexpr std::string_view kNoun = "allocator";
+  static constexpr std::array<EnumName<oracle::AllocatorShape>, 4> kNames{
+      {{oracle::AllocatorShape::kFragmented, "fragmented"},
+       {oracle::AllocatorShape::kContiguous, "contiguous"},
+       {oracle::AllocatorShape::kNearCapacity, "near_capacity"},
+       {oracle::AllocatorShape::kSharedPrefix, "shared_prefix"}}};
+};
+}  // namespace kvo::spec
 
 namespace kvo::oracle {
 
@@ -26,6 +51,7 @@ struct CaseOverrides {
   std::optional<spec::IndexLayout> index_layout;
   std::optional<spec::SlotMode> slot_mode;
   std::optional<spec::SlotType> slot_type;
+  std::optional<AllocatorShape> allocator;
   std::optional<bool> per_head_scale, via_model_dtype, ue8m0, separate_index_slots, edge_values;
 
   /// The flags that reproduce these overrides on the command line ("--block-size 17 ...").
@@ -45,6 +71,7 @@ struct WriteCase {
   spec::ModelConfig config;
   std::vector<StepRequest> requests;
   std::int64_t padding = 0;  ///< -1 tail length of the slot mapping
+  AllocatorShape allocator = AllocatorShape::kFragmented;
   std::vector<spec::LayerWrite> writes;
 
   std::string describe() const;

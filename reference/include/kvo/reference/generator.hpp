@@ -47,6 +47,15 @@ struct ValueGenerator {
   /// Ordinary: u = top 24 bits of the key; x = fl(fl(u * 2^-23 - 1) * r), rounded to act.
   float value(std::int64_t layer, GenTensor tensor, std::int64_t request, std::int64_t position,
               std::int64_t head, std::int64_t dim) const;
+
+  /// The same values a row at a time: the key chain up to the position is hashed once per row.
+  /// row_key(...) then value_in_row(key, head, dim) == value(..., head, dim).
+  std::uint64_t row_key(std::int64_t layer, GenTensor tensor, std::int64_t request,
+                        std::int64_t position) const;
+  float value_in_row(std::uint64_t row_key, std::int64_t head, std::int64_t dim) const;
+
+ private:
+  float value_of_key(std::uint64_t key) const;
 };
 
 }  // namespace kvo::reference
