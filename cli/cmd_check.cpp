@@ -61,7 +61,14 @@ int run_check_verb(CheckFlags& f) {
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr)) != 0;
   const auto progress = [tty](std::int64_t done, std::int64_t total) {
-    if (!tty) return;
+    if (!tty) {
+      // Plain lines for logs: one at every tenth of the campaign.
+      if (total >= 10 && done % (total / 10) == 0) {
+        std::fprintf(stderr, "kvoracle check: %lld/%lld cases\n", static_cast<long long>(done),
+                     static_cast<long long>(total));
+      }
+      return;
+    }
     const int width = 40;
     const int filled = static_cast<int>(width * done / std::max<std::int64_t>(total, 1));
     std::fprintf(stderr, "\r[%.*s%*s] %lld/%lld", filled,
