@@ -48,6 +48,7 @@ int run_check_verb(CheckFlags& f) {
   if (!f.ops.empty()) o.ops = split_list(f.ops);
   auto subjects = oracle::make_write_subjects();
   auto read_subjects = oracle::make_read_subjects();
+  auto dense_subjects = oracle::make_dense_subjects();
   oracle::add_named_mutants(o.subjects, subjects, read_subjects);
   oracle::apply_shard_environment(o);
   if (f.total_shards) o.total_shards = *f.total_shards;
@@ -76,12 +77,15 @@ int run_check_verb(CheckFlags& f) {
                  static_cast<long long>(done), static_cast<long long>(total));
     if (done == total) std::fprintf(stderr, "\n");
   };
-  const oracle::CheckReport report = oracle::run_check(o, subjects, read_subjects, progress);
+  const oracle::CheckReport report =
+      oracle::run_check(o, subjects, read_subjects, dense_subjects, progress);
   if (tty) std::fprintf(stderr, "\n");
   std::cout << report.summary() << std::endl;
   // Every failing subject's case, shrunk to a small one that still fails, with its command.
   for (const auto& sum : report.subjects) {
-    if (f.no_shrink || !sum.failing_seed || sum.count(spec::Outcome::kMismatch) == 0) continue;
+    if (f.no_shrink || !sum.failing_seed || sum.count(spec::Outcome::kMismatch) == 0 ||
+        sum.op == "dense")
+      continue;
     const auto shrunk =
         oracle::shrink_failure(o, *sum.failing_seed, sum.name, sum.op, subjects, read_subjects);
     if (!shrunk) continue;
@@ -109,7 +113,7 @@ void add_check(CLI::App& app, int& status) {
                   "stop drawing cases after this many seconds");
   cmd->add_option("--subject", flags->subjects,
                   "subjects to run (repeatable or comma-separated; default all)");
-  cmd->add_option("--ops", flags->ops, "ops to check: write,indexer,attention (default all)");
+  cmd->add_option("--ops", flags->ops, "ops to check: write,indexer,attention,dense (default all)");
   cmd->add_option_function<std::int64_t>(
       "--total-shards", [f = flags.get()](const std::int64_t& v) { f->total_shards = v; },
       "split the campaign over this many shards (also GTEST_TOTAL_SHARDS)");

@@ -62,6 +62,7 @@ void add_read_flags(CLI::App& app, oracle::ReadOverrides& r) {
   add_int(app, "--topk", r.topk, "indexer: blocks kept per query and KV head");
   add_int(app, "--group-size", r.group_size, "attention: query heads per KV head (GQA)");
   add_int(app, "--max-seq-len", r.max_seq_len, "indexer/attention: longest sequence drawn");
+  add_int(app, "--seq-len", r.seq_len, "indexer/attention: every request exactly this long");
   add_int(app, "--read-requests", r.requests, "indexer/attention: requests in the batch");
   add_int(app, "--index-heads-per-kv", r.index_heads_per_kv, "indexer: index heads per KV head");
   add_bool(app, "--adversarial", r.adversarial,

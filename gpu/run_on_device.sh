@@ -74,10 +74,10 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 
 # 2. compute-sanitizer over a reduced run (fused and unfused kernels, planted bugs, bad input).
-SAN_FILTER='Shards/RandomCases.GpuMatchesReference/0:PlantedBug.*:BadInput.*:LegacyWrap.*:DenseInsert.*'
+SAN_FILTER='Shards/RandomCases.GpuMatchesReference/0:PlantedBug.*:BadInput.*:LegacyWrap.*:DenseInsert.*:Shards/GpuRead.*/0'
 san_errors() { grep -oE '(ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors)' "$1" | tail -1 | grep -oE '[0-9]+'; }
 for tool in memcheck racecheck; do
-  KVO_GPU_CASES=$SAN_CASES KVO_DENSE_CASES=10 timeout 120 compute-sanitizer --tool $tool --print-limit 20 \
+  KVO_GPU_CASES=$SAN_CASES KVO_DENSE_CASES=10 KVO_GPU_READ_CASES=4 KVO_GPU_READ_LONG=0 timeout 150 compute-sanitizer --tool $tool --print-limit 20 \
     "$BIN/test_gpu_write" --gtest_filter="$SAN_FILTER" >"$LOGS/sanitizer_$tool.log" 2>&1
   echo "exit $?" >>"$LOGS/sanitizer_$tool.log"
 done
@@ -93,8 +93,17 @@ echo "exit $?" >>"$LOGS/bench.txt"
 T_BENCH=$(($(date +%s) - START))
 
 # 3b. The CLI campaign with every subject (CPU and CUDA), as `kvoracle check` runs it.
-timeout 60 "$BIN/kvoracle" check --cases 300 >"$LOGS/kvoracle_check.txt" 2>&1
+timeout 90 "$BIN/kvoracle" check --cases 300 >"$LOGS/kvoracle_check.txt" 2>&1
 echo "exit $?" >>"$LOGS/kvoracle_check.txt"
+# 3b'. The committed traces replayed on every subject (CPU and CUDA).
+for t in "$ROOT"/traces/data/*.st; do
+  case "$t" in *planted*) continue ;; esac
+  timeout 120 "$BIN/kvoracle" replay "$t" >>"$LOGS/kvoracle_replay.txt" 2>&1
+  echo "exit $? $(basename "$t")" >>"$LOGS/kvoracle_replay.txt"
+done
+# 3c. The mutation score with the CUDA mutants (bugs planted in the fused kernel) included.
+timeout 90 "$BIN/kvoracle" mutants --cases 200 >"$LOGS/kvoracle_mutants.txt" 2>&1
+echo "exit $?" >>"$LOGS/kvoracle_mutants.txt"
 
 # 4. Short table, last.
 {
@@ -102,10 +111,15 @@ echo "exit $?" >>"$LOGS/kvoracle_check.txt"
   echo
   echo "GPU tests: $passed passed, $failed failed, $skipped skipped; random cases diffed: $cases (t=${T_TESTS}s)"
   grep -h 'dense insert cases diffed' "$LOGS"/tests_*.log
+  echo "read cases diffed (indexer + sparse + dense attention): $(grep -ho 'read cases diffed: [0-9]*' "$LOGS"/tests_*.log | awk '{s += $4} END {print s}')"
   grep -h '^\[  FAILED  \].*(' "$LOGS"/tests_*.log | head -5
   echo "compute-sanitizer: memcheck ${MEMCHECK:-?} errors ($MEMCHECK_TESTS tests ok), racecheck ${RACECHECK:-?} errors ($RACECHECK_TESTS tests ok) (t=${T_SAN}s)"
   echo "kvoracle check --cases 300:"
   grep -E '^(cpu|cuda)-|^result|exit' "$LOGS/kvoracle_check.txt"
+  echo "kvoracle replay of the committed traces:"
+  grep -E '^exit|result' "$LOGS/kvoracle_replay.txt"
+  echo "kvoracle mutants --cases 200:"
+  grep -E '^cuda-|^killed|exit' "$LOGS/kvoracle_mutants.txt"
   python3 - "$OUT/bench.json" <<'PY'
 import json, sys
 try:

@@ -69,8 +69,6 @@ void check_cuda(cudaError_t err, const char* what);
 
 /// The strides of `layout` for this geometry (elements).
 KvStrides kv_strides(const spec::CacheGeometry& g, spec::KvLayout layout);
-/// The layout whose strides a kSwapHndNhd fault uses.
-spec::KvLayout swapped_layout(spec::KvLayout layout);
 
 /// Checks the config, the pointers the layer needs and their 16-byte alignment; fills the parts of
 /// FusedParams common to both paths (pointers, strides, shapes, quantization). Throws

@@ -43,24 +43,6 @@ KvStrides kv_strides(const spec::CacheGeometry& g, KvLayout layout) {
   return {};
 }
 
-KvLayout swapped_layout(KvLayout layout) {
-  switch (layout) {
-    case KvLayout::kNhd:
-      return KvLayout::kHnd;
-    case KvLayout::kHnd:
-      return KvLayout::kNhd;
-    case KvLayout::kPackedHnd:
-      return KvLayout::kPackedNhd;
-    case KvLayout::kPackedNhd:
-      return KvLayout::kPackedHnd;
-    case KvLayout::kSplitNhd:
-      return KvLayout::kSplitHnd;
-    case KvLayout::kSplitHnd:
-      return KvLayout::kSplitNhd;
-  }
-  return layout;
-}
-
 int sm_count() {
   static const int count = [] {
     int dev = 0;
@@ -123,7 +105,7 @@ FusedParams make_params(const spec::ModelConfig& c, spec::LayerKind kind,
   p.k_scale = in.k_scale;
   p.v_scale = in.v_scale;
   const spec::KvLayout layout =
-      fault == FaultInjection::kSwapHndNhd ? swapped_layout(c.layout) : c.layout;
+      fault == FaultInjection::kSwapHndNhd ? spec::stride_swapped(c.layout) : c.layout;
   p.st = kv_strides(g, layout);
   const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
   p.k_cache = caches.k;

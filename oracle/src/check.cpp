@@ -8,6 +8,7 @@
 
 #include "kvo/oracle/cache_diff.hpp"
 #include "kvo/oracle/read_diff.hpp"
+#include "kvo/reference/dense_insert.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/paged_cache.hpp"
 
@@ -60,21 +61,6 @@ Outcome run_write(WriteSubject& subject, const WriteCase& wc,
   }
   if (!diff.equal()) error = diff.report();
   return diff.equal() ? Outcome::kPass : Outcome::kMismatch;
-}
-
-/// The read-side dimensions: the shared flags (--block-size, --head-dim, ...) fill what the read
-/// overrides leave open.
-ReadOverrides read_overrides(const CheckOptions& o) {
-  ReadOverrides r = o.read_overrides;
-  const CaseOverrides& w = o.overrides;
-  if (!r.block_size) r.block_size = w.block_size;
-  if (!r.num_kv_heads) r.num_kv_heads = w.num_kv_heads;
-  if (!r.head_dim) r.head_dim = w.head_dim;
-  if (!r.index_dim) r.index_dim = w.index_dim;
-  if (!r.kv_dtype) r.kv_dtype = w.kv_dtype;
-  if (!r.layout) r.layout = w.layout;
-  if (!r.index_layout) r.index_layout = w.index_layout;
-  return r;
 }
 
 /// Expected results of a read case, computed once per case and only as far as needed.
@@ -158,6 +144,19 @@ void apply_shard_environment(CheckOptions& o) {
   }
 }
 
+ReadOverrides effective_read_overrides(const CheckOptions& o) {
+  ReadOverrides r = o.read_overrides;
+  const CaseOverrides& w = o.overrides;
+  if (!r.block_size) r.block_size = w.block_size;
+  if (!r.num_kv_heads) r.num_kv_heads = w.num_kv_heads;
+  if (!r.head_dim) r.head_dim = w.head_dim;
+  if (!r.index_dim) r.index_dim = w.index_dim;
+  if (!r.kv_dtype) r.kv_dtype = w.kv_dtype;
+  if (!r.layout) r.layout = w.layout;
+  if (!r.index_layout) r.index_layout = w.index_layout;
+  return r;
+}
+
 std::string repro_command(const CheckOptions& o, std::uint64_t seed, const std::string& subject,
                           const std::string& op) {
   return "kvoracle check --case-seed " + hex64(seed) + " --subject " + subject + " --ops " + op +
@@ -207,9 +206,18 @@ CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSu
 
 CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSubject>>& writes,
                       std::vector<std::unique_ptr<ReadSubject>>& reads, const Progress& progress) {
+  std::vector<std::unique_ptr<DenseSubject>> none;
+  return run_check(o, writes, reads, none, progress);
+}
+
+CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSubject>>& writes,
+                      std::vector<std::unique_ptr<ReadSubject>>& reads,
+                      std::vector<std::unique_ptr<DenseSubject>>& denses,
+                      const Progress& progress) {
   std::vector<std::string> known;
   for (const auto& s : writes) known.push_back(s->name());
   for (const auto& s : reads) known.push_back(s->name());
+  for (const auto& s : denses) known.push_back(s->name());
   for (std::size_t i = 0; i < o.subjects.size(); ++i) {
     if (std::find(known.begin(), known.end(), o.subjects[i]) == known.end()) {
       std::string names;
@@ -221,7 +229,7 @@ CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSu
   for (std::size_t i = 0; i < o.ops.size(); ++i) {
     if (std::find(kCheckOps.begin(), kCheckOps.end(), o.ops[i]) == kCheckOps.end()) {
       throw spec::InvalidInput("ops", static_cast<std::int64_t>(i), o.ops[i],
-                               "unknown op; known: write|indexer|attention");
+                               "unknown op; known: write|indexer|attention|dense");
     }
   }
   if (o.cases < 1 && !o.case_seed) {
@@ -271,7 +279,15 @@ CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSu
       if (report.subjects[row].skipped.empty()) read_rows.emplace_back(s.get(), op, row);
     }
   }
-  const ReadOverrides read_o = read_overrides(o);
+  std::vector<std::pair<DenseSubject*, std::size_t>> dense_rows;
+  if (op_on("dense")) {
+    for (const auto& s : denses) {
+      if (!selected(s->name())) continue;
+      const std::size_t row = add_row(s->name(), "dense", s->unavailable_reason());
+      if (report.subjects[row].skipped.empty()) dense_rows.emplace_back(s.get(), row);
+    }
+  }
+  const ReadOverrides read_o = effective_read_overrides(o);
 
   auto record = [&](std::size_t row, Outcome outcome, std::int64_t index, std::uint64_t seed,
                     const std::string& what, const std::string& detail) {
@@ -323,6 +339,30 @@ CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSu
         std::string detail;
         const Outcome outcome = run_read(*subject, op, expectation, detail);
         record(row, outcome, i, seed, rc.describe(), detail);
+      }
+    }
+    if (!dense_rows.empty()) {
+      const DenseCase dc = make_dense_case(seed);
+      const reference::PagedCacheLayout layout(dc.config);
+      const spec::LayerCaches poisoned =
+          reference::make_layer_caches(layout, 0, spec::LayerKind::kDense);
+      spec::LayerCaches expected = poisoned;
+      const spec::HostTensor q_expected = reference::dense_insert(dc.config, dc.in, expected);
+      for (auto& [subject, row] : dense_rows) {
+        std::string detail;
+        const Outcome outcome = guarded(
+            [&] {
+              spec::LayerCaches actual = poisoned;
+              const spec::HostTensor q = subject->insert(dc.config, dc.in, actual);
+              const CacheDiff cd = diff_layer_caches(layout, 0, expected, actual, &dc.in.kv);
+              const AttentionDiff qd = diff_attention_exact(q_expected, q);
+              report.bytes_compared += cd.compared_bytes;
+              if (!cd.equal()) detail += cd.report() + "\n";
+              if (!qd.pass()) detail += "q_out: " + qd.report();
+              return cd.equal() && qd.pass() ? Outcome::kPass : Outcome::kMismatch;
+            },
+            detail);
+        record(row, outcome, i, seed, dc.describe(), detail);
       }
     }
     ++report.cases_run;

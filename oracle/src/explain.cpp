@@ -125,16 +125,7 @@ std::string explain_write(const CheckOptions& o, std::uint64_t seed, WriteSubjec
 
 std::string explain_read(const CheckOptions& o, std::uint64_t seed, ReadSubject& subject,
                          const std::string& op, spec::Outcome& outcome) {
-  ReadOverrides r = o.read_overrides;
-  const CaseOverrides& w = o.overrides;
-  if (!r.block_size) r.block_size = w.block_size;
-  if (!r.num_kv_heads) r.num_kv_heads = w.num_kv_heads;
-  if (!r.head_dim) r.head_dim = w.head_dim;
-  if (!r.index_dim) r.index_dim = w.index_dim;
-  if (!r.kv_dtype) r.kv_dtype = w.kv_dtype;
-  if (!r.layout) r.layout = w.layout;
-  if (!r.index_layout) r.index_layout = w.index_layout;
-  const ReadCase rc = make_read_case(seed, r);
+  const ReadCase rc = make_read_case(seed, effective_read_overrides(o));
   std::ostringstream s;
   s << "case seed 0x" << std::hex << seed << std::dec << ": " << rc.describe() << "\nsubject "
     << subject.name() << " ("

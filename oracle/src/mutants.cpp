@@ -6,6 +6,11 @@
 #include "kvo/reference/layer_write.hpp"
 
 namespace kvo::oracle {
+
+#ifdef KVO_HAVE_CUDA
+std::unique_ptr<WriteSubject> make_cuda_fault_subject(const std::string& name, int fault);
+#endif
+
 namespace {
 
 using spec::KvLayout;
@@ -36,25 +41,6 @@ Mutant read_mutant(std::string name, std::string models, std::string op, ReadOve
   return m;
 }
 
-/// The layout of the same buffer sizes with the head and token strides exchanged.
-KvLayout swapped(KvLayout l) {
-  switch (l) {
-    case KvLayout::kNhd:
-      return KvLayout::kHnd;
-    case KvLayout::kHnd:
-      return KvLayout::kNhd;
-    case KvLayout::kPackedHnd:
-      return KvLayout::kPackedNhd;
-    case KvLayout::kPackedNhd:
-      return KvLayout::kPackedHnd;
-    case KvLayout::kSplitNhd:
-      return KvLayout::kSplitHnd;
-    case KvLayout::kSplitHnd:
-      return KvLayout::kSplitNhd;
-  }
-  return l;
-}
-
 std::vector<Mutant> build_catalogue() {
   std::vector<Mutant> c;
   c.push_back(write_mutant("minus-one-wraps",
@@ -83,7 +69,7 @@ std::vector<Mutant> build_catalogue() {
                            "flashinfer PR #527, LMCache#4463: head and token strides exchanged", {},
                            [](const auto& cfg, const auto& w, auto& out) {
                              spec::ModelConfig m = cfg;
-                             m.layout = swapped(m.layout);
+                             m.layout = spec::stride_swapped(m.layout);
                              reference::write_layer(m, w, out);
                            }));
   c.push_back(write_mutant("off-by-one-offset", "a slot decoded one position late", {},
@@ -183,6 +169,21 @@ std::vector<Mutant> build_catalogue() {
   c.push_back(read_mutant("softmax-scale-twice",
                           "attention: sm_scale applied to q and again to the scores", "attention",
                           {}, {.scale_twice = true}, true));
+#ifdef KVO_HAVE_CUDA
+  // The same bugs planted in the CUDA fused kernel (gpu::FaultInjection); run where a GPU answers.
+  const std::pair<const char*, const char*> gpu_faults[] = {
+      {"cuda-minus-one-wraps", "vllm#43810 in the fused kernel"},
+      {"cuda-off-by-one-offset", "a slot decoded one position late, in the fused kernel"},
+      {"cuda-hnd-nhd-stride-swap", "head and token strides exchanged, in the fused kernel"}};
+  for (int f = 1; f <= 3; ++f) {
+    Mutant m;
+    m.name = gpu_faults[f - 1].first;
+    m.op = "write";
+    m.models = gpu_faults[f - 1].second;
+    m.make_write = [name = m.name, f] { return make_cuda_fault_subject(name, f); };
+    c.push_back(std::move(m));
+  }
+#endif
   return c;
 }
 
@@ -228,8 +229,16 @@ std::vector<MutantResult> run_mutants(std::uint64_t seed, std::int64_t max_cases
     std::vector<std::unique_ptr<ReadSubject>> reads;
     if (m.make_write) writes.push_back(m.make_write());
     if (m.make_read) reads.push_back(m.make_read());
+    const std::string unavailable =
+        m.make_write ? writes.front()->unavailable_reason() : reads.front()->unavailable_reason();
+    if (!unavailable.empty()) {
+      MutantResult skipped{m.name, m.op, m.models, false, 0, "", ""};
+      skipped.skipped = unavailable;
+      results.push_back(std::move(skipped));
+      continue;
+    }
     const CheckReport r = run_check(o, writes, reads);
-    MutantResult res{m.name, m.op, m.models, r.worst != spec::Outcome::kPass, r.cases_run, ""};
+    MutantResult res{m.name, m.op, m.models, r.worst != spec::Outcome::kPass, r.cases_run, "", ""};
     for (const auto& s : r.subjects) {
       if (!s.first_failure.empty()) res.first_failure = s.first_failure;
     }

@@ -53,6 +53,7 @@ std::string ReadOverrides::to_flags() const {
   if (topk) s << " --topk " << *topk;
   if (group_size) s << " --group-size " << *group_size;
   if (max_seq_len) s << " --max-seq-len " << *max_seq_len;
+  if (seq_len) s << " --seq-len " << *seq_len;
   if (requests) s << " --read-requests " << *requests;
   if (index_heads_per_kv) s << " --index-heads-per-kv " << *index_heads_per_kv;
   if (adversarial) s << " --adversarial " << (*adversarial ? "true" : "false");
@@ -122,7 +123,8 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
   std::int64_t blocks_needed = 0;
   for (std::int64_t r = 0; r < nreq; ++r) {
     const bool padded = nreq > 1 && rng.chance(1, 5);
-    const std::int64_t seq = padded ? 0 : rng.uniform(1, max_seq);
+    std::int64_t seq = padded ? 0 : rng.uniform(1, max_seq);
+    if (!padded && o.seq_len) seq = *o.seq_len;
     const std::int64_t kind = rng.uniform(0, 2);
     const std::int64_t q_len = padded ? rng.uniform(0, 1)
                                       : std::min(seq, kind == 0   ? 1
@@ -138,11 +140,7 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
     b.max_blocks = std::max(b.max_blocks, (s + c.geometry.block_size - 1) / c.geometry.block_size);
   std::vector<std::int32_t> free_blocks(static_cast<std::size_t>(c.geometry.num_blocks));
   std::iota(free_blocks.begin(), free_blocks.end(), 0);
-  for (std::size_t i = free_blocks.size(); i > 1; --i) {
-    std::swap(
-        free_blocks[i - 1],
-        free_blocks[static_cast<std::size_t>(rng.uniform(0, static_cast<std::int64_t>(i) - 1))]);
-  }
+  rng.shuffle(free_blocks);
   b.block_table.assign(static_cast<std::size_t>(nreq * b.max_blocks), -1);
   std::size_t next = 0;
   for (std::int64_t r = 0; r < nreq; ++r) {

@@ -61,6 +61,15 @@ std::int64_t ordered(std::uint32_t code, spec::DType dtype) {
   return (code & sign) ? -mag : mag;
 }
 
+/// The histogram bucket of an ulp distance: 0, 1, 2, 3-4, 5-8, 9-16, 17-256, more.
+std::size_t ulp_bucket(std::uint64_t ulps) {
+  if (ulps <= 2) return static_cast<std::size_t>(ulps);
+  if (ulps <= 4) return 3;
+  if (ulps <= 8) return 4;
+  if (ulps <= 16) return 5;
+  return ulps <= 256 ? 6 : 7;
+}
+
 double ulp_at(double x, spec::DType dtype) {
   const int mantissa = dtype == spec::DType::kF32 ? 23 : dtype == spec::DType::kBF16 ? 7 : 10;
   const int emin = dtype == spec::DType::kF16 ? -14 : -126;
@@ -258,13 +267,7 @@ AttentionDiff diff_attention_exact(const spec::HostTensor& e, const spec::HostTe
     const std::uint32_t y =
         reference::load_code(&a.bytes[static_cast<std::size_t>(i) * eb], e.dtype);
     const std::uint64_t ulps = ulp_distance(x, y, e.dtype);
-    ++diff.ulp_histogram[ulps == 0     ? 0
-                         : ulps <= 2   ? ulps
-                         : ulps <= 4   ? 3
-                         : ulps <= 8   ? 4
-                         : ulps <= 16  ? 5
-                         : ulps <= 256 ? 6
-                                       : 7];
+    ++diff.ulp_histogram[ulp_bucket(ulps)];
     if (x == y) continue;
     ++diff.differing;
     if (!diff.first) {
@@ -304,13 +307,7 @@ AttentionDiff diff_attention_bounded(const reference::AttentionTruth& truth,
     const std::uint32_t want_code =
         reference::encode(static_cast<float>(want), a.dtype, spec::Saturation::kSatFinite);
     const std::uint64_t ulps = ulp_distance(want_code, code, a.dtype);
-    ++diff.ulp_histogram[ulps == 0     ? 0
-                         : ulps <= 2   ? ulps
-                         : ulps <= 4   ? 3
-                         : ulps <= 8   ? 4
-                         : ulps <= 16  ? 5
-                         : ulps <= 256 ? 6
-                                       : 7];
+    ++diff.ulp_histogram[ulp_bucket(ulps)];
     if (!std::isnan(err)) {
       diff.max_abs_error = std::max(diff.max_abs_error, err);
       if (want != 0.0) diff.max_rel_error = std::max(diff.max_rel_error, err / std::fabs(want));

@@ -203,9 +203,16 @@ std::unique_ptr<ReadSubject> make_canonical_mutant(ReadMutation mutation, std::s
   return std::make_unique<CanonicalMutant>(mutation, std::move(name));
 }
 
+#ifdef KVO_HAVE_CUDA
+std::unique_ptr<ReadSubject> make_cuda_read_subject();  // cuda_subjects.cpp
+#endif
+
 std::vector<std::unique_ptr<ReadSubject>> make_read_subjects() {
   std::vector<std::unique_ptr<ReadSubject>> out;
   out.push_back(make_cpu_naive_subject());
+#ifdef KVO_HAVE_CUDA
+  out.push_back(make_cuda_read_subject());
+#endif
   return out;
 }
 

@@ -271,11 +271,7 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
   std::iota(free_blocks.begin(), free_blocks.end(), 0);
   if (shape == AllocatorShape::kNearCapacity) std::reverse(free_blocks.begin(), free_blocks.end());
   if (shape == AllocatorShape::kFragmented || shape == AllocatorShape::kSharedPrefix) {
-    for (std::size_t i = free_blocks.size(); i > 1; --i) {
-      std::swap(
-          free_blocks[i - 1],
-          free_blocks[static_cast<std::size_t>(rng.uniform(0, static_cast<std::int64_t>(i) - 1))]);
-    }
+    rng.shuffle(free_blocks);
   }
   const auto shared = static_cast<std::size_t>(shared_blocks());
   std::size_t next_free = shared;
@@ -318,10 +314,7 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     // The index cache is managed apart: a permutation of the main slots over the same blocks.
     std::vector<std::int64_t> perm(static_cast<std::size_t>(c.geometry.num_blocks));
     std::iota(perm.begin(), perm.end(), 0);
-    for (std::size_t i = perm.size(); i > 1; --i) {
-      std::swap(perm[i - 1],
-                perm[static_cast<std::size_t>(rng.uniform(0, static_cast<std::int64_t>(i) - 1))]);
-    }
+    rng.shuffle(perm);
     for (std::int64_t s : slots.slots) {
       index_slots.slots.push_back(
           s < 0

@@ -198,6 +198,27 @@ std::vector<float> read_kv(const spec::ModelConfig& c, const spec::ReadBatch& b,
   return x;
 }
 
+std::vector<std::int64_t> attention_chunks(const TopkSelection* selection, std::int64_t q,
+                                           std::int64_t g, std::int64_t n_valid) {
+  std::vector<std::int64_t> chunks;
+  if (selection == nullptr) {
+    for (std::int64_t j = 0; j < n_valid; ++j) chunks.push_back(j);
+    return chunks;
+  }
+  for (std::int64_t k = 0; k < selection->topk; ++k) {
+    const std::int32_t id = selection->id(q, g, k);
+    if (id < 0) continue;
+    if (id >= n_valid || std::find(chunks.begin(), chunks.end(), id) != chunks.end()) {
+      throw spec::InvalidInput("selection", (q * selection->num_kv_heads + g) * selection->topk + k,
+                               std::to_string(id),
+                               "a duplicate or a block past n_valid = " + std::to_string(n_valid));
+    }
+    chunks.push_back(id);
+  }
+  std::sort(chunks.begin(), chunks.end());
+  return chunks;
+}
+
 float default_sm_scale(std::int64_t head_dim) {
   const float root = std::sqrt(static_cast<float>(head_dim));
   return 1.0f / root;
@@ -240,22 +261,7 @@ AttentionResult attention(const spec::ModelConfig& c, const spec::AttentionParam
     for (std::int64_t hq = 0; hq < p.num_q_heads; ++hq) {
       const std::int64_t g = hq / group;
       // Chunks: the selected logical blocks (dense: all), ascending.
-      std::vector<std::int64_t> chunks;
-      if (selection == nullptr) {
-        for (std::int64_t j = 0; j < n_valid; ++j) chunks.push_back(j);
-      } else {
-        for (std::int64_t k = 0; k < selection->topk; ++k) {
-          const std::int32_t id = selection->id(qi, g, k);
-          if (id < 0) continue;
-          if (id >= n_valid || std::find(chunks.begin(), chunks.end(), id) != chunks.end()) {
-            throw spec::InvalidInput(
-                "selection", (qi * nkv + g) * selection->topk + k, std::to_string(id),
-                "a duplicate or a block past n_valid = " + std::to_string(n_valid));
-          }
-          chunks.push_back(id);
-        }
-        std::sort(chunks.begin(), chunks.end());
-      }
+      const std::vector<std::int64_t> chunks = attention_chunks(selection, qi, g, n_valid);
       const std::vector<float> qv = row_of(q, qi * p.num_q_heads + hq, hd);
       bool started = false;
       float big_m = 0.0f, big_l = 0.0f;

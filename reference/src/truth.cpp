@@ -73,15 +73,7 @@ AttentionTruth attention_truth(const spec::ModelConfig& c, const spec::Attention
     const std::int64_t n_valid = row.position / sb + 1;
     for (std::int64_t hq = 0; hq < p.num_q_heads; ++hq) {
       const std::int64_t g = hq / group;
-      std::vector<std::int64_t> chunks;
-      if (selection == nullptr) {
-        for (std::int64_t j = 0; j < n_valid; ++j) chunks.push_back(j);
-      } else {
-        for (std::int64_t k = 0; k < selection->topk; ++k) {
-          const std::int32_t id = selection->id(qi, g, k);
-          if (id >= 0 && id < n_valid) chunks.push_back(id);
-        }
-      }
+      const std::vector<std::int64_t> chunks = attention_chunks(selection, qi, g, n_valid);
       std::vector<std::int64_t> tokens;
       for (std::int64_t j : chunks) {
         for (std::int64_t t = j * sb; t < (j + 1) * sb && t <= row.position; ++t)

@@ -32,6 +32,7 @@ TEST(Mutants, CatalogueHasAtLeastTwelveDistinctBugsOverEveryOp) {
 TEST(Mutants, EveryMutantIsKilledWithin200Cases) {
   for (const std::uint64_t seed : {0x6D757461ull, 0x1234ull}) {
     for (const MutantResult& r : run_mutants(seed, 200)) {
+      if (!r.skipped.empty()) continue;  // a CUDA mutant without a GPU
       EXPECT_TRUE(r.killed) << r.name << " survived 200 cases from seed " << seed;
       EXPECT_NE(r.first_failure.find("reproduce: kvoracle check --case-seed"), std::string::npos)
           << r.first_failure;

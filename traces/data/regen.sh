@@ -7,16 +7,19 @@ here=$(cd "$(dirname "$0")" && pwd)
 # Continuous batching, prefix sharing, preemption, chunked prefill, CUDA-graph padding; bf16 nhd.
 "$kvoracle" trace gen --seed 1 --steps 120 --layers 1D2S --num-blocks 48 --head-dim 64 \
   -o "$here/serving_bf16_nhd.st"
-# MTP (2 drafts), separate index slots, int32 slots, fp8 split_hnd, blockscale index-K, query_lens.
+# MTP (2 drafts), separate index slots, int32 slots, fp8 split_hnd (mul_recip scale), blockscale
+# index-K, query_lens.
 "$kvoracle" trace gen --seed 2 --steps 120 --layers 2S --num-blocks 40 --block-size 8 \
   --head-dim 32 --mtp 2 --separate-index-slots true --slot-type i32 --layout split_hnd \
-  --kv-dtype fp8_e4m3 --index-layout blockscale --query-lens -o "$here/mtp_fp8_split_hnd.st"
+  --kv-dtype fp8_e4m3 --scale-mode mul_recip --index-layout blockscale --query-lens \
+  -o "$here/mtp_fp8_split_hnd.st"
 # One-token pages, no CUDA-graph padding, heavy preemption.
 "$kvoracle" trace gen --seed 3 --steps 100 --layers D --block-size 1 --num-blocks 200 \
   --capture-sizes none -o "$here/page1_preempt.st"
-# Odd page size, packed layout, fp8 e5m2 with per-head scales path, big batches.
+# Odd page size, packed layout, fp8 e5m2 divided by per-head scales, big batches.
 "$kvoracle" trace gen --seed 4 --steps 80 --layers 1S1D --block-size 17 --num-blocks 64 \
-  --num-kv-heads 2 --head-dim 16 --layout packed_hnd --kv-dtype fp8_e5m2 --max-batch 32 \
+  --num-kv-heads 2 --head-dim 16 --layout packed_hnd --kv-dtype fp8_e5m2 --scale-mode divide \
+  --per-head-scale true --max-batch 32 \
   --token-budget 96 --prompt-max 200 --output-max 300 -o "$here/odd_pages_packed.st"
 # A planted inconsistency: step 3's slot_mapping[2] repeats slot_mapping[0].
 python3 - "$here/serving_bf16_nhd.st" "$here/planted_duplicate_slot.st" <<'PY'

@@ -113,8 +113,15 @@ Trace simulate(const SimOptions& o, SimStats* stats_out) {
   trace.engine = "kvoracle-sim";
   trace.engine_version = "1";
   const std::int64_t nscale = o.config.kv.per_head_scale ? g.num_kv_heads : 1;
-  trace.k_scale.assign(static_cast<std::size_t>(nscale), 1.0f);
-  trace.v_scale.assign(static_cast<std::size_t>(nscale), 1.0f);
+  // KV scales from their own stream (the schedule does not depend on them): arbitrary values in
+  // (0, 16], where divide and mul_recip may round differently.
+  reference::SplitMix64 scale_rng(reference::mix64(o.seed ^ 0x7363616Cull));
+  for (auto* scales : {&trace.k_scale, &trace.v_scale}) {
+    scales->clear();
+    for (std::int64_t i = 0; i < nscale; ++i) {
+      scales->push_back(static_cast<float>(scale_rng.uniform(1, 1 << 20)) / 65536.0f);
+    }
+  }
 
   const auto preempt = [&](Request& r) {
     for (std::int64_t b : r.blocks) alloc.release(b);

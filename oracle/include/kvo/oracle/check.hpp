@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kvo/oracle/dense_case.hpp"
 #include "kvo/oracle/read_case.hpp"
 #include "kvo/oracle/read_subject.hpp"
 #include "kvo/oracle/subject.hpp"
@@ -29,18 +30,23 @@ struct CheckOptions {
   CaseOverrides overrides;
   ReadOverrides read_overrides;       ///< read-side dimensions (shared ones come from overrides)
   std::vector<std::string> subjects;  ///< names; empty = every available subject
-  std::vector<std::string> ops{"write", "indexer", "attention"};
+  std::vector<std::string> ops{"write", "indexer", "attention", "dense"};
   /// Sharding (GoogleTest's convention): case i runs when i % total_shards == shard_index.
   std::int64_t total_shards = 1, shard_index = 0;
   bool fail_fast = false;  ///< stop at the first case that does not pass
 };
+
+/// The read-side dimensions of a campaign: the read overrides, with the dimensions shared with the
+/// write side (--block-size, --head-dim, --num-kv-heads, --index-dim, --kv-dtype, --layout,
+/// --index-layout) taken from the write overrides where the read ones leave them open.
+ReadOverrides effective_read_overrides(const CheckOptions& options);
 
 /// Reads GTEST_TOTAL_SHARDS and GTEST_SHARD_INDEX into the options (when both are set); throws
 /// InvalidInput when either is malformed or the index is out of range.
 void apply_shard_environment(CheckOptions& options);
 
 /// The ops `kvoracle check --ops` takes.
-inline const std::vector<std::string> kCheckOps{"write", "indexer", "attention"};
+inline const std::vector<std::string> kCheckOps{"write", "indexer", "attention", "dense"};
 
 struct SubjectSummary {
   std::string name;
@@ -77,6 +83,13 @@ using Progress = std::function<void(std::int64_t, std::int64_t)>;
 CheckReport run_check(const CheckOptions& options,
                       std::vector<std::unique_ptr<WriteSubject>>& write_subjects,
                       std::vector<std::unique_ptr<ReadSubject>>& read_subjects,
+                      const Progress& progress = {});
+
+/// Also the dense-insert subjects (op `dense`).
+CheckReport run_check(const CheckOptions& options,
+                      std::vector<std::unique_ptr<WriteSubject>>& write_subjects,
+                      std::vector<std::unique_ptr<ReadSubject>>& read_subjects,
+                      std::vector<std::unique_ptr<DenseSubject>>& dense_subjects,
                       const Progress& progress = {});
 
 /// The write subjects only.

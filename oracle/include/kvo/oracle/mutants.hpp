@@ -24,7 +24,8 @@ struct Mutant {
   std::function<std::unique_ptr<ReadSubject>()> make_read;    ///< ops indexer, attention
 };
 
-/// Every catalogued mutant, CPU emulations only, in a fixed order.
+/// Every catalogued mutant in a fixed order: the CPU emulations, then (built with CUDA) the same
+/// bugs planted in the fused kernel.
 const std::vector<Mutant>& mutant_catalogue();
 
 struct MutantResult {
@@ -32,6 +33,7 @@ struct MutantResult {
   bool killed = false;
   std::int64_t cases = 0;  ///< cases run: the one that killed it, or all of them
   std::string first_failure;
+  std::string skipped;  ///< non-empty: not run here (e.g. a CUDA mutant without a GPU), and why
 };
 
 /// Appends to the subject lists the catalogued mutants among `names`, so that a mutant can be named

@@ -19,8 +19,9 @@ struct ReadOverrides {
   std::optional<spec::DType> kv_dtype;
   std::optional<spec::KvLayout> layout;
   std::optional<spec::IndexLayout> index_layout;
-  std::optional<bool> adversarial;  ///< large score spreads, near-ties and cancellation
-  std::optional<bool> tied_scores;  ///< zero index-Q: every unforced block scores 0 (all ties)
+  std::optional<bool> adversarial;      ///< large score spreads, near-ties and cancellation
+  std::optional<bool> tied_scores;      ///< zero index-Q: every unforced block scores 0 (all ties)
+  std::optional<std::int64_t> seq_len;  ///< every request (but padded rows) exactly this long
 
   /// Command-line flags of the read-only fields (--sparse-block, --topk, --group-size,
   /// --max-seq-len); the fields shared with the write side come from CaseOverrides::to_flags.

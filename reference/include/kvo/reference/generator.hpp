@@ -6,6 +6,8 @@
 /// rounding ties and values at and past the fp8 maxima, and, where allowed, infinities and NaN.
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "kvo/spec/types.hpp"
 
@@ -23,6 +25,14 @@ class SplitMix64 {
   std::int64_t uniform(std::int64_t lo, std::int64_t hi);
   /// True with probability num/den.
   bool chance(std::uint32_t num, std::uint32_t den);
+  /// Fisher-Yates shuffle of `v` in place (last index first).
+  template <class T>
+  void shuffle(std::vector<T>& v) {
+    for (std::size_t i = v.size(); i > 1; --i) {
+      std::swap(v[i - 1],
+                v[static_cast<std::size_t>(uniform(0, static_cast<std::int64_t>(i) - 1))]);
+    }
+  }
 
  private:
   std::uint64_t state_;

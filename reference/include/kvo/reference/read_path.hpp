@@ -72,6 +72,12 @@ AttentionResult attention(const spec::ModelConfig& config, const spec::Attention
                           const spec::LayerCaches& caches, const std::vector<float>& k_scale,
                           const std::vector<float>& v_scale, const TopkSelection* selection);
 
+/// The logical blocks query row q attends with KV head g, ascending: all n_valid of them when
+/// `selection` is null (dense), else the selected ones. Throws InvalidInput on a selected id that
+/// is a duplicate or not below n_valid.
+std::vector<std::int64_t> attention_chunks(const TopkSelection* selection, std::int64_t q,
+                                           std::int64_t g, std::int64_t n_valid);
+
 /// The default softmax scale fl(1 / fl(sqrt(head_dim))).
 float default_sm_scale(std::int64_t head_dim);
 

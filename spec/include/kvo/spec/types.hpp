@@ -177,19 +177,26 @@ constexpr const DTypeFacts& facts(DType t) { return kDTypeFacts[static_cast<std:
 constexpr std::size_t dtype_bytes(DType t) { return facts(t).bytes; }
 constexpr bool is_fp8(DType t) { return facts(t).is_fp8; }
 
-/// Per-layout facts: whether K and V share one tensor. Offsets are each implementation's own code.
+/// Per-layout facts: whether K and V share one tensor, and the layout of the same buffer sizes with
+/// the head and token axes exchanged (what a kernel that mixes up HND and NHD strides writes; the
+/// planted stride-swap bugs use it). Offsets are each implementation's own code.
 struct LayoutFacts {
   KvLayout layout;
   bool one_tensor;
+  KvLayout stride_swapped;
 };
-inline constexpr std::array<LayoutFacts, 6> kLayoutFacts{{{KvLayout::kNhd, false},
-                                                          {KvLayout::kHnd, false},
-                                                          {KvLayout::kPackedHnd, true},
-                                                          {KvLayout::kPackedNhd, true},
-                                                          {KvLayout::kSplitNhd, true},
-                                                          {KvLayout::kSplitHnd, true}}};
+inline constexpr std::array<LayoutFacts, 6> kLayoutFacts{
+    {{KvLayout::kNhd, false, KvLayout::kHnd},
+     {KvLayout::kHnd, false, KvLayout::kNhd},
+     {KvLayout::kPackedHnd, true, KvLayout::kPackedNhd},
+     {KvLayout::kPackedNhd, true, KvLayout::kPackedHnd},
+     {KvLayout::kSplitNhd, true, KvLayout::kSplitHnd},
+     {KvLayout::kSplitHnd, true, KvLayout::kSplitNhd}}};
 constexpr bool kv_in_one_tensor(KvLayout l) {
   return kLayoutFacts[static_cast<std::size_t>(l)].one_tensor;
+}
+constexpr KvLayout stride_swapped(KvLayout l) {
+  return kLayoutFacts[static_cast<std::size_t>(l)].stride_swapped;
 }
 
 /// Elements per block-scale group of the index-K blockscale layout (SPEC 2).
