@@ -276,9 +276,12 @@ RC_GTEST_PROP(ReadPath, TopkInvariantsHold, ()) {
           RC_ASSERT(id == -1);
           continue;
         }
-        RC_ASSERT(id >= 0 && id < n_valid);           // below n_valid
-        RC_ASSERT(seen.insert(id).second);            // no duplicates
-        RC_ASSERT(k == 0 || id > s.id(q, g, k - 1));  // ascending
+        // RC_ASSERT captures its expression, so && and || would not short-circuit: test booleans.
+        const bool below_n_valid = id >= 0 && id < n_valid;
+        RC_ASSERT(below_n_valid);
+        RC_ASSERT(seen.insert(id).second);  // no duplicates
+        const bool ascending = k == 0 || id > s.id(q, g, k - 1);
+        RC_ASSERT(ascending);
         RC_ASSERT(s.score(q, g, id) >= scores[static_cast<std::size_t>(k_eff - 1)]);  // >= k_eff-th
       }
       // Forced blocks (init, local) are all present when there is room for them; otherwise every
@@ -288,10 +291,15 @@ RC_GTEST_PROP(ReadPath, TopkInvariantsHold, ()) {
         if (j < rc.indexer.init_blocks || j >= n_valid - rc.indexer.local_blocks)
           forced.insert(static_cast<std::int32_t>(j));
       }
-      for (std::int32_t j : forced)
-        RC_ASSERT(static_cast<std::int64_t>(forced.size()) > k_eff || seen.count(j) == 1u);
-      for (std::int32_t j : seen)
-        RC_ASSERT(static_cast<std::int64_t>(forced.size()) <= k_eff || forced.count(j) == 1u);
+      const bool room = static_cast<std::int64_t>(forced.size()) <= k_eff;
+      for (std::int32_t j : forced) {
+        const bool present = !room || seen.count(j) == 1u;
+        RC_ASSERT(present);
+      }
+      for (std::int32_t j : seen) {
+        const bool forced_only = room || forced.count(j) == 1u;
+        RC_ASSERT(forced_only);
+      }
     }
   }
 }
