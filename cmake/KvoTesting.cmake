@@ -18,3 +18,14 @@ function(kvo_add_test name)
     PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
                ENVIRONMENT "RC_PARAMS=${KVO_RC_PARAMS}")
 endfunction()
+
+# kvo_cli_test(name status regex args...): runs `kvoracle args...` as a user would (test cli.<name>)
+# and checks its exit status and that stdout then stderr match `regex`, through
+# tests/cli/check_exit.cmake, the one script every CLI test uses.
+function(kvo_cli_test name status regex)
+  list(JOIN ARGN "@" joined)
+  add_test(NAME cli.${name}
+    COMMAND ${CMAKE_COMMAND} "-DCOMMAND=$<TARGET_FILE:kvoracle>@${joined}" -DEXPECT_RC=${status}
+            "-DOUTPUT_REGEX=${regex}" -P ${PROJECT_SOURCE_DIR}/tests/cli/check_exit.cmake)
+  set_tests_properties(cli.${name} PROPERTIES LABELS cpu TIMEOUT 300)
+endfunction()

@@ -7,6 +7,7 @@
 #         [-DSTDOUT_REGEX=<regex>]    stdout must match
 #         [-DSTDOUT_EMPTY=1]          stdout must be empty
 #         [-DSTDERR_REGEX=<regex>]    stderr must match
+#         [-DOUTPUT_REGEX=<regex>]    stdout followed by stderr must match
 #         -P check_exit.cmake
 # '@' separates the arguments because add_test would split a ';' list into separate arguments.
 cmake_minimum_required(VERSION 3.25)
@@ -40,6 +41,9 @@ if(STDOUT_EMPTY AND NOT out STREQUAL "")
 endif()
 if(DEFINED STDERR_REGEX AND NOT err MATCHES "${STDERR_REGEX}")
   list(APPEND failures "stderr does not match '${STDERR_REGEX}'")
+endif()
+if(DEFINED OUTPUT_REGEX AND NOT "${out}${err}" MATCHES "${OUTPUT_REGEX}")
+  list(APPEND failures "output does not match '${OUTPUT_REGEX}'")
 endif()
 
 if(failures)
