@@ -8,6 +8,7 @@
 
 #include "kvo/oracle/cache_diff.hpp"
 #include "kvo/oracle/read_diff.hpp"
+#include "kvo/oracle/read_judge.hpp"
 #include "kvo/reference/dense_insert.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/paged_cache.hpp"
@@ -23,23 +24,6 @@ std::string hex64(std::uint64_t v) {
   return buf;
 }
 
-/// Classifies what a subject threw.
-template <class Fn>
-Outcome guarded(Fn&& fn, std::string& error) {
-  try {
-    return fn();
-  } catch (const spec::InvalidInput& e) {
-    error = std::string("rejected a valid case: ") + e.what();
-    return Outcome::kInvalidInput;
-  } catch (const spec::Unsupported& e) {
-    error = std::string("unsupported: ") + e.what();
-    return Outcome::kUnsupported;
-  } catch (const std::exception& e) {
-    error = std::string("failed to run: ") + e.what();
-    return Outcome::kFailedToRun;
-  }
-}
-
 /// Runs one write subject over every layer of a case; fills the diff or the error.
 Outcome run_write(WriteSubject& subject, const WriteCase& wc,
                   const reference::PagedCacheLayout& layout,
@@ -47,7 +31,7 @@ Outcome run_write(WriteSubject& subject, const WriteCase& wc,
                   const std::vector<spec::LayerCaches>& expected, CacheDiff& diff,
                   std::string& error) {
   std::vector<spec::LayerCaches> actual = poisoned;  // poisoned once per case, copied per subject
-  const Outcome ran = guarded(
+  const Outcome ran = run_guarded(
       [&] {
         for (std::size_t l = 0; l < wc.writes.size(); ++l)
           subject.write_layer(wc.config, wc.writes[l], actual[l]);
@@ -61,64 +45,6 @@ Outcome run_write(WriteSubject& subject, const WriteCase& wc,
   }
   if (!diff.equal()) error = diff.report();
   return diff.equal() ? Outcome::kPass : Outcome::kMismatch;
-}
-
-/// Expected results of a read case, computed once per case and only as far as needed.
-struct ReadExpectation {
-  const ReadCase& rc;
-  reference::TopkSelection selection;
-  std::optional<reference::ScoreTruth> scores[2];     // per Ordering
-  std::optional<reference::AttentionTruth> truth[2];  // per Ordering
-  std::optional<spec::HostTensor> exact_out;
-
-  explicit ReadExpectation(const ReadCase& c)
-      : rc(c),
-        selection(reference::indexer_topk(c.config, c.indexer, c.batch, c.index_q, c.caches)) {}
-  const reference::ScoreTruth& score_truth(reference::Ordering o) {
-    auto& t = scores[static_cast<int>(o)];
-    if (!t) t = reference::indexer_truth(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches, o);
-    return *t;
-  }
-  const reference::AttentionTruth& attention_truth(reference::Ordering o) {
-    auto& t = truth[static_cast<int>(o)];
-    if (!t) {
-      t = reference::attention_truth(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
-                                     rc.v_scale, &selection, o);
-    }
-    return *t;
-  }
-  const spec::HostTensor& exact() {
-    if (!exact_out) {
-      exact_out = reference::attention(rc.config, rc.attention, rc.batch, rc.q, rc.caches,
-                                       rc.k_scale, rc.v_scale, &selection)
-                      .out;
-    }
-    return *exact_out;
-  }
-};
-
-Outcome run_read(ReadSubject& s, const std::string& op, ReadExpectation& e, std::string& report) {
-  const bool canonical = s.ordering() == reference::Ordering::kCanonical;
-  return guarded(
-      [&] {
-        if (op == "indexer") {
-          const std::vector<std::int32_t> ids = s.indexer(e.rc);
-          const TopkDiff d = canonical
-                                 ? diff_topk_exact(e.selection, ids)
-                                 : diff_topk_tie_aware(e.selection, e.score_truth(s.ordering()),
-                                                       e.rc.indexer, ids, s.topk_order());
-          if (!d.equal()) report = d.report();
-          return d.equal() ? Outcome::kPass : Outcome::kMismatch;
-        }
-        // Attention over the reference selection, so an indexer bug does not mask an attention one.
-        const spec::HostTensor out = s.attention(e.rc, &e.selection);
-        const AttentionDiff d = canonical
-                                    ? diff_attention_exact(e.exact(), out)
-                                    : diff_attention_bounded(e.attention_truth(s.ordering()), out);
-        if (!d.pass()) report = d.report();
-        return d.pass() ? Outcome::kPass : Outcome::kMismatch;
-      },
-      report);
 }
 
 }  // namespace
@@ -336,9 +262,9 @@ CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSu
       const ReadCase rc = make_read_case(seed, read_o);
       ReadExpectation expectation(rc);
       for (auto& [subject, op, row] : read_rows) {
-        std::string detail;
-        const Outcome outcome = run_read(*subject, op, expectation, detail);
-        record(row, outcome, i, seed, rc.describe(), detail);
+        const ReadVerdict v = judge_read(
+            *subject, op == "indexer" ? ReadOp::kIndexer : ReadOp::kAttention, expectation);
+        record(row, v.outcome, i, seed, rc.describe(), v.report);
       }
     }
     if (!dense_rows.empty()) {
@@ -350,7 +276,7 @@ CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSu
       const spec::HostTensor q_expected = reference::dense_insert(dc.config, dc.in, expected);
       for (auto& [subject, row] : dense_rows) {
         std::string detail;
-        const Outcome outcome = guarded(
+        const Outcome outcome = run_guarded(
             [&] {
               spec::LayerCaches actual = poisoned;
               const spec::HostTensor q = subject->insert(dc.config, dc.in, actual);

@@ -7,6 +7,7 @@
 
 #include "kvo/oracle/cache_diff.hpp"
 #include "kvo/oracle/read_diff.hpp"
+#include "kvo/oracle/read_judge.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/paged_cache.hpp"
 
@@ -140,40 +141,14 @@ std::string explain_read(const CheckOptions& o, std::uint64_t seed, ReadSubject&
       << " (rows from " << q << ")\n";
     q = rc.batch.query_start_loc[static_cast<std::size_t>(rq + 1)];
   }
-  const reference::TopkSelection sel =
-      reference::indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
-  const bool canonical = subject.ordering() == reference::Ordering::kCanonical;
-  try {
-    if (op == "indexer") {
-      const auto ids = subject.indexer(rc);
-      const TopkDiff d =
-          canonical ? diff_topk_exact(sel, ids)
-                    : diff_topk_tie_aware(
-                          sel,
-                          reference::indexer_truth(rc.config, rc.indexer, rc.batch, rc.index_q,
-                                                   rc.caches, subject.ordering()),
-                          rc.indexer, ids, subject.topk_order());
-      outcome = d.equal() ? spec::Outcome::kPass : spec::Outcome::kMismatch;
-      s << d.report() << "\n";
-    } else {
-      const spec::HostTensor out = subject.attention(rc, &sel);
-      const AttentionDiff d =
-          canonical
-              ? diff_attention_exact(reference::attention(rc.config, rc.attention, rc.batch, rc.q,
-                                                          rc.caches, rc.k_scale, rc.v_scale, &sel)
-                                         .out,
-                                     out)
-              : diff_attention_bounded(
-                    reference::attention_truth(rc.config, rc.attention, rc.batch, rc.q, rc.caches,
-                                               rc.k_scale, rc.v_scale, &sel, subject.ordering()),
-                    out);
-      outcome = d.pass() ? spec::Outcome::kPass : spec::Outcome::kMismatch;
-      s << d.report() << "\n";
-    }
-  } catch (const std::exception& e) {
-    outcome = dynamic_cast<const spec::InvalidInput*>(&e) ? spec::Outcome::kInvalidInput
-                                                          : spec::Outcome::kFailedToRun;
-    s << "the subject did not complete: " << e.what() << "\n";
+  ReadExpectation expected(rc);
+  const ReadVerdict v =
+      judge_read(subject, op == "indexer" ? ReadOp::kIndexer : ReadOp::kAttention, expected);
+  outcome = v.outcome;
+  if (v.outcome == spec::Outcome::kPass || v.outcome == spec::Outcome::kMismatch) {
+    s << v.report << "\n";
+  } else {
+    s << "the subject did not complete: " << v.report << "\n";
   }
   return s.str();
 }

@@ -1,0 +1,79 @@
+#pragma once
+/// \file read_judge.hpp
+/// How a read subject's answer is judged (SPEC principle 4, section 7): a canonical subject bit for
+/// bit against the reference, a foreign one against the float64 truth (tie-aware top-k, attention
+/// within the derived bound). One place for `kvoracle check` (random read cases) and `kvoracle
+/// replay` (the read side of trace steps), so both apply the same rules.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kvo/oracle/read_case.hpp"
+#include "kvo/oracle/read_subject.hpp"
+#include "kvo/reference/read_path.hpp"
+#include "kvo/reference/truth.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::oracle {
+
+/// Runs `fn` (returning an Outcome) and classifies what it throws: InvalidInput on a valid case,
+/// Unsupported, anything else failed-to-run; `error` gets the reason.
+template <class Fn>
+spec::Outcome run_guarded(Fn&& fn, std::string& error) {
+  try {
+    return fn();
+  } catch (const spec::InvalidInput& e) {
+    error = std::string("rejected a valid case: ") + e.what();
+    return spec::Outcome::kInvalidInput;
+  } catch (const spec::Unsupported& e) {
+    error = std::string("unsupported: ") + e.what();
+    return spec::Outcome::kUnsupported;
+  } catch (const std::exception& e) {
+    error = std::string("failed to run: ") + e.what();
+    return spec::Outcome::kFailedToRun;
+  }
+}
+
+enum class ReadOp : std::uint8_t { kIndexer, kAttention };
+
+/// The expected results of one read case, computed once per case and only as far as the subjects
+/// judged against it need (the float64 truth only for foreign subjects).
+class ReadExpectation {
+ public:
+  /// `dense`: attention over every token t <= p and no indexer (a dense layer); otherwise the
+  /// reference's top-k selection, which attention is judged over (so an indexer bug does not mask
+  /// an attention one).
+  explicit ReadExpectation(const ReadCase& c, bool dense = false);
+
+  const ReadCase& read_case() const { return rc_; }
+  bool dense() const { return dense_; }
+  /// The reference selection (sparse cases only).
+  const reference::TopkSelection& selection() const { return selection_; }
+  /// What attention reads: null (dense) or the reference selection.
+  const reference::TopkSelection* attended() const { return dense_ ? nullptr : &selection_; }
+  const reference::ScoreTruth& score_truth(reference::Ordering o);
+  const reference::AttentionTruth& attention_truth(reference::Ordering o);
+  const spec::HostTensor& exact();
+
+ private:
+  const ReadCase& rc_;
+  bool dense_ = false;
+  reference::TopkSelection selection_;
+  std::optional<reference::ScoreTruth> scores_[2];     // per Ordering
+  std::optional<reference::AttentionTruth> truth_[2];  // per Ordering
+  std::optional<spec::HostTensor> exact_out_;
+};
+
+/// One subject's answer to one op, judged.
+struct ReadVerdict {
+  spec::Outcome outcome = spec::Outcome::kPass;
+  std::string report;                 ///< the diff (SPEC 7, a pass's too) or the error
+  std::optional<std::int64_t> query;  ///< the first differing query row, when a diff found one
+};
+
+/// Runs `op` of `subject` on the expectation's case and judges it by the subject's ordering:
+/// canonical exactly (diff_topk_exact, diff_attention_exact), foreign tie-aware and bounded.
+ReadVerdict judge_read(ReadSubject& subject, ReadOp op, ReadExpectation& expected);
+
+}  // namespace kvo::oracle

@@ -1,0 +1,67 @@
+#include "kvo/oracle/read_judge.hpp"
+
+#include "kvo/oracle/read_diff.hpp"
+
+namespace kvo::oracle {
+
+ReadExpectation::ReadExpectation(const ReadCase& c, bool dense) : rc_(c), dense_(dense) {
+  if (!dense_) {
+    selection_ = reference::indexer_topk(c.config, c.indexer, c.batch, c.index_q, c.caches);
+  }
+}
+
+const reference::ScoreTruth& ReadExpectation::score_truth(reference::Ordering o) {
+  auto& t = scores_[static_cast<int>(o)];
+  if (!t)
+    t = reference::indexer_truth(rc_.config, rc_.indexer, rc_.batch, rc_.index_q, rc_.caches, o);
+  return *t;
+}
+
+const reference::AttentionTruth& ReadExpectation::attention_truth(reference::Ordering o) {
+  auto& t = truth_[static_cast<int>(o)];
+  if (!t) {
+    t = reference::attention_truth(rc_.config, rc_.attention, rc_.batch, rc_.q, rc_.caches,
+                                   rc_.k_scale, rc_.v_scale, attended(), o);
+  }
+  return *t;
+}
+
+const spec::HostTensor& ReadExpectation::exact() {
+  if (!exact_out_) {
+    exact_out_ = reference::attention(rc_.config, rc_.attention, rc_.batch, rc_.q, rc_.caches,
+                                      rc_.k_scale, rc_.v_scale, attended())
+                     .out;
+  }
+  return *exact_out_;
+}
+
+ReadVerdict judge_read(ReadSubject& s, ReadOp op, ReadExpectation& e) {
+  const bool canonical = s.ordering() == reference::Ordering::kCanonical;
+  ReadVerdict v;
+  v.outcome = run_guarded(
+      [&] {
+        if (op == ReadOp::kIndexer) {
+          const std::vector<std::int32_t> ids = s.indexer(e.read_case());
+          const TopkDiff d = canonical
+                                 ? diff_topk_exact(e.selection(), ids)
+                                 : diff_topk_tie_aware(e.selection(), e.score_truth(s.ordering()),
+                                                       e.read_case().indexer, ids, s.topk_order());
+          v.report = d.report();
+          if (d.equal()) return spec::Outcome::kPass;
+          if (!d.samples.empty()) v.query = d.samples.front().query;
+          return spec::Outcome::kMismatch;
+        }
+        const spec::HostTensor out = s.attention(e.read_case(), e.attended());
+        const AttentionDiff d = canonical
+                                    ? diff_attention_exact(e.exact(), out)
+                                    : diff_attention_bounded(e.attention_truth(s.ordering()), out);
+        v.report = d.report();
+        if (d.pass()) return spec::Outcome::kPass;
+        if (d.first) v.query = d.first->query;
+        return spec::Outcome::kMismatch;
+      },
+      v.report);
+  return v;
+}
+
+}  // namespace kvo::oracle
