@@ -22,6 +22,7 @@ struct ReplayFlags {
   std::string steps;
   std::string layers;
   std::vector<std::string> subjects;
+  std::string ops = "write";
   traces::ReplayOptions options;
 };
 
@@ -75,8 +76,13 @@ int run_replay(ReplayFlags& f) {
     for (std::string name; std::getline(ss, name, ',');)
       if (!name.empty()) o.subjects.push_back(name);
   }
+  o.ops.clear();
+  std::stringstream op_list(f.ops);
+  for (std::string op; std::getline(op_list, op, ',');)
+    if (!op.empty()) o.ops.push_back(op);
   const traces::Trace trace = traces::load_trace(f.path);
   auto subjects = oracle::make_write_subjects();
+  auto read_subjects = oracle::make_read_subjects();
   std::string why_no_gpu;
   const int gpus = gpu::device_count(&why_no_gpu);
   std::printf("kvoracle replay: %s, %zu steps, %zu layers (%s), value seed 0x%016llX, GPU: %s\n",
@@ -95,7 +101,8 @@ int run_replay(ReplayFlags& f) {
                  static_cast<long long>(done), static_cast<long long>(total));
     if (done == total) std::fprintf(stderr, "\n");
   };
-  const traces::ReplayReport report = traces::replay_trace(trace, o, subjects, progress);
+  const traces::ReplayReport report =
+      traces::replay_trace(trace, o, subjects, read_subjects, progress);
   if (tty) std::fprintf(stderr, "\n");
   for (const std::string& m : report.mismatches) std::cout << m << "\n";
   std::cout << report.summary() << std::endl;
@@ -106,11 +113,19 @@ int run_replay(ReplayFlags& f) {
 
 void add_replay(CLI::App& app, int& status) {
   auto flags = std::make_shared<ReplayFlags>();
-  CLI::App* cmd =
-      app.add_subcommand("replay", "replay a trace's steps through every available write subject");
+  CLI::App* cmd = app.add_subcommand(
+      "replay", "replay a trace's steps through every available write (and read) subject");
   cmd->add_option("trace", flags->path, "trace file")->required();
   cmd->add_option("--subject", flags->subjects,
                   "subjects to run (repeatable or comma-separated; default all available)");
+  cmd->add_option("--ops", flags->ops,
+                  "comma-separated: write, indexer, attention (the read ops run the reference's "
+                  "slow read path; indexer on sparse layers, attention sparse or dense)")
+      ->capture_default_str();
+  cmd->add_option("--full-diff-every", flags->options.full_diff_every,
+                  "compare whole caches every N steps (between them: the pages each step names, "
+                  "and the guards); 1 compares everything every step")
+      ->capture_default_str();
   cmd->add_option("--steps", flags->steps, "step range a:b (b exclusive; a: or :b)");
   cmd->add_option("--layers", flags->layers, "layer indices, e.g. 0,3,5-7 (default all)");
   cmd->add_flag("--keep-going", flags->options.keep_going,

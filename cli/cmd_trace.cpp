@@ -20,7 +20,16 @@ struct GenFlags {
   std::string output;
   traces::SimOptions sim;
   oracle::CaseOverrides model;
+  traces::TraceReadParams read;
 };
+
+/// The read-side flags as trace gen's command line spells them (for the generator note).
+std::string read_flags_text(const traces::TraceReadParams& r) {
+  return " --num-index-heads " + std::to_string(r.num_index_heads) + " --num-q-heads " +
+         std::to_string(r.num_q_heads) + " --sparse-block " + std::to_string(r.sparse_block) +
+         " --topk " + std::to_string(r.topk) + " --init-blocks " + std::to_string(r.init_blocks) +
+         " --local-blocks " + std::to_string(r.local_blocks);
+}
 
 /// "1,2,4" or "none" (no CUDA-graph padding).
 std::vector<std::int64_t> parse_sizes(const std::string& text) {
@@ -50,8 +59,10 @@ int run_gen(GenFlags& f) {
   apply_overrides(f.model, f.sim.config);
   traces::SimStats stats;
   traces::Trace trace = traces::simulate(f.sim, &stats);
+  trace.read = f.read;
   trace.extra["generator"] = "kvoracle trace gen --seed " + f.seed + " --steps " +
-                             std::to_string(f.sim.steps) + f.model.to_flags();
+                             std::to_string(f.sim.steps) + f.model.to_flags() +
+                             read_flags_text(f.read);
   traces::save_trace(trace, f.output);
   std::printf(
       "kvoracle trace gen: %s: %lld steps, %lld requests admitted, %lld finished, %lld "
@@ -119,6 +130,21 @@ void add_trace(CLI::App& app, int& status) {
       ->capture_default_str();
   g->add_flag("--query-lens", gen->sim.query_lens_form,
               "write query_lens [B] instead of query_start_loc [B+1]");
+  g->add_option("--num-index-heads", gen->read.num_index_heads,
+                "read replay: indexer heads (0: smallest multiple of the KV heads >= 4)")
+      ->capture_default_str();
+  g->add_option("--num-q-heads", gen->read.num_q_heads,
+                "read replay: query heads (0: smallest multiple of the KV heads >= 16)")
+      ->capture_default_str();
+  g->add_option("--sparse-block", gen->read.sparse_block,
+                "read replay: selection block of the indexer and attention (tokens)")
+      ->capture_default_str();
+  g->add_option("--topk", gen->read.topk, "read replay: blocks kept per query and KV head")
+      ->capture_default_str();
+  g->add_option("--init-blocks", gen->read.init_blocks, "read replay: forced leading blocks")
+      ->capture_default_str();
+  g->add_option("--local-blocks", gen->read.local_blocks, "read replay: forced trailing blocks")
+      ->capture_default_str();
   g->add_option("-o,--output", gen->output, "trace file to write")->required();
   add_model_flags(*g, gen->model);
   g->callback([gen, &status] { status = run_gen(*gen); });

@@ -86,6 +86,24 @@ float ValueGenerator::value_in_row(std::uint64_t key, std::int64_t head, std::in
   return value_of_key(chain(chain(key, head), dim));
 }
 
+void ValueGenerator::fill_row(std::uint64_t key, std::int64_t heads, std::int64_t dim,
+                              float* out) const {
+  // mix64(d + 1) for the dims of every realistic row, computed once per process.
+  static const std::vector<std::uint64_t> kDimMix = [] {
+    std::vector<std::uint64_t> t(4096);
+    for (std::size_t d = 0; d < t.size(); ++d) t[d] = mix64(d + 1);
+    return t;
+  }();
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const std::uint64_t head_key = chain(key, h);
+    for (std::int64_t d = 0; d < dim; ++d) {
+      const auto du = static_cast<std::uint64_t>(d);
+      const std::uint64_t m = du < kDimMix.size() ? kDimMix[du] : mix64(du + 1);
+      *out++ = value_of_key(mix64(head_key ^ m));
+    }
+  }
+}
+
 float ValueGenerator::value(std::int64_t layer, GenTensor tensor, std::int64_t request,
                             std::int64_t position, std::int64_t head, std::int64_t dim) const {
   return value_of_key(value_key(seed, layer, tensor, request, position, head, dim));

@@ -3,13 +3,16 @@
 // carries what step n wrote into the comparison of step n+k.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
 
 #include "kvo/reference/layer_write.hpp"
+#include "kvo/reference/numbers.hpp"
 #include "kvo/reference/paged_cache.hpp"
+#include "kvo/reference/read_path.hpp"
 #include "kvo/spec/outcome.hpp"
 #include "kvo/traces/analysis.hpp"
 #include "kvo/traces/replay.hpp"
@@ -280,6 +283,258 @@ TEST(TraceReplay, ValuesAreKeyedByRequestAndPosition) {
     }
   }
   EXPECT_GT(repeats, 0) << "the fixture should rewrite some token (preemption or MTP)";
+}
+
+}  // namespace
+}  // namespace kvo::traces
+
+namespace kvo::traces {
+namespace {
+
+/// small_trace with read parameters that make top-k choose: 4-token selection blocks (sequences
+/// run to ~60 tokens, so up to 15 valid blocks), 2 kept, 4 query heads per KV head.
+Trace read_trace(std::int64_t topk = 2) {
+  Trace t = testing::small_trace();
+  t.read.sparse_block = 4;
+  t.read.topk = topk;
+  t.read.num_q_heads = 4;
+  t.read.num_index_heads = 4;
+  return t;
+}
+
+ReplayOptions read_ops() {
+  ReplayOptions o;
+  o.ops = {"write", "indexer", "attention"};
+  return o;
+}
+
+std::vector<std::unique_ptr<oracle::ReadSubject>> one_read_subject(
+    std::unique_ptr<oracle::ReadSubject> s) {
+  std::vector<std::unique_ptr<oracle::ReadSubject>> out;
+  out.push_back(std::move(s));
+  return out;
+}
+
+/// A canonical read subject whose attention applies sm_scale twice.
+std::unique_ptr<oracle::ReadSubject> scale_twice_mutant() {
+  oracle::ReadMutation m;
+  m.scale_twice = true;
+  return oracle::make_canonical_mutant(m, "mutant-scale");
+}
+
+/// The step a read mismatch report names ("step 7, layer 1" -> 7).
+std::int64_t reported_step(const std::string& report) {
+  const auto at = report.find("), step ");
+  return at == std::string::npos ? -1 : std::stoll(report.substr(at + 8));
+}
+
+TEST(TraceReadReplay, CommittedTraceReadsPassOnEveryReadSubject) {
+  const Trace t = load_trace(std::filesystem::path(KVO_TRACE_DATA_DIR) / "mtp_fp8_split_hnd.st");
+  auto writes = cpu_subjects();
+  auto reads = oracle::make_read_subjects();
+  ReplayOptions o = read_ops();
+  o.step_end = 40;
+  const ReplayReport r = replay_trace(t, o, writes, reads);
+  EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
+  bool naive_ran = false;
+  for (const auto& s : r.subjects) {
+    if (s.name == "cpu-naive-f32") {
+      naive_ran = true;
+      // Every layer of the trace is sparse: one indexer and one attention call per layer and step.
+      EXPECT_EQ(s.layer_writes, 40 * static_cast<std::int64_t>(t.config.layers.size())) << s.op;
+    }
+  }
+  EXPECT_TRUE(naive_ran) << r.summary();
+}
+
+TEST(TraceReadReplay, DenseLayersRunDenseAttentionOnly) {
+  const Trace t = read_trace();  // layers DS
+  std::vector<std::unique_ptr<oracle::WriteSubject>> writes;
+  auto reads = oracle::make_read_subjects();
+  const ReplayReport r = replay_trace(t, read_ops(), writes, reads);
+  EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
+  const auto steps = static_cast<std::int64_t>(t.steps.size());
+  for (const auto& s : r.subjects) {
+    if (s.name != "cpu-naive-f32") continue;
+    EXPECT_EQ(s.layer_writes, s.op == "indexer" ? steps : 2 * steps) << s.op;
+  }
+}
+
+/// A planted read bug is reported with its step, layer and query row, and the replay stops there:
+/// the steps before it replay clean with the same subject, so the named step is the first bad one.
+TEST(TraceReadReplay, PlantedReadBugsAreReportedAtTheirStep) {
+  struct Case {
+    const char* name;
+    std::unique_ptr<oracle::ReadSubject> (*make)();
+    const char* op;
+    std::int64_t topk;  ///< 1: only the forced local block is kept, so unforcing it shows
+  };
+  const Case cases[] = {
+      {"foreign, local block unforced",
+       [] {
+         oracle::ReadMutation m;
+         m.ignore_local = true;
+         return oracle::make_cpu_naive_subject(m, "naive-no-local");
+       },
+       "indexer", 1},
+      {"canonical, sm_scale twice", scale_twice_mutant, "attention", 2},
+      {"foreign, no causal mask",
+       [] {
+         oracle::ReadMutation m;
+         m.no_causal_mask = true;
+         return oracle::make_cpu_naive_subject(m, "naive-no-mask");
+       },
+       "attention", 2},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Trace t = read_trace(c.topk);
+    std::vector<std::unique_ptr<oracle::WriteSubject>> writes;
+    auto reads = one_read_subject(c.make());
+    ReplayOptions o = read_ops();
+    o.ops = {"write", c.op};
+    o.layers = {1};  // the sparse layer: attention over the selection (dense layers: below)
+    const ReplayReport r = replay_trace(t, o, writes, reads);
+    EXPECT_EQ(r.worst, spec::Outcome::kMismatch) << r.summary();
+    ASSERT_EQ(r.mismatches.size(), 1u) << r.summary();
+    const std::string& m = r.mismatches[0];
+    EXPECT_NE(m.find(std::string("(") + c.op), std::string::npos) << m;
+    EXPECT_NE(m.find(", layer 1, query row "), std::string::npos) << m;
+    EXPECT_NE(m.find("request id "), std::string::npos) << m;
+    const std::int64_t step = reported_step(m);
+    ASSERT_GE(step, 0) << m;
+    EXPECT_EQ(r.steps_run, step + 1) << "stops at the first mismatching step";
+    ReplayOptions before = o;
+    before.step_end = step;
+    auto again = one_read_subject(c.make());
+    EXPECT_EQ(replay_trace(t, before, writes, again).worst, spec::Outcome::kPass);
+  }
+}
+
+TEST(TraceReadReplay, PlantedBugInDenseAttentionIsReported) {
+  const Trace t = read_trace();
+  std::vector<std::unique_ptr<oracle::WriteSubject>> writes;
+  auto reads = one_read_subject(scale_twice_mutant());
+  ReplayOptions o = read_ops();
+  o.layers = {0};  // dense
+  const ReplayReport r = replay_trace(t, o, writes, reads);
+  ASSERT_EQ(r.mismatches.size(), 1u) << r.summary();
+  EXPECT_NE(r.mismatches[0].find("(attention, dense), step 0, layer 0, query row "),
+            std::string::npos)
+      << r.mismatches[0];
+}
+
+TEST(TraceReadReplay, KeepGoingCountsEveryMismatchingStep) {
+  const Trace t = read_trace();
+  std::vector<std::unique_ptr<oracle::WriteSubject>> writes;
+  auto reads = one_read_subject(scale_twice_mutant());
+  ReplayOptions o = read_ops();
+  o.ops = {"attention"};
+  o.keep_going = true;
+  const ReplayReport r = replay_trace(t, o, writes, reads);
+  EXPECT_EQ(r.steps_run, static_cast<std::int64_t>(t.steps.size()));
+  ASSERT_EQ(r.subjects.size(), 1u);
+  EXPECT_GT(r.subjects[0].mismatching_steps, 1);
+  EXPECT_EQ(r.mismatches.size(), 2 * static_cast<std::size_t>(r.subjects[0].mismatching_steps))
+      << "one report per layer (both layers attend) of each mismatching step";
+}
+
+TEST(TraceReadReplay, QueriesAreKeyedByRequestAndPosition) {
+  const Trace t = read_trace();
+  const auto gen = replay_generator(t, ReplayOptions{});
+  const oracle::ReadCase rc = make_step_read(t, 5, 1, gen);
+  const TraceStep& st = t.steps[5];
+  ASSERT_EQ(rc.q.shape[0], st.starts().back()) << "one query row per real token";
+  const auto rows = reference::query_rows(rc.batch);
+  const std::int64_t hd = t.config.geometry.head_dim;
+  const std::int64_t row = rc.q.shape[0] - 1;
+  const auto& q = rows[static_cast<std::size_t>(row)];
+  const float x =
+      gen.value(1, reference::GenTensor::kQ, st.request_id(q.request), q.position, 3, hd - 1);
+  std::uint16_t code = 0;
+  std::memcpy(&code, &rc.q.bytes[static_cast<std::size_t>(((row * 4 + 3) * hd + hd - 1) * 2)], 2);
+  EXPECT_EQ(code, reference::encode(x, t.config.act_dtype, spec::Saturation::kSatFinite));
+}
+
+TEST(TraceReadReplay, UnknownOpIsInvalidInput) {
+  const Trace t = read_trace();
+  auto writes = cpu_subjects();
+  ReplayOptions o;
+  o.ops = {"write", "softmax"};
+  EXPECT_THROW((void)replay_trace(t, o, writes), spec::InvalidInput);
+}
+
+/// Between whole-cache comparisons only the pages a step names are compared; a subject that also
+/// writes one byte into a page no slot of the step names must still be reported: at the next
+/// whole-cache comparison (naming the steps it happened in), or at its step with
+/// full_diff_every = 1. A stray write into a guard band is reported at its step and layer.
+std::unique_ptr<oracle::WriteSubject> stray_byte_at(std::int64_t bad_step, std::int64_t layers,
+                                                    std::int64_t page /* -1: the guard */) {
+  auto calls = std::make_shared<std::int64_t>(0);
+  return oracle::make_function_subject(
+      "stray", [calls, bad_step, layers, page](const spec::ModelConfig& c,
+                                               const spec::LayerWrite& w, spec::LayerCaches& out) {
+        const std::int64_t n = (*calls)++;
+        reference::write_layer(c, w, out);
+        if (n != bad_step * layers) return;  // layer 0 of the bad step
+        spec::CacheBuffer& k = out.buffers.front();
+        if (page < 0) {
+          k.storage.back() ^= 0x01;
+          return;
+        }
+        const std::int64_t block_bytes = k.body_bytes() / c.geometry.num_blocks;
+        k.body()[page * block_bytes + block_bytes / 2] ^= 0x10;
+      });
+}
+
+/// A cache block no slot of steps [from, end) names.
+std::int64_t unnamed_page(const Trace& t, std::size_t from) {
+  std::vector<bool> named(static_cast<std::size_t>(t.config.geometry.num_blocks), false);
+  for (std::size_t s = from; s < t.steps.size(); ++s) {
+    for (std::int64_t slot : t.steps[s].slot_mapping.values) {
+      if (slot >= 0) named[static_cast<std::size_t>(slot / t.config.geometry.block_size)] = true;
+    }
+  }
+  return std::find(named.begin(), named.end(), false) - named.begin();
+}
+
+TEST(TraceReplay, StrayWriteOutsideTheNamedPagesIsCaught) {
+  const Trace t = small_trace();
+  for (const std::int64_t every : {std::int64_t{1}, std::int64_t{4}, std::int64_t{32}}) {
+    SCOPED_TRACE("full_diff_every " + std::to_string(every));
+    std::vector<std::unique_ptr<oracle::WriteSubject>> subjects;
+    const std::int64_t page = unnamed_page(t, 5);
+    ASSERT_LT(page, t.config.geometry.num_blocks) << "the fixture should leave a page unnamed";
+    subjects.push_back(stray_byte_at(5, 2, page));
+    ReplayOptions o;
+    o.full_diff_every = every;
+    const ReplayReport r = replay_trace(t, o, subjects);
+    EXPECT_EQ(r.worst, spec::Outcome::kMismatch);
+    ASSERT_EQ(r.mismatches.size(), 1u);
+    const std::string& m = r.mismatches[0];
+    // Steps 0-11: whole-cache comparisons after steps 0, 1, 2, ... (every 1), 3, 7 (every 4),
+    // or only after the last, 11 (every 32).
+    const std::int64_t found = every == 1 ? 5 : every == 4 ? 7 : 11;
+    EXPECT_NE(m.find("whole-cache comparison after step " + std::to_string(found) + ", layer 0"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find(std::to_string(every == 1   ? 5
+                                    : every == 4 ? 4
+                                                 : 0) +
+                     ".." + std::to_string(found)),
+              std::string::npos)
+        << m;
+    EXPECT_EQ(r.steps_run, found + 1);
+  }
+}
+
+TEST(TraceReplay, StrayWriteIntoAGuardIsCaughtAtItsStep) {
+  const Trace t = small_trace();
+  std::vector<std::unique_ptr<oracle::WriteSubject>> subjects;
+  subjects.push_back(stray_byte_at(5, 2, -1));
+  const ReplayReport r = replay_trace(t, ReplayOptions{}, subjects);
+  ASSERT_EQ(r.mismatches.size(), 1u);
+  EXPECT_NE(r.mismatches[0].find("step 5, layer 0\n"), std::string::npos) << r.mismatches[0];
 }
 
 }  // namespace

@@ -229,6 +229,8 @@ TEST(TraceMalformed, EveryConfigurationKeyIsRequired) {
   const FileParts valid = valid_parts();
   for (const auto& [key, value] : valid.header["__metadata__"].items()) {
     if (key == "generator") continue;  // not a configuration key
+    if (std::find(kReadParamKeys.begin(), kReadParamKeys.end(), key) != kReadParamKeys.end())
+      continue;  // optional: TraceReadParamsAreOptional
     FileParts p = valid;
     p.header["__metadata__"].erase(key);
     SCOPED_TRACE(key);
@@ -236,12 +238,64 @@ TEST(TraceMalformed, EveryConfigurationKeyIsRequired) {
   }
 }
 
+/// Files written before read replay have no read-side keys: they parse, with the defaults (head
+/// counts resolved against the geometry), and the keys written back are exactly what was read.
+TEST(TraceFormat, TraceReadParamsAreOptional) {
+  FileParts p = valid_parts();
+  for (const std::string& key : kReadParamKeys) {
+    ASSERT_TRUE(p.header["__metadata__"].contains(key)) << key << " is written";
+    p.header["__metadata__"].erase(key);
+  }
+  const Trace t = parse_trace(join(p));
+  const std::int64_t nkv = t.config.geometry.num_kv_heads;
+  const spec::IndexerParams ip = indexer_params(t);
+  const spec::AttentionParams ap = attention_params(t);
+  EXPECT_EQ(ip.num_index_heads, (4 + nkv - 1) / nkv * nkv);
+  EXPECT_EQ(ap.num_q_heads, (16 + nkv - 1) / nkv * nkv);
+  EXPECT_EQ(ip.sparse_block, 128);
+  EXPECT_EQ(ip.topk, 16);
+  EXPECT_EQ(ip.init_blocks, 0);
+  EXPECT_EQ(ip.local_blocks, 1);
+  EXPECT_EQ(ap.sm_scale, 0.0f);
+  EXPECT_EQ(ap.out_dtype, spec::DType::kBF16);
+  EXPECT_TRUE(t.extra.empty() || !t.extra.count("topk"));
+
+  Trace custom = t;
+  custom.read.num_index_heads = 2 * nkv;
+  custom.read.num_q_heads = 3 * nkv;
+  custom.read.sparse_block = 8;
+  custom.read.topk = 3;
+  custom.read.init_blocks = 1;
+  custom.read.local_blocks = 2;
+  custom.read.sm_scale = 0.125f;
+  custom.read.out_dtype = spec::DType::kF32;
+  const Trace back = parse_trace(serialize_trace(custom));
+  EXPECT_EQ(back.read, custom.read);
+  EXPECT_EQ(back, custom);
+}
+
 TEST(TraceMalformed, BadConfigurationValues) {
   const FileParts valid = valid_parts();
   const std::vector<std::pair<std::string, std::string>> cases{
-      {"block_size", "0x10"}, {"num_blocks", "-4"}, {"num_blocks", "007"},
-      {"kv_dtype", "fp9"},    {"ue8m0", "yes"},     {"format", "kvoracle-trace/2"},
-      {"k_scale", "1,,2"},    {"layers", "3X"},     {"num_steps", "99999999999999999999"}};
+      {"block_size", "0x10"},
+      {"num_blocks", "-4"},
+      {"num_blocks", "007"},
+      {"kv_dtype", "fp9"},
+      {"ue8m0", "yes"},
+      {"format", "kvoracle-trace/2"},
+      {"k_scale", "1,,2"},
+      {"layers", "3X"},
+      {"num_steps", "99999999999999999999"},
+      // The optional read-side keys, when present, are as strict.
+      {"topk", "0"},
+      {"sparse_block", "0"},
+      {"num_index_heads", "3"},
+      {"num_q_heads", "-16"},
+      {"out_dtype", "fp8_e4m3"},
+      {"sm_scale", "1,2"},
+      {"sm_scale", "-1"},
+      {"topk", "99999999"},
+      {"local_blocks", "x"}};
   for (const auto& [key, value] : cases) {
     FileParts p = valid;
     p.header["__metadata__"][key] = value;

@@ -127,6 +127,51 @@ std::vector<float> meta_scales(const std::map<std::string, std::string>& m, cons
   return out;
 }
 
+/// An optional key read with one of the required-key readers, or `fallback` when absent.
+template <class T, class Read>
+T meta_optional(const std::map<std::string, std::string>& m, const char* key, T fallback,
+                Read read) {
+  return m.count(key) ? read(m, key) : fallback;
+}
+
+/// Largest head count, top-k or block count read from metadata: far beyond any model, small
+/// enough that a hostile file cannot make read replay allocate without bound.
+constexpr std::int64_t kMaxReadParam = std::int64_t{1} << 20;
+
+/// The optional read-side keys; absent ones keep the TraceReadParams defaults.
+TraceReadParams parse_read_params(const std::map<std::string, std::string>& m) {
+  TraceReadParams r;
+  const auto bounded = [&](const char* key, std::int64_t fallback) {
+    const std::int64_t v = meta_optional(m, key, fallback, meta_int);
+    if (v > kMaxReadParam) {
+      throw spec::InvalidInput(std::string("__metadata__ '") + key + "'", -1, std::to_string(v),
+                               "expected at most " + std::to_string(kMaxReadParam));
+    }
+    return v;
+  };
+  r.num_index_heads = bounded("num_index_heads", r.num_index_heads);
+  r.num_q_heads = bounded("num_q_heads", r.num_q_heads);
+  r.sparse_block = bounded("sparse_block", r.sparse_block);
+  r.topk = bounded("topk", r.topk);
+  r.init_blocks = bounded("init_blocks", r.init_blocks);
+  r.local_blocks = bounded("local_blocks", r.local_blocks);
+  const std::vector<float> sm =
+      meta_optional(m, "sm_scale", std::vector<float>{r.sm_scale}, meta_scales);
+  if (sm.size() != 1) {
+    throw spec::InvalidInput("__metadata__ 'sm_scale'", -1, m.at("sm_scale"),
+                             "expected one float32 (0: the default)");
+  }
+  r.sm_scale = sm.front();
+  r.out_dtype = meta_optional(m, "out_dtype", r.out_dtype, meta_enum<spec::DType>);
+  return r;
+}
+
+/// The smallest multiple of nkv that is at least `spec_default`.
+std::int64_t default_heads(std::int64_t requested, std::int64_t spec_default, std::int64_t nkv) {
+  if (requested != 0 || nkv < 1) return requested;
+  return (spec_default + nkv - 1) / nkv * nkv;
+}
+
 std::string scales_text(const std::vector<float>& s) {
   std::string out;
   for (float x : s) {
@@ -347,7 +392,37 @@ std::map<std::string, std::string> trace_metadata(const Trace& t) {
   m["separate_index_slots"] = b(c.separate_index_slots);
   m["k_scale"] = scales_text(t.k_scale);
   m["v_scale"] = scales_text(t.v_scale);
+  const spec::IndexerParams ip = indexer_params(t);
+  const spec::AttentionParams ap = attention_params(t);
+  m["num_index_heads"] = std::to_string(ip.num_index_heads);
+  m["num_q_heads"] = std::to_string(ap.num_q_heads);
+  m["sparse_block"] = std::to_string(ip.sparse_block);
+  m["topk"] = std::to_string(ip.topk);
+  m["init_blocks"] = std::to_string(ip.init_blocks);
+  m["local_blocks"] = std::to_string(ip.local_blocks);
+  m["sm_scale"] = scales_text({ap.sm_scale});
+  m["out_dtype"] = spec::name_of(ap.out_dtype);
   return m;
+}
+
+spec::IndexerParams indexer_params(const Trace& t) {
+  const std::int64_t nkv = t.config.geometry.num_kv_heads;
+  spec::IndexerParams p;
+  p.num_index_heads = default_heads(t.read.num_index_heads, p.num_index_heads, nkv);
+  p.sparse_block = t.read.sparse_block;
+  p.topk = t.read.topk;
+  p.init_blocks = t.read.init_blocks;
+  p.local_blocks = t.read.local_blocks;
+  return p;
+}
+
+spec::AttentionParams attention_params(const Trace& t) {
+  spec::AttentionParams p;
+  p.num_q_heads = default_heads(t.read.num_q_heads, p.num_q_heads, t.config.geometry.num_kv_heads);
+  p.sparse_block = t.read.sparse_block;
+  p.sm_scale = t.read.sm_scale;
+  p.out_dtype = t.read.out_dtype;
+  return p;
 }
 
 bool Trace::operator==(const Trace& o) const {
@@ -390,15 +465,25 @@ Trace parse_trace(std::span<const std::uint8_t> bytes) {
   t.v_scale = meta_scales(m, "v_scale");
   spec::validate_scales(c, t.k_scale, "__metadata__ 'k_scale'");
   spec::validate_scales(c, t.v_scale, "__metadata__ 'v_scale'");
+  t.read = parse_read_params(m);
+  try {
+    spec::validate_indexer(c, indexer_params(t));
+    spec::validate_attention(c, attention_params(t));
+  } catch (const spec::InvalidInput& e) {
+    throw spec::InvalidInput("__metadata__ '" + e.field() + "'", -1, e.value(),
+                             "inconsistent read-side parameter (" + std::string(e.what()) + ")");
+  }
   const std::int64_t num_steps = meta_int(m, "num_steps");
-  static const std::set<std::string> kKnown{
+  static const std::set<std::string> kRequired{
       "format",          "engine",     "engine_version",       "num_steps",   "layers",
       "num_blocks",      "block_size", "num_kv_heads",         "head_dim",    "index_dim",
       "act_dtype",       "kv_dtype",   "saturation",           "scale_mode",  "per_head_scale",
       "via_model_dtype", "layout",     "index_layout",         "index_dtype", "ue8m0",
       "slot_mode",       "slot_type",  "separate_index_slots", "k_scale",     "v_scale"};
   for (const auto& [k, v] : m) {
-    if (!kKnown.count(k)) t.extra.emplace(k, v);
+    const bool read_key =
+        std::find(kReadParamKeys.begin(), kReadParamKeys.end(), k) != kReadParamKeys.end();
+    if (!kRequired.count(k) && !read_key) t.extra.emplace(k, v);
   }
 
   // Every tensor is step.<s>.<part> (s < num_steps, no leading zeros) or an x.* extension.

@@ -63,6 +63,9 @@ struct ValueGenerator {
   std::uint64_t row_key(std::int64_t layer, GenTensor tensor, std::int64_t request,
                         std::int64_t position) const;
   float value_in_row(std::uint64_t row_key, std::int64_t head, std::int64_t dim) const;
+  /// A whole row [heads, dim] (out[h * dim + d] == value_in_row(row_key, h, d)), hashing each
+  /// head once and the dims from a table: a trace replay generates millions of values per step.
+  void fill_row(std::uint64_t row_key, std::int64_t heads, std::int64_t dim, float* out) const;
 
  private:
   float value_of_key(std::uint64_t key) const;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kvo/spec/config.hpp"
+#include "kvo/spec/read.hpp"
 
 namespace kvo::traces {
 
@@ -56,8 +57,25 @@ struct TraceStep {
   bool operator==(const TraceStep&) const = default;
 };
 
+/// The read side of the traced model (SPEC 5-6), which read replay runs with. Optional metadata
+/// keys: a trace without them gets these defaults. Head counts of 0 mean the smallest multiple of
+/// num_kv_heads that is at least the SPEC default (4 index heads, 16 query heads), so a default
+/// always fits the geometry.
+struct TraceReadParams {
+  std::int64_t num_index_heads = 0;
+  std::int64_t num_q_heads = 0;
+  std::int64_t sparse_block = 128;
+  std::int64_t topk = 16;
+  std::int64_t init_blocks = 0;
+  std::int64_t local_blocks = 1;
+  float sm_scale = 0.0f;  ///< 0: the default fl(1 / fl(sqrt(head_dim)))
+  spec::DType out_dtype = spec::DType::kBF16;
+  bool operator==(const TraceReadParams&) const = default;
+};
+
 struct Trace {
   spec::ModelConfig config;
+  TraceReadParams read;
   std::string engine = "kvoracle-sim";
   std::string engine_version = "0";
   std::vector<float> k_scale{1.0f};  ///< [1] or [nkv]
@@ -68,6 +86,15 @@ struct Trace {
 
   bool operator==(const Trace& o) const;
 };
+
+/// The optional __metadata__ keys of TraceReadParams (every other configuration key is required).
+inline const std::vector<std::string> kReadParamKeys{
+    "num_index_heads", "num_q_heads",  "sparse_block", "topk",
+    "init_blocks",     "local_blocks", "sm_scale",     "out_dtype"};
+
+/// The indexer and attention parameters of a trace, head counts resolved against its geometry.
+spec::IndexerParams indexer_params(const Trace& trace);
+spec::AttentionParams attention_params(const Trace& trace);
 
 /// Format identifier in __metadata__["format"].
 inline constexpr std::string_view kTraceFormat = "kvoracle-trace/1";
