@@ -120,7 +120,7 @@ float ValueGenerator::value_of_key(std::uint64_t key) const {
     if (allow_nonfinite || std::isfinite(edge)) return edge;
   }
   const auto u24 = static_cast<float>(key >> 40);  // exact: 24 bits
-  const float unit = std::ldexp(u24, -23) - 1.0f;  // exact: in [-1, 1)
+  const float unit = u24 * 0x1p-23f - 1.0f;        // exact: in [-1, 1)
   return round_to(unit * range, act);
 }
 

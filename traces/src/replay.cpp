@@ -1,6 +1,8 @@
 #include "kvo/traces/replay.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <future>
 #include <limits>
@@ -15,6 +17,8 @@
 
 namespace kvo::traces {
 namespace {
+
+static_assert(std::endian::native == std::endian::little, "codes are stored with memcpy");
 
 using reference::GenTensor;
 
@@ -36,8 +40,17 @@ spec::HostTensor make_tensor(const reference::ValueGenerator& gen, std::int64_t 
   for (std::size_t r = 0; r < rows; ++r) {
     gen.fill_row(gen.row_key(layer, which, requests[r], positions[r]), nh, dim, row.data());
     for (const float x : row) {
-      reference::store_code(reference::encode(x, gen.act, spec::Saturation::kSatFinite), gen.act,
-                            out);
+      // A generated value is already rounded to the activation dtype: a finite bf16 or f32 one is
+      // its float32 bits (bf16: the top half), without the general encoder.
+      std::uint32_t code = 0;
+      if (gen.act == spec::DType::kF32) {
+        code = std::bit_cast<std::uint32_t>(x);
+      } else if (gen.act == spec::DType::kBF16 && std::isfinite(x)) {
+        code = std::bit_cast<std::uint32_t>(x) >> 16;
+      } else {
+        code = reference::encode(x, gen.act, spec::Saturation::kSatFinite);
+      }
+      std::memcpy(out, &code, static_cast<std::size_t>(eb));  // little-endian, as store_code
       out += eb;
     }
   }
