@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_bench.cuh"
 #include "kvo/gpu/write.hpp"
 #include "kvo/spec/config.hpp"
 
@@ -29,12 +30,7 @@ namespace {
 
 using kvo::spec::DType;
 using kvo::spec::LayerKind;
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-  }
-}
+using namespace kvo::bench;  // NOLINT: the shared benchmark helpers
 
 __global__ void empty_kernel() {}
 
@@ -43,53 +39,6 @@ __global__ void empty_kernel() {}
 __global__ void empty_pdl_kernel() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
-}
-
-/// A streaming copy, 4 x 16 bytes in flight per thread: src, dst [n] uint4.
-__global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst,
-                            std::int64_t n) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    const uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
-    dst[i] = a, dst[i + stride] = b, dst[i + 2 * stride] = c, dst[i + 3 * stride] = d;
-  }
-  for (; i < n; i += stride) dst[i] = src[i];
-}
-
-/// Fills n bf16 values (uniform in [-4, 4), from a hash of the index) at p: [n] bf16.
-__global__ void fill_bf16(std::uint16_t* p, std::int64_t n, std::uint32_t seed) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  std::uint32_t h = static_cast<std::uint32_t>(i) * 0x9E3779B9u ^ seed;
-  h ^= h >> 16;
-  h *= 0x85EBCA6Bu;
-  h ^= h >> 13;
-  const float x = (static_cast<float>(h >> 8) * (1.0f / 16777216.0f) - 0.5f) * 8.0f;
-  p[i] = static_cast<std::uint16_t>(__float_as_uint(x) >> 16);
-}
-
-/// Median of `reps` event-timed launches of `exec`, in seconds.
-double median_replay_s(cudaGraphExec_t exec, cudaStream_t s, int reps) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
-  for (int i = 0; i < 3; ++i) check(cudaGraphLaunch(exec, s), "graph warm-up");
-  check(cudaStreamSynchronize(s), "warm-up sync");
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    check(cudaEventRecord(a, s), "record");
-    check(cudaGraphLaunch(exec, s), "graph launch");
-    check(cudaEventRecord(b, s), "record");
-    check(cudaEventSynchronize(b), "sync");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    t.push_back(ms * 1e-3);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
 }
 
 constexpr int kLayers = 60;
@@ -130,48 +79,6 @@ double empty_launch_s(bool pdl) {
   static const double plain = measure(false);
   static const double with_pdl = measure(true);
   return pdl ? with_pdl : plain;
-}
-
-/// Device-to-device copy bandwidth (bytes read + written per second) over 2 GiB: the better of
-/// cudaMemcpyAsync and a streaming copy kernel, each the median of 20 graph replays.
-struct CopyBandwidth {
-  double memcpy_bps = 0, kernel_bps = 0;
-  double best() const { return std::max(memcpy_bps, kernel_bps); }
-};
-const CopyBandwidth& copy_bandwidth() {
-  static const CopyBandwidth value = [] {
-    const std::size_t n = std::size_t{2} << 30;
-    void *src, *dst;
-    check(cudaMalloc(&src, n), "cudaMalloc(copy src)");
-    check(cudaMalloc(&dst, n), "cudaMalloc(copy dst)");
-    check(cudaMemset(src, 0x5A, n), "memset");
-    cudaStream_t s;
-    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
-    CopyBandwidth bw;
-    for (int kernel = 0; kernel < 2; ++kernel) {
-      cudaGraph_t g;
-      check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
-      if (kernel) {
-        copy_kernel<<<132 * 8, 256, 0, s>>>(static_cast<const uint4*>(src),
-                                            static_cast<uint4*>(dst),
-                                            static_cast<std::int64_t>(n / 16));
-      } else {
-        check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s), "copy");
-      }
-      check(cudaStreamEndCapture(s, &g), "end capture");
-      cudaGraphExec_t exec;
-      check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
-      const double t = median_replay_s(exec, s, 20);
-      (kernel ? bw.kernel_bps : bw.memcpy_bps) = 2.0 * static_cast<double>(n) / t;
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(g);
-    }
-    cudaStreamDestroy(s);
-    cudaFree(src);
-    cudaFree(dst);
-    return bw;
-  }();
-  return value;
 }
 
 /// The model and the device buffers of one benchmark point: 60 layers' caches, one set of

@@ -18,10 +18,10 @@ BIN=$ROOT/.device/bin
 if [[ "${1:-}" == "--stage" ]]; then
   set -e
   cmake -S "$ROOT" -B "$ROOT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVO_BUILD_BENCH=ON >/dev/null
-  ninja -C "$ROOT/build-gpu" test_gpu_write bench_write_gpu kvoracle
+  ninja -C "$ROOT/build-gpu" test_gpu_write bench_write_gpu bench_read_gpu kvoracle
   mkdir -p "$BIN/fallback"
   cp "$ROOT/build-gpu/tests/gpu/test_gpu_write" "$ROOT/build-gpu/bench/bench_write_gpu" \
-     "$ROOT/build-gpu/cli/kvoracle" "$BIN/"
+     "$ROOT/build-gpu/bench/bench_read_gpu" "$ROOT/build-gpu/cli/kvoracle" "$BIN/"
   cp -L /lib/x86_64-linux-gnu/libbenchmark.so.1debian "$BIN/"
   cp -L /lib/x86_64-linux-gnu/libstdc++.so.6 /lib/x86_64-linux-gnu/libgcc_s.so.1 "$BIN/fallback/"
   ls -la "$BIN"
@@ -46,8 +46,9 @@ START=$(date +%s)
 if [[ ! -x "$BIN/test_gpu_write" ]]; then
   echo "no staged binaries: building on the device" | tee "$LOGS/build.txt"
   cmake -S "$ROOT" -B "$ROOT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release >>"$LOGS/build.txt" 2>&1 &&
-    ninja -C "$ROOT/build-gpu" test_gpu_write bench_write_gpu >>"$LOGS/build.txt" 2>&1 &&
-    mkdir -p "$BIN" && cp "$ROOT/build-gpu/tests/gpu/test_gpu_write" "$ROOT/build-gpu/bench/bench_write_gpu" "$BIN/"
+    ninja -C "$ROOT/build-gpu" test_gpu_write bench_write_gpu bench_read_gpu >>"$LOGS/build.txt" 2>&1 &&
+    mkdir -p "$BIN" && cp "$ROOT/build-gpu/tests/gpu/test_gpu_write" "$ROOT/build-gpu/bench/bench_write_gpu" \
+      "$ROOT/build-gpu/bench/bench_read_gpu" "$BIN/"
 fi
 export LD_LIBRARY_PATH="$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if ! "$BIN/bench_write_gpu" --benchmark_list_tests >/dev/null 2>&1; then
@@ -74,7 +75,7 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 
 # 2. compute-sanitizer over a reduced run (fused and unfused kernels, planted bugs, bad input).
-SAN_FILTER='Shards/RandomCases.GpuMatchesReference/0:PlantedBug.*:BadInput.*:LegacyWrap.*:DenseInsert.*:Shards/GpuRead.*/0'
+SAN_FILTER='Shards/RandomCases.GpuMatchesReference/0:PlantedBug.*:BadInput.*:LegacyWrap.*:DenseInsert.*:Shards/GpuRead.*/0:GpuReadBadInput.*'
 san_errors() { grep -oE '(ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors)' "$1" | tail -1 | grep -oE '[0-9]+'; }
 for tool in memcheck racecheck; do
   KVO_GPU_CASES=$SAN_CASES KVO_DENSE_CASES=10 KVO_GPU_READ_CASES=4 KVO_GPU_READ_LONG=0 timeout 150 compute-sanitizer --tool $tool --print-limit 20 \
@@ -90,15 +91,18 @@ T_SAN=$(($(date +%s) - START))
 timeout 150 "$BIN/bench_write_gpu" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json \
   >"$LOGS/bench.txt" 2>&1
 echo "exit $?" >>"$LOGS/bench.txt"
+timeout 200 "$BIN/bench_read_gpu" --benchmark_out="$OUT/bench_read.json" --benchmark_out_format=json \
+  >"$LOGS/bench_read.txt" 2>&1
+echo "exit $?" >>"$LOGS/bench_read.txt"
 T_BENCH=$(($(date +%s) - START))
 
 # 3b. The CLI campaign with every subject (CPU and CUDA), as `kvoracle check` runs it.
 timeout 90 "$BIN/kvoracle" check --cases 300 >"$LOGS/kvoracle_check.txt" 2>&1
 echo "exit $?" >>"$LOGS/kvoracle_check.txt"
-# 3b'. The committed traces replayed on every subject (CPU and CUDA).
+# 3b'. The committed traces replayed on every subject (CPU and CUDA), writes, indexer and attention.
 for t in "$ROOT"/traces/data/*.st; do
   case "$t" in *planted*) continue ;; esac
-  timeout 120 "$BIN/kvoracle" replay "$t" >>"$LOGS/kvoracle_replay.txt" 2>&1
+  timeout 120 "$BIN/kvoracle" replay "$t" --ops write,indexer,attention >>"$LOGS/kvoracle_replay.txt" 2>&1
   echo "exit $? $(basename "$t")" >>"$LOGS/kvoracle_replay.txt"
 done
 # 3c. The mutation score with the CUDA mutants (bugs planted in the fused kernel) included.
@@ -111,7 +115,8 @@ echo "exit $?" >>"$LOGS/kvoracle_mutants.txt"
   echo
   echo "GPU tests: $passed passed, $failed failed, $skipped skipped; random cases diffed: $cases (t=${T_TESTS}s)"
   grep -h 'dense insert cases diffed' "$LOGS"/tests_*.log
-  echo "read cases diffed (indexer + sparse + dense attention): $(grep -ho 'read cases diffed: [0-9]*' "$LOGS"/tests_*.log | awk '{s += $4} END {print s}')"
+  grep -h '^\[gpu-fast\] ' "$LOGS"/tests_*.log
+  echo "read cases diffed (canonical: indexer + sparse + dense attention, bit-exact; fast: top-k + sparse attention, foreign mode): $(grep -ho 'read cases diffed: [0-9]*' "$LOGS"/tests_*.log | awk '{s += $4} END {print s}')"
   grep -h '^\[  FAILED  \].*(' "$LOGS"/tests_*.log | head -5
   echo "compute-sanitizer: memcheck ${MEMCHECK:-?} errors ($MEMCHECK_TESTS tests ok), racecheck ${RACECHECK:-?} errors ($RACECHECK_TESTS tests ok) (t=${T_SAN}s)"
   echo "kvoracle check --cases 300:"
@@ -120,6 +125,28 @@ echo "exit $?" >>"$LOGS/kvoracle_mutants.txt"
   grep -E '^exit|result' "$LOGS/kvoracle_replay.txt"
   echo "kvoracle mutants --cases 200:"
   grep -E '^cuda-|^killed|exit' "$LOGS/kvoracle_mutants.txt"
+  python3 - "$OUT/bench_read.json" <<'PY'
+import json, sys
+try:
+    runs = json.load(open(sys.argv[1]))["benchmarks"]
+except Exception as e:
+    print("bench_read: no results (%s)" % e); sys.exit(0)
+ok = lambda b: "ok" if b else "MISS"
+print("%-5s %5s %10s %10s %8s %8s %9s %9s  %s" % ("cache", "batch", "canon_us", "fast_us", "MB", "copyGBs", "bwFrac", "bwF_fast", "target bwFrac>=0.60 at batch>=64"))
+for r in runs:
+    if r.get("error_occurred"):
+        print("bench_read error:", r["name"], r.get("error_message")); continue
+    n = r["name"]
+    if n.startswith("BM_SparseDecode"):
+        b = int(n.split("batch:")[1].split("/")[0])
+        print("%-5s %5d %10.2f %10.2f %8.1f %8.0f %9.3f %9.3f  %s" % ("fp8" if "fp8:1" in n else "bf16", b, r["canonical_us"], r["fast_us"], r["MB"], r["copy_GBps"], r["bw_frac"], r["bw_frac_fast"], ok(r["bw_frac"] >= 0.6) if b >= 64 else "-"))
+print("%5s %8s %10s %10s %10s %8s %8s %9s  %s" % ("batch", "context", "canon_us", "fast_us", "read1_us", "MB", "x_read", "x_r_fast", "target x_read<=2"))
+for r in runs:
+    n = r["name"]
+    if n.startswith("BM_IndexerTopk") and not r.get("error_occurred"):
+        b = int(n.split("batch:")[1].split("/")[0]); L = int(n.split("context:")[1].split("/")[0])
+        print("%5d %8d %10.2f %10.2f %10.2f %8.1f %8.2f %9.2f  %s" % (b, L, r["canonical_us"], r["fast_us"], r["read_once_us"], r["MB"], r["x_read"], r["x_read_fast"], ok(r["x_read"] <= 2)))
+PY
   python3 - "$OUT/bench.json" <<'PY'
 import json, sys
 try:

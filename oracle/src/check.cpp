@@ -124,6 +124,17 @@ std::string CheckReport::summary() const {
   return s.str();
 }
 
+void require_known(const char* field, const char* what, const std::vector<std::string>& given,
+                   const std::vector<std::string>& known) {
+  for (std::size_t i = 0; i < given.size(); ++i) {
+    if (std::find(known.begin(), known.end(), given[i]) != known.end()) continue;
+    std::string names;
+    for (const auto& n : known) names += (names.empty() ? "" : "|") + n;
+    throw spec::InvalidInput(field, static_cast<std::int64_t>(i), given[i],
+                             std::string("unknown ") + what + "; known: " + names);
+  }
+}
+
 CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSubject>>& writes,
                       const Progress& progress) {
   std::vector<std::unique_ptr<ReadSubject>> none;
@@ -144,20 +155,8 @@ CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSu
   for (const auto& s : writes) known.push_back(s->name());
   for (const auto& s : reads) known.push_back(s->name());
   for (const auto& s : denses) known.push_back(s->name());
-  for (std::size_t i = 0; i < o.subjects.size(); ++i) {
-    if (std::find(known.begin(), known.end(), o.subjects[i]) == known.end()) {
-      std::string names;
-      for (const auto& n : known) names += (names.empty() ? "" : "|") + n;
-      throw spec::InvalidInput("subject", static_cast<std::int64_t>(i), o.subjects[i],
-                               "unknown subject; known: " + names);
-    }
-  }
-  for (std::size_t i = 0; i < o.ops.size(); ++i) {
-    if (std::find(kCheckOps.begin(), kCheckOps.end(), o.ops[i]) == kCheckOps.end()) {
-      throw spec::InvalidInput("ops", static_cast<std::int64_t>(i), o.ops[i],
-                               "unknown op; known: write|indexer|attention|dense");
-    }
-  }
+  require_known("subject", "subject", o.subjects, known);
+  require_known("ops", "op", o.ops, kCheckOps);
   if (o.cases < 1 && !o.case_seed) {
     throw spec::InvalidInput("cases", -1, std::to_string(o.cases), "must be >= 1");
   }

@@ -1,6 +1,7 @@
 #include "kvo/oracle/mutants.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "kvo/reference/layer_write.hpp"
@@ -9,6 +10,7 @@ namespace kvo::oracle {
 
 #ifdef KVO_HAVE_CUDA
 std::unique_ptr<WriteSubject> make_cuda_fault_subject(const std::string& name, int fault);
+std::unique_ptr<ReadSubject> make_cuda_read_fault_subject(const std::string& name, int fault);
 #endif
 
 namespace {
@@ -181,6 +183,21 @@ std::vector<Mutant> build_catalogue() {
     m.op = "write";
     m.models = gpu_faults[f - 1].second;
     m.make_write = [name = m.name, f] { return make_cuda_fault_subject(name, f); };
+    c.push_back(std::move(m));
+  }
+  // Bugs planted in the fast (foreign-order) read kernels: the foreign mode must reject them.
+  const std::array<std::array<const char*, 3>, 2> read_faults = {{
+      {"cuda-fast-local-block-ignored", "indexer",
+       "the fast indexer leaves the local block unforced"},
+      {"cuda-fast-exp-without-log2e", "attention",
+       "the fast softmax computes exp2(s) without folding log2(e) into the scale"},
+  }};
+  for (int f = 1; f <= 2; ++f) {
+    Mutant m;
+    m.name = read_faults[f - 1][0];
+    m.op = read_faults[f - 1][1];
+    m.models = read_faults[f - 1][2];
+    m.make_read = [name = m.name, f] { return make_cuda_read_fault_subject(name, f); };
     c.push_back(std::move(m));
   }
 #endif

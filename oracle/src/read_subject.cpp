@@ -204,14 +204,14 @@ std::unique_ptr<ReadSubject> make_canonical_mutant(ReadMutation mutation, std::s
 }
 
 #ifdef KVO_HAVE_CUDA
-std::unique_ptr<ReadSubject> make_cuda_read_subject();  // cuda_subjects.cpp
+std::vector<std::unique_ptr<ReadSubject>> make_cuda_read_subjects();  // cuda_subjects.cpp
 #endif
 
 std::vector<std::unique_ptr<ReadSubject>> make_read_subjects() {
   std::vector<std::unique_ptr<ReadSubject>> out;
   out.push_back(make_cpu_naive_subject());
 #ifdef KVO_HAVE_CUDA
-  out.push_back(make_cuda_read_subject());
+  for (auto& s : make_cuda_read_subjects()) out.push_back(std::move(s));
 #endif
   return out;
 }

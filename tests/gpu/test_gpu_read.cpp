@@ -1,8 +1,10 @@
-// The canonical read kernels (kvo/gpu/read.hpp) against the reference, bit for bit: top-k ids,
-// sparse attention over the reference selection and dense attention, over random read cases (page
-// sizes 1..128 with sparse_block independent of them, GQA ratios 1 to 16, every layout,
-// bf16/fp16/fp8 caches, flat and block-scaled index-K, decode, MTP and prefill rows, padded rows)
-// and long sequences up to 64k tokens. Skips without a GPU.
+// The read kernels (kvo/gpu/read.hpp) over random read cases (page sizes 1..128 with sparse_block
+// independent of them, GQA ratios 1 to 16, every layout, bf16/fp16/fp8 caches, flat and
+// block-scaled index-K, decode, MTP and prefill rows, padded rows) and long sequences up to 64k
+// tokens: the canonical family against the reference bit for bit (top-k ids, sparse attention over
+// the reference selection, dense attention); the fast family in foreign mode (tie-aware top-k,
+// attention within the derived bound of the float64 truth), and its planted bugs rejected by that
+// same mode. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -14,6 +16,7 @@
 #include "kvo/oracle/read_case.hpp"
 #include "kvo/oracle/read_diff.hpp"
 #include "kvo/reference/read_path.hpp"
+#include "kvo/reference/truth.hpp"
 #include "kvo/spec/outcome.hpp"
 
 namespace kvo {
@@ -25,6 +28,33 @@ std::string tag(const oracle::ReadCase& rc) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "seed 0x%016llX ", static_cast<unsigned long long>(rc.seed));
   return buf + rc.describe();
+}
+
+/// The fast family's verdicts on one case in foreign mode: tie-aware top-k and bounded attention
+/// (sparse over the reference selection). Empty strings: accepted.
+struct ForeignVerdict {
+  std::string topk, attention;
+};
+
+ForeignVerdict judge_fast(const oracle::ReadCase& rc, const reference::TopkSelection& sel,
+                          gpu::ReadFault fault) {
+  ForeignVerdict v;
+  const auto ids = gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches,
+                                          gpu::ReadKernel::kFast, fault);
+  const reference::ScoreTruth st = reference::indexer_truth(
+      rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches, reference::Ordering::kForeign);
+  const oracle::TopkDiff td =
+      oracle::diff_topk_tie_aware(sel, st, rc.indexer, ids, oracle::TopkOrder::kDescendingScore);
+  if (!td.equal()) v.topk = td.report();
+  const auto out =
+      gpu::attention_host(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
+                          rc.v_scale, sel.ids, sel.topk, gpu::ReadKernel::kFast, fault);
+  const oracle::AttentionDiff ad = oracle::diff_attention_bounded(
+      reference::attention_truth(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
+                                 rc.v_scale, &sel, reference::Ordering::kForeign),
+      out);
+  if (!ad.pass()) v.attention = ad.report();
+  return v;
 }
 
 /// Diffs one case; `dense` also runs dense attention (every visible token).
@@ -42,6 +72,10 @@ void check_case(const oracle::ReadCase& rc, bool dense) {
                                        .out,
                                    sparse);
   ASSERT_TRUE(sd.pass()) << tag(rc) << " (sparse)\n" << sd.report();
+  const ForeignVerdict fast = judge_fast(rc, sel, gpu::ReadFault::kNone);
+  ASSERT_TRUE(fast.topk.empty()) << tag(rc) << " (fast top-k, foreign mode)\n" << fast.topk;
+  ASSERT_TRUE(fast.attention.empty()) << tag(rc) << " (fast attention, foreign mode)\n"
+                                      << fast.attention;
   if (!dense) return;
   const auto full = gpu::attention_host(rc.config, rc.attention, rc.batch, rc.q, rc.caches,
                                         rc.k_scale, rc.v_scale, {}, 0);
@@ -90,6 +124,34 @@ TEST_P(GpuRead, CanonicalKernelsAreBitExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, GpuRead, ::testing::Range(0, 8));
+
+// Foreign mode proven on a real kernel: the fast family with a planted top-k bug (the local block
+// unforced) and a planted softmax bug (exp2 without log2(e)) is rejected within a few cases, by the
+// rule each breaks.
+TEST(GpuReadFast, PlantedBugsRejectedInForeignMode) {
+  std::string why;
+  if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  int topk_case = -1, softmax_case = -1;
+  std::string topk_report, softmax_report;
+  for (int i = 0; i < 50 && (topk_case < 0 || softmax_case < 0); ++i) {
+    const oracle::ReadCase rc = oracle::make_read_case(0xFA570000ull + i, {});
+    const reference::TopkSelection sel =
+        reference::indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+    const ForeignVerdict local = judge_fast(rc, sel, gpu::ReadFault::kIgnoreLocal);
+    EXPECT_TRUE(local.attention.empty()) << tag(rc) << "\n" << local.attention;
+    if (topk_case < 0 && !local.topk.empty()) topk_case = i, topk_report = local.topk;
+    const ForeignVerdict exp2 = judge_fast(rc, sel, gpu::ReadFault::kExpNoLog2e);
+    EXPECT_TRUE(exp2.topk.empty()) << tag(rc) << "\n" << exp2.topk;
+    if (softmax_case < 0 && !exp2.attention.empty())
+      softmax_case = i, softmax_report = exp2.attention;
+  }
+  ASSERT_GE(topk_case, 0) << "the unforced local block was never caught";
+  ASSERT_GE(softmax_case, 0) << "exp2 without log2(e) was never caught";
+  std::printf(
+      "[gpu-fast] local block unforced caught at case %d; exp2 without log2(e) at case %d\n",
+      topk_case, softmax_case);
+  std::printf("%s\n%s\n", topk_report.c_str(), softmax_report.c_str());
+}
 
 TEST(GpuReadBadInput, RejectedBeforeAnyLaunch) {
   oracle::ReadCase rc = oracle::make_read_case(3, {});

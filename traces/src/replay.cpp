@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "kvo/oracle/cache_diff.hpp"
+#include "kvo/oracle/check.hpp"
 #include "kvo/oracle/read_judge.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/numbers.hpp"
@@ -277,11 +278,7 @@ class Replayer {
     return std::find(o_.ops.begin(), o_.ops.end(), op) != o_.ops.end();
   }
   std::size_t add_row(const std::string& name, const std::string& op, const std::string& note) {
-    ReplaySubjectResult r;
-    r.name = name;
-    r.op = op;
-    r.note = note;
-    report_.subjects.push_back(r);
+    report_.subjects.push_back(ReplaySubjectResult{.name = name, .op = op, .note = note});
     return report_.subjects.size() - 1;
   }
   /// Records a mismatch of a row in this step; true when the replay must stop.
@@ -344,20 +341,8 @@ void Replayer::check_arguments(const std::vector<std::unique_ptr<oracle::WriteSu
   std::vector<std::string> names;
   for (const auto& s : writes) names.push_back(s->name());
   for (const auto& s : reads) names.push_back(s->name());
-  for (std::size_t i = 0; i < o_.subjects.size(); ++i) {
-    if (std::find(names.begin(), names.end(), o_.subjects[i]) == names.end()) {
-      std::string known;
-      for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-      throw spec::InvalidInput("subject", static_cast<std::int64_t>(i), o_.subjects[i],
-                               "unknown subject; expected one of " + known);
-    }
-  }
-  for (std::size_t i = 0; i < o_.ops.size(); ++i) {
-    if (std::find(kReplayOps.begin(), kReplayOps.end(), o_.ops[i]) == kReplayOps.end()) {
-      throw spec::InvalidInput("ops", static_cast<std::int64_t>(i), o_.ops[i],
-                               "unknown op; expected write, indexer or attention");
-    }
-  }
+  oracle::require_known("subject", "subject", o_.subjects, names);
+  oracle::require_known("ops", "op", o_.ops, kReplayOps);
   if (o_.full_diff_every < 1) {
     throw spec::InvalidInput("full_diff_every", -1, std::to_string(o_.full_diff_every),
                              "must be >= 1");

@@ -1,12 +1,16 @@
 #pragma once
 /// \file read.hpp
-/// The read side on the GPU in the canonical order of SPEC 5-6 (bit-exact with the reference):
-/// the indexer with block top-k, and sparse or dense attention, over the paged caches of one sparse
-/// layer read through block tables. Host-memory entry points: inputs are validated on the host
-/// before anything is copied or launched (spec::InvalidInput), CUDA errors become
-/// spec::FailedToRun, and sizes past the kernels' limits are spec::Unsupported. No CUDA types in
-/// this header.
+/// The read side on the GPU: the indexer with block top-k, and sparse or dense attention, over the
+/// paged caches of one sparse layer read through block tables. Two kernel families:
+///   kCanonical follows SPEC 5-6 operation for operation (bit-exact with the reference);
+///   kFast does not (hardware exp2, butterfly reductions, split accumulators, top-k ids by
+///   descending score) and is judged in the oracle's foreign mode.
+/// Host-memory entry points validate their inputs on the host before anything is copied or
+/// launched (spec::InvalidInput), turn CUDA errors into spec::FailedToRun, and report sizes past
+/// the kernels' limits as spec::Unsupported. The device-memory launchers below serve benchmarks and
+/// graphs: they take validated inputs already on the device. No CUDA types in this header.
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -15,22 +19,83 @@
 
 namespace kvo::gpu {
 
-/// SPEC 5: ids [Tq, nkv, topk], the chosen logical blocks ascending, then -1.
+/// Which kernel family runs a read.
+enum class ReadKernel : std::uint8_t { kCanonical, kFast };
+
+/// Bugs that can be planted in the fast family, so that the foreign mode is shown to reject them.
+enum class ReadFault : std::uint8_t {
+  kNone,
+  kIgnoreLocal,  ///< indexer: the local (current) block is not forced
+  kExpNoLog2e,   ///< attention: exp2(s) where exp2(s * log2(e)) is meant (a base-2 softmax)
+};
+
+/// SPEC 5: ids [Tq, nkv, topk]. kCanonical: the chosen logical blocks ascending, then -1.
+/// kFast: the chosen blocks by descending score, then -1.
 /// index_q: [Tq, num_index_heads, index_dim] in the activation dtype; caches: the sparse layer's.
-std::vector<std::int32_t> indexer_topk_host(const spec::ModelConfig& config,
-                                            const spec::IndexerParams& params,
-                                            const spec::ReadBatch& batch,
-                                            const spec::HostTensor& index_q,
-                                            const spec::LayerCaches& caches);
+std::vector<std::int32_t> indexer_topk_host(
+    const spec::ModelConfig& config, const spec::IndexerParams& params,
+    const spec::ReadBatch& batch, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
+    ReadKernel kernel = ReadKernel::kCanonical, ReadFault fault = ReadFault::kNone);
 
 /// SPEC 6: out [Tq, nq, hd] in params.out_dtype. q: [Tq, nq, hd] in the activation dtype.
-/// `selection`: [Tq, nkv, topk] logical block ids (-1 unused; distinct and below n_valid), or empty
-/// for dense attention over every token t <= p.
+/// `selection`: [Tq, nkv, topk] logical block ids in any order (-1 unused; distinct and below
+/// n_valid), or empty for dense attention over every token t <= p.
 spec::HostTensor attention_host(const spec::ModelConfig& config,
                                 const spec::AttentionParams& params, const spec::ReadBatch& batch,
                                 const spec::HostTensor& q, const spec::LayerCaches& caches,
                                 const std::vector<float>& k_scale,
                                 const std::vector<float>& v_scale,
-                                const std::vector<std::int32_t>& selection, std::int64_t topk);
+                                const std::vector<std::int32_t>& selection, std::int64_t topk,
+                                ReadKernel kernel = ReadKernel::kCanonical,
+                                ReadFault fault = ReadFault::kNone);
+
+/// A batch's query rows on the device (all pointers device memory).
+struct DeviceReadBatch {
+  const std::int32_t* block_table = nullptr;   ///< [R, max_blocks] physical page per logical page
+  const std::int64_t* row_request = nullptr;   ///< [Tq] request of each query row
+  const std::int64_t* row_position = nullptr;  ///< [Tq] position p of each query row
+  const std::int64_t* seq_lens = nullptr;      ///< [R]; 0 marks a padded request
+  std::int64_t num_rows = 0, max_blocks = 0;
+};
+
+/// One attention call's device buffers.
+struct DeviceAttention {
+  const void* k_cache = nullptr;   ///< K body (the one KV body for packed and split layouts)
+  const void* v_cache = nullptr;   ///< V body (== k_cache for packed and split layouts)
+  const void* q = nullptr;         ///< [Tq, nq, hd] activation dtype
+  const float* k_scale = nullptr;  ///< [1] or [nkv]
+  const float* v_scale = nullptr;  ///< [1] or [nkv]
+  const std::int32_t* selection = nullptr;  ///< [Tq, nkv, topk], or null for dense attention
+  std::int64_t topk = 0;                    ///< sparse: the selection's width
+  std::int64_t slots = 0;      ///< chunks per row: topk (sparse) or the largest n_valid (dense)
+  float* workspace = nullptr;  ///< attention_workspace_floats(...) floats
+  void* out = nullptr;         ///< [Tq, nq, hd] params.out_dtype
+};
+
+/// Floats of per-chunk partial results (m, l, o[hd]) that launch_attention needs.
+std::size_t attention_workspace_floats(std::int64_t num_rows, std::int64_t num_q_heads,
+                                       std::int64_t head_dim, std::int64_t slots);
+
+/// Two launches on `stream` (a cudaStream_t): one CUDA block per (row, KV head, chunk) computing
+/// the chunk's (m, l, o) for the group's query heads, then one per (row, query head) combining the
+/// chunks in ascending order. Throws spec::Unsupported for shapes past the kernels' limits.
+void launch_attention(const spec::ModelConfig& config, const spec::AttentionParams& params,
+                      const DeviceReadBatch& batch, const DeviceAttention& a, ReadKernel kernel,
+                      ReadFault fault, void* stream);
+
+/// One indexer call's device buffers.
+struct DeviceIndexer {
+  const void* index_cache = nullptr;  ///< index-K body
+  const void* index_q = nullptr;      ///< [Tq, num_index_heads, index_dim] activation dtype
+  std::int64_t max_n_valid = 1;       ///< the largest n_valid of any row
+  float* scores = nullptr;            ///< [Tq, nkv, max_n_valid] workspace
+  std::int32_t* ids = nullptr;        ///< [Tq, nkv, topk] result
+};
+
+/// Two launches on `stream`: block scores (one CUDA block per (row, logical block), all KV groups),
+/// then top-k (one CUDA block per (row, KV head)).
+void launch_indexer_topk(const spec::ModelConfig& config, const spec::IndexerParams& params,
+                         const DeviceReadBatch& batch, const DeviceIndexer& ix, ReadKernel kernel,
+                         ReadFault fault, void* stream);
 
 }  // namespace kvo::gpu

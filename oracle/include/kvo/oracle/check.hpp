@@ -48,6 +48,11 @@ void apply_shard_environment(CheckOptions& options);
 /// The ops `kvoracle check --ops` takes.
 inline const std::vector<std::string> kCheckOps{"write", "indexer", "attention", "dense"};
 
+/// Throws InvalidInput naming `field`[i] = the first entry of `given` that is not in `known`
+/// ("unknown <what>; known: a|b|c").
+void require_known(const char* field, const char* what, const std::vector<std::string>& given,
+                   const std::vector<std::string>& known);
+
 struct SubjectSummary {
   std::string name;
   std::string op;       ///< write, indexer or attention

@@ -1,0 +1,276 @@
+// The read side on the GPU (kvo/gpu/read.hpp), canonical and fast families side by side, each in a
+// CUDA graph, event-timed (median of replays), with the copy bandwidth measured in the same run:
+//
+// BM_SparseDecode/fp8:F/batch:B — decode (one query row per request) over 16 selected 128-token
+//   blocks per (request, KV head) of an 8192-token context; 16 query heads, 4 KV heads, head_dim
+//   128, split-NHD layout ([nb, 2, bs, nkv, hd], vLLM's M3 sparse backend), 128-token pages,
+//   bf16 or e4m3 (per-tensor scale) caches, bf16 q and out. Bytes that must move: the selected K
+//   and V once per KV head, q, the output.
+//     bw_frac = those bytes / time / copy bandwidth           (target >= 0.60 at batch >= 64)
+// BM_IndexerTopk/batch:B/context:L — decode rows of L-token contexts: block scores of every
+//   128-token block (4 index heads, 4 KV heads, index_dim 128, block-scaled fp8 index-K) and the
+//   top 16. The same run times a kernel that reads those index-K pages once.
+//     x_read = indexer + top-k time / read-once time           (target <= 2)
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_bench.cuh"
+#include "kvo/gpu/read.hpp"
+#include "kvo/gpu/write.hpp"
+#include "kvo/spec/config.hpp"
+
+namespace {
+
+using kvo::spec::DType;
+using namespace kvo::bench;  // NOLINT: the shared benchmark helpers
+
+constexpr std::int64_t kNkv = 4, kNq = 16, kHd = 128, kSparseBlock = 128, kTopk = 16;
+constexpr std::int64_t kPage = 128;
+constexpr int kReps = 50;
+
+/// Fills n bytes with random finite codes: fp8 e4m3 (NaN codes 0x7F/0xFF replaced) when `fp8`,
+/// else bf16 pairs uniform in [-4, 4). p: [n] bytes.
+__global__ void fill_codes(unsigned char* p, std::int64_t n, bool fp8, std::uint32_t seed) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  std::uint32_t h = static_cast<std::uint32_t>(i / 2) * 0x9E3779B9u ^ seed;
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  if (fp8) {
+    const unsigned c = (h >> 8) & 0xFFu;
+    p[i] = static_cast<unsigned char>((c & 0x7Fu) == 0x7Fu ? c - 1 : c);
+    return;
+  }
+  const float x = (static_cast<float>(h >> 8) * (1.0f / 16777216.0f) - 0.5f) * 8.0f;
+  p[i] = static_cast<unsigned char>(__float_as_uint(x) >> (i % 2 == 0 ? 16 : 24));
+}
+
+/// Reads n 16-byte words and folds them into one word, so nothing can be skipped: the
+/// "read the index-K cache once" baseline. src: [n] uint4, sink: [1] unsigned.
+__global__ void read_once_kernel(const uint4* __restrict__ src, std::int64_t n, unsigned* sink) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  unsigned acc = 0;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const uint4 v = src[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;  // practically never: keeps the loads alive
+}
+
+/// Device memory freed with the holder.
+struct Arena {
+  std::vector<void*> blocks;
+  template <class T = unsigned char>
+  T* alloc(std::size_t bytes) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, std::max<std::size_t>(bytes, 256)), "cudaMalloc(bench)");
+    blocks.push_back(p);
+    return static_cast<T*>(p);
+  }
+  template <class T>
+  T* upload(const std::vector<T>& v) {
+    T* p = alloc<T>(v.size() * sizeof(T));
+    check(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+    return p;
+  }
+  void fill(void* p, std::size_t bytes, bool fp8, std::uint32_t seed) {
+    fill_codes<<<static_cast<unsigned>((bytes + 255) / 256), 256>>>(
+        static_cast<unsigned char*>(p), static_cast<std::int64_t>(bytes), fp8, seed);
+    check(cudaGetLastError(), "fill");
+  }
+  ~Arena() {
+    for (void* p : blocks) cudaFree(p);
+  }
+};
+
+/// The two families' times (seconds) of `launch(kernel, stream)`, each a graph's median replay.
+template <class Launch>
+std::array<double, 2> time_families(const Launch& launch) {
+  std::array<double, 2> t{};
+  for (auto kernel : {kvo::gpu::ReadKernel::kCanonical, kvo::gpu::ReadKernel::kFast}) {
+    CapturedGraph graph([&](cudaStream_t s) { launch(kernel, s); });
+    graph.run();
+    t[static_cast<int>(kernel)] = graph.median_s(kReps);
+  }
+  return t;
+}
+
+/// Decode rows (one per request, at the last position of a `context`-token sequence) and block
+/// tables of `pages_per_req` random distinct physical pages each.
+struct DecodeBatch {
+  kvo::gpu::DeviceReadBatch dev;
+  std::int64_t num_pages = 0;
+  DecodeBatch(Arena& arena, std::int64_t batch, std::int64_t context, std::mt19937_64& rng) {
+    const std::int64_t per_req = context / kPage;
+    num_pages = batch * per_req;
+    std::vector<std::int32_t> pages(static_cast<std::size_t>(num_pages));
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), rng);
+    std::vector<std::int64_t> req(static_cast<std::size_t>(batch)), pos(req.size()),
+        seq(req.size(), context);
+    std::iota(req.begin(), req.end(), 0);
+    std::fill(pos.begin(), pos.end(), context - 1);
+    dev = {arena.upload(pages),
+           arena.upload(req),
+           arena.upload(pos),
+           arena.upload(seq),
+           batch,
+           per_req};
+  }
+};
+
+kvo::spec::ModelConfig read_config(bool fp8, std::int64_t num_pages) {
+  kvo::spec::ModelConfig c;
+  c.layers = {kvo::spec::LayerKind::kSparse};
+  c.geometry.num_blocks = num_pages;
+  c.geometry.block_size = kPage;
+  c.geometry.num_kv_heads = kNkv;
+  c.geometry.head_dim = kHd;
+  c.geometry.index_dim = 128;
+  c.act_dtype = DType::kBF16;
+  c.layout = kvo::spec::KvLayout::kSplitNhd;
+  c.kv.cache_dtype = fp8 ? DType::kFp8E4M3 : DType::kBF16;
+  c.kv.scale_mode = fp8 ? kvo::spec::ScaleMode::kDivide : kvo::spec::ScaleMode::kNone;
+  c.index.layout = kvo::spec::IndexLayout::kBlockScale;
+  c.index.ue8m0 = true;
+  return c;
+}
+
+void BM_SparseDecode(benchmark::State& state) {
+  const bool fp8 = state.range(0) != 0;
+  const std::int64_t batch = state.range(1), context = 8192;
+  try {
+    Arena arena;
+    std::mt19937_64 rng(0x5EED + static_cast<std::uint64_t>(batch));
+    const DecodeBatch rows(arena, batch, context, rng);
+    const kvo::spec::ModelConfig c = read_config(fp8, rows.num_pages);
+    const std::int64_t kv_bytes = kvo::gpu::kv_buffer_bytes(c);
+    void* kv = arena.alloc(static_cast<std::size_t>(kv_bytes));
+    arena.fill(kv, static_cast<std::size_t>(kv_bytes), fp8, 1);
+    const std::int64_t eb = fp8 ? 1 : 2;
+    void* q = arena.alloc(static_cast<std::size_t>(batch * kNq * kHd * 2));
+    arena.fill(q, static_cast<std::size_t>(batch * kNq * kHd * 2), false, 2);
+    void* out = arena.alloc(static_cast<std::size_t>(batch * kNq * kHd * 2));
+    const float* scale = arena.upload(std::vector<float>{0.37f});
+    // Per (request, KV head): 16 distinct blocks of the 64, the last (local) one included.
+    const std::int64_t n_valid = context / kSparseBlock;
+    std::vector<std::int32_t> sel;
+    for (std::int64_t r = 0; r < batch * kNkv; ++r) {
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(n_valid - 1));
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng);
+      ids.resize(kTopk - 1);
+      ids.push_back(static_cast<std::int32_t>(n_valid - 1));
+      std::sort(ids.begin(), ids.end());
+      sel.insert(sel.end(), ids.begin(), ids.end());
+    }
+    kvo::gpu::DeviceAttention a;
+    a.k_cache = a.v_cache = kv;
+    a.q = q;
+    a.k_scale = a.v_scale = scale;
+    a.selection = arena.upload(sel);
+    a.topk = a.slots = kTopk;
+    a.workspace = arena.alloc<float>(kvo::gpu::attention_workspace_floats(batch, kNq, kHd, kTopk) *
+                                     sizeof(float));
+    a.out = out;
+    kvo::spec::AttentionParams p;
+    p.num_q_heads = kNq;
+    p.sparse_block = kSparseBlock;
+    const double bytes = static_cast<double>(batch * kNkv * kTopk * kSparseBlock * kHd * eb * 2 +
+                                             2 * batch * kNq * kHd * 2);
+    const double copy_bw = copy_bandwidth().best();
+    const auto times = time_families([&](kvo::gpu::ReadKernel kernel, cudaStream_t s) {
+      kvo::gpu::launch_attention(c, p, rows.dev, a, kernel, kvo::gpu::ReadFault::kNone, s);
+    });
+    for (auto _ : state) state.SetIterationTime(times[0]);
+    state.counters["canonical_us"] = times[0] * 1e6;
+    state.counters["fast_us"] = times[1] * 1e6;
+    state.counters["MB"] = bytes * 1e-6;
+    state.counters["canonical_GBps"] = bytes / times[0] * 1e-9;
+    state.counters["fast_GBps"] = bytes / times[1] * 1e-9;
+    state.counters["copy_GBps"] = copy_bw * 1e-9;
+    state.counters["bw_frac"] = bytes / times[0] / copy_bw;
+    state.counters["bw_frac_fast"] = bytes / times[1] / copy_bw;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+BENCHMARK(BM_SparseDecode)
+    ->ArgNames({"fp8", "batch"})
+    ->ArgsProduct({{0, 1}, {1, 16, 64, 128}})
+    ->UseManualTime()
+    ->Iterations(1)
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_IndexerTopk(benchmark::State& state) {
+  const std::int64_t batch = state.range(0), context = state.range(1);
+  try {
+    std::mt19937_64 rng(0x1DE0 + static_cast<std::uint64_t>(context));
+    Arena arena;
+    const DecodeBatch rows(arena, batch, context, rng);
+    const kvo::spec::ModelConfig c = read_config(true, rows.num_pages);
+    const std::int64_t index_bytes = kvo::gpu::index_buffer_bytes(c);
+    auto* cache = arena.alloc(static_cast<std::size_t>(index_bytes));
+    arena.fill(cache, static_cast<std::size_t>(index_bytes), true, 3);
+    // Every page's scales: 1.0 (the values are fp8 codes already, so any finite scale would do).
+    const std::int64_t page_bytes = kPage * 128 + kPage * 4;
+    const std::vector<float> ones(static_cast<std::size_t>(kPage), 1.0f);
+    for (std::int64_t pg = 0; pg < rows.num_pages; ++pg)
+      check(cudaMemcpy(cache + pg * page_bytes + kPage * 128, ones.data(), kPage * 4,
+                       cudaMemcpyHostToDevice),
+            "scales");
+    kvo::spec::IndexerParams p;
+    p.num_index_heads = 4;
+    p.sparse_block = kSparseBlock;
+    p.topk = kTopk;
+    void* iq = arena.alloc(static_cast<std::size_t>(batch * p.num_index_heads * 128 * 2));
+    arena.fill(iq, static_cast<std::size_t>(batch * p.num_index_heads * 128 * 2), false, 4);
+    kvo::gpu::DeviceIndexer ix;
+    ix.index_cache = cache;
+    ix.index_q = iq;
+    ix.max_n_valid = context / kSparseBlock;
+    ix.scores = arena.alloc<float>(static_cast<std::size_t>(batch * kNkv * ix.max_n_valid * 4));
+    ix.ids = arena.alloc<std::int32_t>(static_cast<std::size_t>(batch * kNkv * kTopk * 4));
+    const auto times = time_families([&](kvo::gpu::ReadKernel kernel, cudaStream_t s) {
+      kvo::gpu::launch_indexer_topk(c, p, rows.dev, ix, kernel, kvo::gpu::ReadFault::kNone, s);
+    });
+    auto* sink = arena.alloc<unsigned>(4);
+    CapturedGraph read_once([&](cudaStream_t s) {
+      read_once_kernel<<<132 * 8, 256, 0, s>>>(reinterpret_cast<const uint4*>(cache),
+                                               index_bytes / 16, sink);
+    });
+    read_once.run();
+    const double t_read = read_once.median_s(kReps);
+    for (auto _ : state) state.SetIterationTime(times[0]);
+    state.counters["canonical_us"] = times[0] * 1e6;
+    state.counters["fast_us"] = times[1] * 1e6;
+    state.counters["read_once_us"] = t_read * 1e6;
+    state.counters["MB"] = static_cast<double>(index_bytes) * 1e-6;
+    state.counters["x_read"] = times[0] / t_read;
+    state.counters["x_read_fast"] = times[1] / t_read;
+    state.counters["read_once_GBps"] = static_cast<double>(index_bytes) / t_read * 1e-9;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+BENCHMARK(BM_IndexerTopk)
+    ->ArgNames({"batch", "context"})
+    ->ArgsProduct({{1, 16}, {1024, 4096, 16384, 65536, 131072}})
+    ->UseManualTime()
+    ->Iterations(1)
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

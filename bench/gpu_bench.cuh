@@ -1,0 +1,148 @@
+#pragma once
+/// \file gpu_bench.cuh
+/// What the GPU benchmarks share: CUDA error checks, a streaming copy kernel and the copy bandwidth
+/// measured in the same run (the baseline every achieved bandwidth is a share of), a bf16 fill,
+/// and event-timed medians of CUDA graph replays.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kvo::bench {
+
+inline void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+  }
+}
+
+/// A streaming copy, 4 x 16 bytes in flight per thread: src, dst [n] uint4.
+__global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst,
+                            std::int64_t n) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
+    dst[i] = a, dst[i + stride] = b, dst[i + 2 * stride] = c, dst[i + 3 * stride] = d;
+  }
+  for (; i < n; i += stride) dst[i] = src[i];
+}
+
+/// Fills n bf16 values (uniform in [-4, 4), from a hash of the index) at p: [n] bf16.
+__global__ void fill_bf16(std::uint16_t* p, std::int64_t n, std::uint32_t seed) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  std::uint32_t h = static_cast<std::uint32_t>(i) * 0x9E3779B9u ^ seed;
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  const float x = (static_cast<float>(h >> 8) * (1.0f / 16777216.0f) - 0.5f) * 8.0f;
+  p[i] = static_cast<std::uint16_t>(__float_as_uint(x) >> 16);
+}
+
+/// Median of `reps` event-timed launches of `exec`, in seconds. Replays for at least 50 ms first:
+/// an idle H200 sits at a few hundred MHz and takes that long to reach its boost clock, which
+/// would otherwise inflate short graphs several-fold.
+inline double median_replay_s(cudaGraphExec_t exec, cudaStream_t s, int reps) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  const auto warm_start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 100000; ++i) {
+    for (int k = 0; k < 10; ++k) check(cudaGraphLaunch(exec, s), "graph warm-up");
+    check(cudaStreamSynchronize(s), "warm-up sync");
+    if (std::chrono::steady_clock::now() - warm_start > std::chrono::milliseconds(50)) break;
+  }
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(a, s), "record");
+    check(cudaGraphLaunch(exec, s), "graph launch");
+    check(cudaEventRecord(b, s), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+/// Device-to-device copy bandwidth (bytes read + written per second) over 2 GiB: the better of
+/// cudaMemcpyAsync and a streaming copy kernel, each the median of 20 graph replays.
+struct CopyBandwidth {
+  double memcpy_bps = 0, kernel_bps = 0;
+  double best() const { return std::max(memcpy_bps, kernel_bps); }
+};
+inline const CopyBandwidth& copy_bandwidth() {
+  static const CopyBandwidth value = [] {
+    const std::size_t n = std::size_t{2} << 30;
+    void *src, *dst;
+    check(cudaMalloc(&src, n), "cudaMalloc(copy src)");
+    check(cudaMalloc(&dst, n), "cudaMalloc(copy dst)");
+    check(cudaMemset(src, 0x5A, n), "memset");
+    cudaStream_t s;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+    CopyBandwidth bw;
+    for (int kernel = 0; kernel < 2; ++kernel) {
+      cudaGraph_t g;
+      check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+      if (kernel) {
+        copy_kernel<<<132 * 8, 256, 0, s>>>(static_cast<const uint4*>(src),
+                                            static_cast<uint4*>(dst),
+                                            static_cast<std::int64_t>(n / 16));
+      } else {
+        check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s), "copy");
+      }
+      check(cudaStreamEndCapture(s, &g), "end capture");
+      cudaGraphExec_t exec;
+      check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
+      const double t = median_replay_s(exec, s, 20);
+      (kernel ? bw.kernel_bps : bw.memcpy_bps) = 2.0 * static_cast<double>(n) / t;
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(g);
+    }
+    cudaStreamDestroy(s);
+    cudaFree(src);
+    cudaFree(dst);
+    return bw;
+  }();
+  return value;
+}
+
+/// Captures `body(stream)` into a graph once; run() replays it and median_s() times it.
+class CapturedGraph {
+ public:
+  template <class Body>
+  explicit CapturedGraph(Body body) {
+    check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "stream");
+    cudaGraph_t g;
+    check(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal), "capture");
+    body(s_);
+    check(cudaStreamEndCapture(s_, &g), "end capture");
+    check(cudaGraphInstantiate(&exec_, g, 0), "instantiate");
+    cudaGraphDestroy(g);
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  ~CapturedGraph() {
+    cudaGraphExecDestroy(exec_);
+    cudaStreamDestroy(s_);
+  }
+  void run() {
+    check(cudaGraphLaunch(exec_, s_), "graph launch");
+    check(cudaStreamSynchronize(s_), "graph sync");
+  }
+  double median_s(int reps) { return median_replay_s(exec_, s_, reps); }
+
+ private:
+  cudaStream_t s_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+}  // namespace kvo::bench
