@@ -273,7 +273,9 @@ CheckReport run_check(const CheckOptions& o, std::vector<std::unique_ptr<WriteSu
           reference::make_layer_caches(layout, 0, spec::LayerKind::kDense);
       spec::LayerCaches expected = poisoned;
       const spec::HostTensor q_expected = reference::dense_insert(dc.config, dc.in, expected);
-      for (auto& [subject, row] : dense_rows) {
+      for (const auto& entry : dense_rows) {
+        DenseSubject* subject = entry.first;  // named: lambdas cannot capture bindings (clang 15)
+        const std::size_t row = entry.second;
         std::string detail;
         const Outcome outcome = run_guarded(
             [&] {
