@@ -191,7 +191,7 @@ void BM_SparseDecode(benchmark::State& state) {
                                              2 * batch * kNq * kHd * 2);
     const double copy_bw = copy_bandwidth().best();
     const auto times = time_families([&](kvo::gpu::ReadKernel kernel, cudaStream_t s) {
-      kvo::gpu::launch_attention(c, p, rows.dev, a, kernel, kvo::gpu::ReadFault::kNone, s);
+      kvo::gpu::launch_attention(c, p, rows.dev, a, kernel, s);
     });
     for (auto _ : state) state.SetIterationTime(times[0]);
     state.counters["canonical_us"] = times[0] * 1e6;
@@ -243,7 +243,7 @@ void BM_IndexerTopk(benchmark::State& state) {
     ix.scores = arena.alloc<float>(static_cast<std::size_t>(batch * kNkv * ix.max_n_valid * 4));
     ix.ids = arena.alloc<std::int32_t>(static_cast<std::size_t>(batch * kNkv * kTopk * 4));
     const auto times = time_families([&](kvo::gpu::ReadKernel kernel, cudaStream_t s) {
-      kvo::gpu::launch_indexer_topk(c, p, rows.dev, ix, kernel, kvo::gpu::ReadFault::kNone, s);
+      kvo::gpu::launch_indexer_topk(c, p, rows.dev, ix, kernel, s);
     });
     auto* sink = arena.alloc<unsigned>(4);
     CapturedGraph read_once([&](cudaStream_t s) {

@@ -6,9 +6,11 @@
 
 #include <cstring>
 
+#include "kvo/oracle/harness.hpp"
 #include "kvo/oracle/subject.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/paged_cache.hpp"
+#include "kvo/subjects/cpu_write.hpp"
 #include "kvo/traces/replay.hpp"
 #include "kvo/traces/safetensors.hpp"
 #include "kvo/traces/simulator.hpp"
@@ -71,7 +73,7 @@ traces::Trace decode_trace(std::int64_t steps) {
   c.geometry.num_blocks = batch * per_request;
   for (std::int64_t s = 0; s < steps; ++s) {
     traces::TraceStep st;
-    st.slot_mapping.type = traces::IntType::kI64;
+    st.slot_mapping.type = spec::SlotType::kI64;
     st.slot_mapping.shape = {batch};
     st.block_table.shape = {batch, per_request};
     st.seq_lens.shape = {batch};
@@ -98,8 +100,8 @@ traces::Trace decode_trace(std::int64_t steps) {
 void BM_ReplayDecode(benchmark::State& state) {
   const std::int64_t steps = state.range(0);
   const traces::Trace trace = decode_trace(steps);
-  std::vector<std::unique_ptr<oracle::WriteSubject>> subjects;
-  for (auto& s : oracle::make_write_subjects()) {
+  oracle::SubjectList subjects;
+  for (auto& s : oracle::make_subjects()) {
     if ((state.range(1) >= 1 && s->name() == "cpu-fused") ||
         (state.range(1) >= 2 && s->name() == "cpu-unfused")) {
       subjects.push_back(std::move(s));
@@ -130,7 +132,7 @@ void BM_DecodeStepParts(benchmark::State& state) {
   std::vector<spec::LayerWrite> writes;
   for (std::int64_t l = 0; l < layers; ++l)
     writes.push_back(traces::make_step_write(trace, 0, l, gen));
-  std::vector<spec::LayerCaches> a = reference::make_model_caches(layout);
+  std::vector<spec::LayerCaches> a = oracle::make_model_caches(layout);
   std::vector<spec::LayerCaches> b = a;
   for (auto _ : state) {
     std::size_t equal = 0;
@@ -144,7 +146,7 @@ void BM_DecodeStepParts(benchmark::State& state) {
           reference::write_layer(trace.config, writes[li], a[li]);
           break;
         case 2:
-          reference::write_layer_fused(trace.config, writes[li], b[li]);
+          subjects::write_layer_fused(trace.config, writes[li], b[li]);
           break;
         default:
           for (std::size_t k = 0; k < a[li].buffers.size(); ++k) {

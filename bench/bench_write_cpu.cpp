@@ -5,10 +5,12 @@
 
 #include <cstring>
 
-#include "kvo/oracle/check.hpp"
+#include "kvo/oracle/campaign.hpp"
+#include "kvo/oracle/harness.hpp"
 #include "kvo/oracle/write_case.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/paged_cache.hpp"
+#include "kvo/subjects/cpu_write.hpp"
 
 namespace {
 
@@ -19,11 +21,13 @@ using namespace kvo;
 void BM_CheckCases(benchmark::State& state) {
   oracle::CheckOptions o;
   o.cases = 16;
-  if (state.range(0) == 1) o.overrides.layers = std::string(spec::kDefaultLayerMix);
-  auto subjects = oracle::make_write_subjects();
-  std::vector<std::unique_ptr<oracle::WriteSubject>> cpu;
+  o.ops = {spec::Op::kWrite};
+  if (state.range(0) == 1) o.overrides.write.layers = std::string(spec::kDefaultLayerMix);
+  auto subjects = oracle::make_subjects();
+  oracle::SubjectList cpu;
   for (auto& s : subjects) {
-    if (s->name().rfind("cpu-", 0) == 0) cpu.push_back(std::move(s));
+    if (s->name().rfind("cpu-", 0) == 0 && s->implements(spec::Op::kWrite))
+      cpu.push_back(std::move(s));
   }
   std::int64_t cases = 0;
   for (auto _ : state) {
@@ -35,7 +39,12 @@ void BM_CheckCases(benchmark::State& state) {
   state.counters["cases_per_s"] =
       benchmark::Counter(static_cast<double>(cases), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_CheckCases)->Arg(0)->Arg(1)->ArgName("m3_mix")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CheckCases)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("m3_mix")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();  // the campaign prepares the next case on a second thread
 
 /// One sparse layer's write at the reference shape; arg 0: tokens; arg 1: form (0 reference,
 /// 1 fused, 2 unfused, 3 memcpy of the bytes the write moves).
@@ -59,7 +68,7 @@ void BM_WriteLayer(benchmark::State& state) {
   o.separate_index_slots = false;
   const oracle::WriteCase wc = oracle::make_write_case(1, o);
   const reference::PagedCacheLayout layout(wc.config);
-  spec::LayerCaches caches = reference::make_layer_caches(layout, 0, spec::LayerKind::kSparse);
+  spec::LayerCaches caches = oracle::make_layer_caches(layout, 0, spec::LayerKind::kSparse);
   const spec::LayerWrite& w = wc.writes.front();
   // Bytes a write must move: sources read (K, V, index-K rows) plus cache elements written.
   const auto tokens = static_cast<std::int64_t>(w.slots.slots.size());
@@ -71,10 +80,10 @@ void BM_WriteLayer(benchmark::State& state) {
         reference::write_layer(wc.config, w, caches);
         break;
       case 1:
-        reference::write_layer_fused(wc.config, w, caches);
+        subjects::write_layer_fused(wc.config, w, caches);
         break;
       case 2:
-        reference::write_layer_unfused(wc.config, w, caches);
+        subjects::write_layer_unfused(wc.config, w, caches);
         break;
       default:
         std::memcpy(dst.data(), src.data(), src.size() / 2);

@@ -185,8 +185,7 @@ double time_path(Setup& st, bool fused, int reps, int* launches, bool pdl = fals
   for (std::size_t l = 0; l < st.caches.size(); ++l) {
     const LayerKind kind = st.config.layers[l];
     *launches += fused
-                     ? kvo::gpu::launch_fused_write(st.config, kind, st.in, st.caches[l], s,
-                                                    kvo::gpu::FaultInjection::kNone, pdl)
+                     ? kvo::gpu::launch_fused_write(st.config, kind, st.in, st.caches[l], s, pdl)
                      : kvo::gpu::launch_unfused_write(st.config, kind, st.in, st.caches[l], ws, s);
   }
   check(cudaStreamEndCapture(s, &g), "end capture");

@@ -8,7 +8,7 @@
 
 #include "commands.hpp"
 #include "kvo/gpu/device.hpp"
-#include "kvo/oracle/check.hpp"
+#include "kvo/oracle/campaign.hpp"
 #include "kvo/oracle/mutants.hpp"
 #include "kvo/oracle/report_files.hpp"
 #include "kvo/oracle/shrink.hpp"
@@ -25,6 +25,7 @@ struct CheckFlags {
   std::optional<std::int64_t> total_shards, shard_index;
   std::string junit, json;
   bool no_shrink = false;
+  bool list_ops = false, list_subjects = false;
   oracle::CheckOptions options;
 };
 
@@ -40,16 +41,40 @@ std::vector<std::string> split_list(const std::vector<std::string>& lists) {
   return out;
 }
 
+/// --list-ops: the op registry, one line per op with the subjects of this build that implement it.
+int list_ops(const oracle::SubjectList& subjects) {
+  for (const oracle::OpDriver* d : oracle::op_registry()) {
+    std::string names;
+    for (const auto& s : subjects) {
+      if (s->implements(d->op())) names += (names.empty() ? "" : " ") + s->name();
+    }
+    std::printf("%-10s %s\n", std::string(spec::name_of(d->op())).c_str(), names.c_str());
+  }
+  return spec::kExitPass;
+}
+
+/// --list-subjects: every subject of this build (mutants with `kvoracle mutants --list`), its
+/// ops, its ordering and whether it can run here.
+int list_subjects(const oracle::SubjectList& subjects) {
+  for (const auto& s : subjects) {
+    const std::string why = s->unavailable_reason();
+    std::printf("%-24s %-22s %-10s %s\n", s->name().c_str(), oracle::implemented_ops(*s).c_str(),
+                std::string(spec::name_of(s->ordering())).c_str(),
+                why.empty() ? "available" : ("unavailable: " + why).c_str());
+  }
+  return spec::kExitPass;
+}
+
 int run_check_verb(CheckFlags& f) {
   oracle::CheckOptions& o = f.options;
+  auto subjects = oracle::make_subjects();
+  if (f.list_ops) return list_ops(subjects);
+  if (f.list_subjects) return list_subjects(subjects);
   o.seed = parse_u64(f.seed, "seed");
   if (!f.case_seed.empty()) o.case_seed = parse_u64(f.case_seed, "case-seed");
   o.subjects = split_list(f.subjects);
-  if (!f.ops.empty()) o.ops = split_list(f.ops);
-  auto subjects = oracle::make_write_subjects();
-  auto read_subjects = oracle::make_read_subjects();
-  auto dense_subjects = oracle::make_dense_subjects();
-  oracle::add_named_mutants(o.subjects, subjects, read_subjects);
+  if (!f.ops.empty()) o.ops = oracle::parse_ops(split_list(f.ops));
+  oracle::add_named_mutants(o.subjects, subjects);
   oracle::apply_shard_environment(o);
   if (f.total_shards) o.total_shards = *f.total_shards;
   if (f.shard_index) o.shard_index = *f.shard_index;
@@ -77,20 +102,16 @@ int run_check_verb(CheckFlags& f) {
                  static_cast<long long>(done), static_cast<long long>(total));
     if (done == total) std::fprintf(stderr, "\n");
   };
-  const oracle::CheckReport report =
-      oracle::run_check(o, subjects, read_subjects, dense_subjects, progress);
+  const oracle::CheckReport report = oracle::run_check(o, subjects, progress);
   if (tty) std::fprintf(stderr, "\n");
   std::cout << report.summary() << std::endl;
   // Every failing subject's case, shrunk to a small one that still fails, with its command.
   for (const auto& sum : report.subjects) {
-    if (f.no_shrink || !sum.failing_seed || sum.count(spec::Outcome::kMismatch) == 0 ||
-        sum.op == "dense")
-      continue;
-    const auto shrunk =
-        oracle::shrink_failure(o, *sum.failing_seed, sum.name, sum.op, subjects, read_subjects);
+    if (f.no_shrink || !sum.failing_seed || sum.count(spec::Outcome::kMismatch) == 0) continue;
+    const auto shrunk = oracle::shrink_failure(o, *sum.failing_seed, sum.name, sum.op, subjects);
     if (!shrunk) continue;
-    std::cout << "\nshrunk failure of " << sum.name << " (" << sum.op << ", " << shrunk->steps
-              << " reductions kept, " << shrunk->attempts << " cases run):\n"
+    std::cout << "\nshrunk failure of " << sum.name << " (" << spec::name_of(sum.op) << ", "
+              << shrunk->steps << " reductions kept, " << shrunk->attempts << " cases run):\n"
               << shrunk->first_failure << std::endl;
   }
   if (!f.junit.empty()) oracle::write_file_atomically(f.junit, oracle::junit_xml(report));
@@ -113,7 +134,9 @@ void add_check(CLI::App& app, int& status) {
                   "stop drawing cases after this many seconds");
   cmd->add_option("--subject", flags->subjects,
                   "subjects to run (repeatable or comma-separated; default all)");
-  cmd->add_option("--ops", flags->ops, "ops to check: write,indexer,attention,dense (default all)");
+  cmd->add_option(
+      "--ops", flags->ops,
+      "ops to check: " + spec::enum_choices<spec::Op>() + ", comma-separated (default all)");
   cmd->add_option_function<std::int64_t>(
       "--total-shards", [f = flags.get()](const std::int64_t& v) { f->total_shards = v; },
       "split the campaign over this many shards (also GTEST_TOTAL_SHARDS)");
@@ -126,8 +149,11 @@ void add_check(CLI::App& app, int& status) {
                   "write a JUnit XML report (one testcase per subject and op)");
   cmd->add_option("--json", flags->json, "write the report as JSON");
   cmd->add_flag("--no-shrink", flags->no_shrink, "do not shrink failing cases");
-  add_model_flags(*cmd, flags->options.overrides);
-  add_read_flags(*cmd, flags->options.read_overrides);
+  cmd->add_flag("--list-ops", flags->list_ops,
+                "print the op registry (each op and the subjects that implement it) and exit");
+  cmd->add_flag("--list-subjects", flags->list_subjects,
+                "print every subject of this build with its ops and ordering, and exit");
+  add_case_flags(*cmd, flags->options.overrides);
   cmd->callback([flags, &status] { status = run_check_verb(*flags); });
 }
 

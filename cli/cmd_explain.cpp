@@ -21,11 +21,11 @@ struct ExplainFlags {
 
 int run_explain(ExplainFlags& f) {
   const std::uint64_t seed = parse_u64(f.case_seed, "case-seed");
-  auto writes = oracle::make_write_subjects();
-  auto reads = oracle::make_read_subjects();
-  oracle::add_named_mutants({f.subject}, writes, reads);
+  const std::vector<spec::Op> ops = oracle::parse_ops({f.op});
+  auto subjects = oracle::make_subjects();
+  oracle::add_named_mutants({f.subject}, subjects);
   const oracle::Explanation ex =
-      oracle::explain_case(f.options, seed, f.subject, f.op, writes, reads);
+      oracle::explain_case(f.options, seed, f.subject, ops.front(), subjects);
   std::cout << ex.text << "result: " << spec::name_of(ex.outcome) << std::endl;
   return spec::exit_status(ex.outcome);
 }
@@ -38,9 +38,9 @@ void add_explain(CLI::App& app, int& status) {
       app.add_subcommand("explain", "explain one case: full report, page picture, tokens, values");
   cmd->add_option("--case-seed", f->case_seed, "the case (from a failure report)")->required();
   cmd->add_option("--subject", f->subject, "subject or mutant name")->required();
-  cmd->add_option("--ops", f->op, "write, indexer or attention")->capture_default_str();
-  add_model_flags(*cmd, f->options.overrides);
-  add_read_flags(*cmd, f->options.read_overrides);
+  cmd->add_option("--ops", f->op, "one op: " + spec::enum_choices<spec::Op>())
+      ->capture_default_str();
+  add_case_flags(*cmd, f->options.overrides);
   cmd->callback([f, &status] { status = run_explain(*f); });
 }
 

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "kvo/oracle/harness.hpp"
 #include "kvo/reference/paged_cache.hpp"
 #include "kvo/spec/outcome.hpp"
 #include "options.hpp"
@@ -32,7 +33,7 @@ void print_buffers(const reference::PagedCacheLayout& layout) {
     }
   }
   std::printf("arena: %lld bytes over %zu layers (%s)\n",
-              static_cast<long long>(reference::arena_bytes(layout)), c.layers.size(),
+              static_cast<long long>(oracle::arena_bytes(layout)), c.layers.size(),
               spec::format_layer_mix(c.layers).c_str());
 }
 
@@ -44,28 +45,28 @@ int run_layout(LayoutFlags& f) {
   const auto nlayers = static_cast<std::int64_t>(config.layers.size());
 
   if (f.at) {
-    reference::ArenaByte where;
+    oracle::ArenaByte where;
     if (f.buffer) {
       where = {f.layer.value_or(0), *f.buffer, *f.at};
       if (where.layer < 0 || where.layer >= nlayers) {
         throw spec::InvalidInput("layer", -1, std::to_string(where.layer), "outside the layer mix");
       }
-      if (!layout.locate(where.buffer, where.byte)) {
+      if (!oracle::locate(layout, where.buffer, where.byte)) {
         throw spec::InvalidInput("at", -1, std::to_string(*f.at),
                                  "past the end of buffer " +
                                      std::string(spec::name_of(where.buffer)) + " (" +
                                      std::to_string(layout.buffer_bytes(where.buffer)) + " bytes)");
       }
     } else {
-      const auto found = reference::locate_arena(layout, *f.at);
+      const auto found = oracle::locate_arena(layout, *f.at);
       if (!found) {
         throw spec::InvalidInput("at", -1, std::to_string(*f.at),
                                  "past the end of the arena (" +
-                                     std::to_string(reference::arena_bytes(layout)) + " bytes)");
+                                     std::to_string(oracle::arena_bytes(layout)) + " bytes)");
       }
       where = *found;
     }
-    const auto coord = layout.locate(where.buffer, where.byte);
+    const auto coord = oracle::locate(layout, where.buffer, where.byte);
     if (!coord) {
       throw spec::InvalidInput(
           "buffer", -1, std::string(spec::name_of(where.buffer)),
@@ -73,7 +74,7 @@ int run_layout(LayoutFlags& f) {
     }
     std::printf(
         "arena byte %lld = layer %lld (%s) %s byte %lld: %s\n",
-        static_cast<long long>(reference::arena_offset(layout, where)),
+        static_cast<long long>(oracle::arena_offset(layout, where)),
         static_cast<long long>(where.layer),
         std::string(spec::name_of(config.layers[static_cast<std::size_t>(where.layer)])).c_str(),
         std::string(spec::name_of(where.buffer)).c_str(), static_cast<long long>(where.byte),
@@ -85,7 +86,7 @@ int run_layout(LayoutFlags& f) {
     print_buffers(layout);
     return spec::kExitPass;
   }
-  reference::ElementCoord c;
+  oracle::ElementCoord c;
   if (!f.buffer) throw spec::InvalidInput("buffer", -1, "none", "give --buffer with --block");
   c.buffer = *f.buffer;
   c.block = f.block.value_or(-1);
@@ -105,8 +106,8 @@ int run_layout(LayoutFlags& f) {
     c.kv = f.kv == "k" ? 0 : 1;
   }
   const std::int64_t layer = f.layer.value_or(0);
-  const std::int64_t byte = layout.byte_offset(c);
-  const std::int64_t arena = reference::arena_offset(layout, {layer, c.buffer, byte});
+  const std::int64_t byte = oracle::byte_offset(layout, c);
+  const std::int64_t arena = oracle::arena_offset(layout, {layer, c.buffer, byte});
   std::printf("layer %lld %s: buffer byte %lld, arena byte %lld (element %lld bytes)\n",
               static_cast<long long>(layer), c.describe().c_str(), static_cast<long long>(byte),
               static_cast<long long>(arena),

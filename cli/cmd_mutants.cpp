@@ -21,7 +21,8 @@ struct MutantFlags {
 int run_mutants_verb(const MutantFlags& f) {
   if (f.list) {
     for (const auto& m : oracle::mutant_catalogue()) {
-      std::printf("%-28s %-10s %s\n", m.name.c_str(), m.op.c_str(), m.models.c_str());
+      std::printf("%-28s %-10s %s\n", m.name.c_str(), std::string(spec::name_of(m.op)).c_str(),
+                  m.models.c_str());
     }
     return spec::kExitPass;
   }
@@ -34,14 +35,15 @@ int run_mutants_verb(const MutantFlags& f) {
   const auto results = oracle::run_mutants(seed, f.cases, f.names);
   int killed = 0, ran = 0;
   for (const auto& r : results) {
+    const std::string op(spec::name_of(r.op));
     if (!r.skipped.empty()) {
-      std::printf("%-28s %-10s %-9s %6s  %s\n", r.name.c_str(), r.op.c_str(), "skipped", "-",
+      std::printf("%-28s %-10s %-9s %6s  %s\n", r.name.c_str(), op.c_str(), "skipped", "-",
                   r.skipped.c_str());
       continue;
     }
     ++ran;
     killed += r.killed;
-    std::printf("%-28s %-10s %-9s %6lld  %s\n", r.name.c_str(), r.op.c_str(),
+    std::printf("%-28s %-10s %-9s %6lld  %s\n", r.name.c_str(), op.c_str(),
                 r.killed ? "killed" : "SURVIVED", static_cast<long long>(r.cases),
                 r.models.c_str());
   }

@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "kvo/gpu/device.hpp"
+#include "kvo/oracle/mutants.hpp"
 #include "kvo/spec/outcome.hpp"
 #include "kvo/traces/replay.hpp"
 #include "options.hpp"
@@ -22,7 +23,7 @@ struct ReplayFlags {
   std::string steps;
   std::string layers;
   std::vector<std::string> subjects;
-  std::string ops = "write";
+  std::string ops;  ///< empty: write, and dense when the trace's dense layers use the fused insert
   traces::ReplayOptions options;
 };
 
@@ -76,13 +77,18 @@ int run_replay(ReplayFlags& f) {
     for (std::string name; std::getline(ss, name, ',');)
       if (!name.empty()) o.subjects.push_back(name);
   }
-  o.ops.clear();
+  std::vector<std::string> op_names;
   std::stringstream op_list(f.ops);
   for (std::string op; std::getline(op_list, op, ',');)
-    if (!op.empty()) o.ops.push_back(op);
+    if (!op.empty()) op_names.push_back(op);
   const traces::Trace trace = traces::load_trace(f.path);
-  auto subjects = oracle::make_write_subjects();
-  auto read_subjects = oracle::make_read_subjects();
+  if (f.ops.empty()) {
+    op_names = {"write"};
+    if (trace.read.dense_rotary_dim > 0) op_names.push_back("dense");
+  }
+  o.ops = oracle::parse_ops(op_names);
+  auto subjects = oracle::make_subjects();
+  oracle::add_named_mutants(o.subjects, subjects);
   std::string why_no_gpu;
   const int gpus = gpu::device_count(&why_no_gpu);
   std::printf("kvoracle replay: %s, %zu steps, %zu layers (%s), value seed 0x%016llX, GPU: %s\n",
@@ -101,8 +107,7 @@ int run_replay(ReplayFlags& f) {
                  static_cast<long long>(done), static_cast<long long>(total));
     if (done == total) std::fprintf(stderr, "\n");
   };
-  const traces::ReplayReport report =
-      traces::replay_trace(trace, o, subjects, read_subjects, progress);
+  const traces::ReplayReport report = traces::replay_trace(trace, o, subjects, progress);
   if (tty) std::fprintf(stderr, "\n");
   for (const std::string& m : report.mismatches) std::cout << m << "\n";
   std::cout << report.summary() << std::endl;
@@ -118,10 +123,12 @@ void add_replay(CLI::App& app, int& status) {
   cmd->add_option("trace", flags->path, "trace file")->required();
   cmd->add_option("--subject", flags->subjects,
                   "subjects to run (repeatable or comma-separated; default all available)");
-  cmd->add_option("--ops", flags->ops,
-                  "comma-separated: write, indexer, attention (the read ops run the reference's "
-                  "slow read path; indexer on sparse layers, attention sparse or dense)")
-      ->capture_default_str();
+  cmd->add_option(
+      "--ops", flags->ops,
+      "comma-separated: write, dense, indexer, attention (default write, and dense when "
+      "the trace's dense layers use the fused qknorm + rope + insert; the read ops run "
+      "the reference's slow read path; indexer on sparse layers, attention sparse or "
+      "dense)");
   cmd->add_option("--full-diff-every", flags->options.full_diff_every,
                   "compare whole caches every N steps (between them: the pages each step names, "
                   "and the guards); 1 compares everything every step")

@@ -28,7 +28,9 @@ std::string read_flags_text(const traces::TraceReadParams& r) {
   return " --num-index-heads " + std::to_string(r.num_index_heads) + " --num-q-heads " +
          std::to_string(r.num_q_heads) + " --sparse-block " + std::to_string(r.sparse_block) +
          " --topk " + std::to_string(r.topk) + " --init-blocks " + std::to_string(r.init_blocks) +
-         " --local-blocks " + std::to_string(r.local_blocks);
+         " --local-blocks " + std::to_string(r.local_blocks) +
+         (r.dense_rotary_dim > 0 ? " --dense-rotary-dim " + std::to_string(r.dense_rotary_dim)
+                                 : std::string());
 }
 
 /// "1,2,4" or "none" (no CUDA-graph padding).
@@ -57,6 +59,12 @@ int run_gen(GenFlags& f) {
   f.sim.seed = parse_u64(f.seed, "seed");
   f.sim.capture_sizes = parse_sizes(f.capture_sizes);
   apply_overrides(f.model, f.sim.config);
+  const std::int64_t rotary = f.read.dense_rotary_dim;
+  if (rotary < 0 || rotary % 2 != 0 || rotary > f.sim.config.geometry.head_dim) {
+    throw spec::InvalidInput("dense-rotary-dim", -1, std::to_string(rotary),
+                             "must be 0 or even and at most the head dim (" +
+                                 std::to_string(f.sim.config.geometry.head_dim) + ")");
+  }
   traces::SimStats stats;
   traces::Trace trace = traces::simulate(f.sim, &stats);
   trace.read = f.read;
@@ -132,6 +140,10 @@ void add_trace(CLI::App& app, int& status) {
               "write query_lens [B] instead of query_start_loc [B+1]");
   g->add_option("--num-index-heads", gen->read.num_index_heads,
                 "read replay: indexer heads (0: smallest multiple of the KV heads >= 4)")
+      ->capture_default_str();
+  g->add_option("--dense-rotary-dim", gen->read.dense_rotary_dim,
+                "dense layers written by the fused qknorm + rope + insert rotating this many dims "
+                "(even, <= head dim; 0: plain writes)")
       ->capture_default_str();
   g->add_option("--num-q-heads", gen->read.num_q_heads,
                 "read replay: query heads (0: smallest multiple of the KV heads >= 16)")

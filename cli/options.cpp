@@ -60,7 +60,7 @@ void add_model_flags(CLI::App& app, oracle::CaseOverrides& o) {
 void add_read_flags(CLI::App& app, oracle::ReadOverrides& r) {
   add_int(app, "--sparse-block", r.sparse_block, "indexer/attention: selection block (tokens)");
   add_int(app, "--topk", r.topk, "indexer: blocks kept per query and KV head");
-  add_int(app, "--group-size", r.group_size, "attention: query heads per KV head (GQA)");
+  add_int(app, "--group-size", r.group_size, "attention, dense: query heads per KV head (GQA)");
   add_int(app, "--max-seq-len", r.max_seq_len, "indexer/attention: longest sequence drawn");
   add_int(app, "--seq-len", r.seq_len, "indexer/attention: every request exactly this long");
   add_int(app, "--read-requests", r.requests, "indexer/attention: requests in the batch");
@@ -69,6 +69,12 @@ void add_read_flags(CLI::App& app, oracle::ReadOverrides& r) {
            "indexer/attention: large score spreads and offsets");
   add_bool(app, "--tied-scores", r.tied_scores,
            "indexer: zero index-Q, so every unforced block ties");
+}
+
+void add_case_flags(CLI::App& app, oracle::Overrides& o) {
+  add_model_flags(app, o.write);
+  add_read_flags(app, o.read);
+  add_int(app, "--rotary-dim", o.dense.rotary_dim, "dense: rotated dims (even, <= head_dim)");
 }
 
 std::uint64_t parse_u64(const std::string& text, const char* field) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvo/oracle/op_driver.hpp"
 #include "kvo/oracle/read_case.hpp"
 #include "kvo/oracle/write_case.hpp"
 #include "kvo/spec/types.hpp"
@@ -35,6 +36,10 @@ void add_model_flags(CLI::App& app, oracle::CaseOverrides& overrides);
 /// The read-side flags (--sparse-block, --topk, --group-size, --max-seq-len, --read-requests,
 /// --index-heads-per-kv, --adversarial, --tied-scores) of `check` and `explain`.
 void add_read_flags(CLI::App& app, oracle::ReadOverrides& overrides);
+
+/// Every flag that fixes a dimension of some op's cases: the model and read flags above, and the
+/// dense insert's (--rotary-dim). `check` and `explain` take them all.
+void add_case_flags(CLI::App& app, oracle::Overrides& overrides);
 
 /// A 64-bit value in decimal or 0x-hex; throws spec::InvalidInput naming `field` otherwise.
 std::uint64_t parse_u64(const std::string& text, const char* field);

@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "kvo/fuzz/generators.hpp"
-#include "kvo/oracle/check.hpp"
+#include "kvo/oracle/campaign.hpp"
 #include "kvo/reference/read_path.hpp"
-#include "kvo/reference/truth.hpp"
+#include "kvo/truth/truth.hpp"
 
 namespace kvo::fuzz {
 namespace {
@@ -18,9 +18,9 @@ RC_GTEST_PROP(Campaign, CpuWriteFormsAgreeOnEveryGeneratedCase, ()) {
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   oracle::CheckOptions opt;
   opt.case_seed = seed;
-  opt.overrides = o;
-  opt.ops = {"write"};
-  auto subjects = oracle::make_write_subjects();
+  opt.overrides.write = o;
+  opt.ops = {spec::Op::kWrite};
+  auto subjects = oracle::make_subjects();
   const oracle::CheckReport r = oracle::run_check(opt, subjects);
   for (const auto& s : r.subjects) {
     if (!s.skipped.empty()) continue;
@@ -36,8 +36,8 @@ RC_GTEST_PROP(Campaign, CanonicalAttentionStaysWithinItsBoundOnEveryGeneratedCas
   const auto got = reference::attention(rc.config, rc.attention, rc.batch, rc.q, rc.caches,
                                         rc.k_scale, rc.v_scale, &sel);
   const auto truth =
-      reference::attention_truth(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
-                                 rc.v_scale, &sel, reference::Ordering::kCanonical);
+      truth::attention_truth(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
+                             rc.v_scale, &sel, spec::Ordering::kCanonical);
   for (std::size_t i = 0; i < got.out_f32.size(); ++i) {
     RC_ASSERT(std::fabs(static_cast<double>(got.out_f32[i]) - truth.out[i]) <= truth.bound[i]);
   }

@@ -1,8 +1,9 @@
 #pragma once
 /// \file launch.cuh
 /// What the fused and unfused launchers share on the host: the kernel parameter block, the layout
-/// strides (gpu's own arithmetic of SPEC 3), the config and pointer checks, and the CUDA error
-/// conversion into spec::FailedToRun.
+/// strides (gpu's own arithmetic of SPEC 3), the config and pointer checks, the CUDA error
+/// conversion into spec::FailedToRun, and the host-memory write path with the fused launcher as a
+/// parameter (so that kvo_gpu_testing runs it over its planted-bug launchers).
 
 #include <cuda_runtime.h>
 
@@ -14,6 +15,15 @@
 #include "kvo/spec/config.hpp"
 
 namespace kvo::gpu::detail {
+
+/// A bug planted in the fused write kernel (kvo_gpu_testing's WriteFault), a template parameter of
+/// launch_fused_write_t (write_fused.cuh); kNone in production.
+enum class WriteBug : std::uint8_t {
+  kNone,
+  kWrapNegativeSlots,  ///< a padding slot -1 wraps to the last slot, as torch indexing does
+  kOffsetPlusOne,      ///< K/V/index rows land one offset further into the block
+  kSwapHndNhd,         ///< the kernel uses the HND strides for an NHD cache and vice versa
+};
 
 /// How the index-K row of a sparse layer is stored.
 enum class IndexMode : std::uint8_t { kNone, kFlatBf16, kFlatFp8, kBlockScale };
@@ -50,7 +60,6 @@ struct FusedParams {
   bool pdl_early = false;        ///< trigger the dependents at the start (small grids)
   bool slots_i64 = true;
   bool legacy_wrap = false;
-  bool offset_plus_one = false;  ///< FaultInjection::kOffsetPlusOne
   bool per_head_scale = false;
   bool via_model = false;
   bool ue8m0 = false;
@@ -74,10 +83,17 @@ KvStrides kv_strides(const spec::CacheGeometry& g, spec::KvLayout layout);
 /// FusedParams common to both paths (pointers, strides, shapes, quantization). Throws
 /// spec::InvalidInput.
 FusedParams make_params(const spec::ModelConfig& config, spec::LayerKind kind,
-                        const DeviceWriteInputs& in, const DeviceLayerCaches& caches,
-                        FaultInjection fault);
+                        const DeviceWriteInputs& in, const DeviceLayerCaches& caches);
 
 /// Multiprocessors of the current device (cached).
 int sm_count();
+
+/// launch_fused_write's signature (kvo/gpu/write.hpp).
+using FusedLaunch = int (*)(const spec::ModelConfig&, spec::LayerKind, const DeviceWriteInputs&,
+                            const DeviceLayerCaches&, void*, bool);
+
+/// write_layer_host (kvo/gpu/write.hpp) with `fused` as the fused path's launcher.
+void write_layer_host_via(FusedLaunch fused, WritePath path, const spec::ModelConfig& config,
+                          const spec::LayerWrite& write, spec::LayerCaches& caches);
 
 }  // namespace kvo::gpu::detail

@@ -1,5 +1,6 @@
 // Host entry points of the read side (kvo/gpu/read.hpp): validate on the host, copy the caches and
-// inputs to the device, run the launchers of read_kernels.cu, copy the result back.
+// inputs to the device, run a launcher (attention_kernels.cu, indexer_kernels.cu, or one of
+// kvo_gpu_testing's with a planted bug), copy the result back.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "kvo/gpu/write.hpp"
 #include "kvo/spec/outcome.hpp"
 #include "launch.cuh"
+#include "read_launch.cuh"
 
 namespace kvo::gpu {
 namespace {
@@ -111,8 +113,24 @@ struct Rows {
 std::vector<std::int32_t> indexer_topk_host(const spec::ModelConfig& c,
                                             const spec::IndexerParams& p, const spec::ReadBatch& b,
                                             const spec::HostTensor& index_q,
-                                            const spec::LayerCaches& caches, ReadKernel kernel,
-                                            ReadFault fault) {
+                                            const spec::LayerCaches& caches, ReadKernel kernel) {
+  return detail::indexer_topk_host_via(launch_indexer_topk, c, p, b, index_q, caches, kernel);
+}
+
+spec::HostTensor attention_host(const spec::ModelConfig& c, const spec::AttentionParams& p,
+                                const spec::ReadBatch& b, const spec::HostTensor& q,
+                                const spec::LayerCaches& caches, const std::vector<float>& k_scale,
+                                const std::vector<float>& v_scale,
+                                const std::vector<std::int32_t>& selection, std::int64_t topk,
+                                ReadKernel kernel) {
+  return detail::attention_host_via(launch_attention, c, p, b, q, caches, k_scale, v_scale,
+                                    selection, topk, kernel);
+}
+
+std::vector<std::int32_t> detail::indexer_topk_host_via(
+    IndexerLaunch launch, const spec::ModelConfig& c, const spec::IndexerParams& p,
+    const spec::ReadBatch& b, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
+    ReadKernel kernel) {
   Rows rows(c, b);
   spec::validate_indexer(c, p);
   const auto tq = static_cast<std::int64_t>(rows.req.size());
@@ -129,19 +147,18 @@ std::vector<std::int32_t> indexer_topk_host(const spec::ModelConfig& c,
   Dev<unsigned char> d_cache(cache), d_q(index_q.bytes);
   Dev<std::int32_t> d_out(ids.size());
   Dev<float> d_scores(static_cast<std::size_t>(tq * c.geometry.num_kv_heads * max_nvalid));
-  launch_indexer_topk(c, p, rows.dev, {d_cache.ptr, d_q.ptr, max_nvalid, d_scores.ptr, d_out.ptr},
-                      kernel, fault, nullptr);
+  launch(c, p, rows.dev, {d_cache.ptr, d_q.ptr, max_nvalid, d_scores.ptr, d_out.ptr}, kernel,
+         nullptr);
   check_cuda(cudaMemcpy(ids.data(), d_out.ptr, ids.size() * sizeof(int), cudaMemcpyDeviceToHost),
              "indexer");
   return ids;
 }
 
-spec::HostTensor attention_host(const spec::ModelConfig& c, const spec::AttentionParams& p,
-                                const spec::ReadBatch& b, const spec::HostTensor& q,
-                                const spec::LayerCaches& caches, const std::vector<float>& k_scale,
-                                const std::vector<float>& v_scale,
-                                const std::vector<std::int32_t>& selection, std::int64_t topk,
-                                ReadKernel kernel, ReadFault fault) {
+spec::HostTensor detail::attention_host_via(
+    AttentionLaunch launch, const spec::ModelConfig& c, const spec::AttentionParams& p,
+    const spec::ReadBatch& b, const spec::HostTensor& q, const spec::LayerCaches& caches,
+    const std::vector<float>& k_scale, const std::vector<float>& v_scale,
+    const std::vector<std::int32_t>& selection, std::int64_t topk, ReadKernel kernel) {
   Rows rows(c, b);
   spec::validate_attention(c, p);
   spec::validate_scales(c, k_scale, "k_scale");
@@ -204,7 +221,7 @@ spec::HostTensor attention_host(const spec::ModelConfig& c, const spec::Attentio
   a.slots = slots;
   a.workspace = d_ws.ptr;
   a.out = d_out.ptr;
-  launch_attention(c, p, rows.dev, a, kernel, fault, nullptr);
+  launch(c, p, rows.dev, a, kernel, nullptr);
   check_cuda(cudaMemcpy(out.bytes.data(), d_out.ptr, out.bytes.size(), cudaMemcpyDeviceToHost),
              "attention");
   return out;

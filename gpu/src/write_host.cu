@@ -68,8 +68,7 @@ void require_ptr(const void* p, const char* field) {
 }  // namespace
 
 FusedParams make_params(const spec::ModelConfig& c, spec::LayerKind kind,
-                        const DeviceWriteInputs& in, const DeviceLayerCaches& caches,
-                        FaultInjection fault) {
+                        const DeviceWriteInputs& in, const DeviceLayerCaches& caches) {
   spec::validate(c);
   const spec::CacheGeometry& g = c.geometry;
   if (in.num_tokens < 0) {
@@ -104,9 +103,7 @@ FusedParams make_params(const spec::ModelConfig& c, spec::LayerKind kind,
   p.index_slots = sparse && c.separate_index_slots ? in.index_slots : in.slots;
   p.k_scale = in.k_scale;
   p.v_scale = in.v_scale;
-  const spec::KvLayout layout =
-      fault == FaultInjection::kSwapHndNhd ? spec::stride_swapped(c.layout) : c.layout;
-  p.st = kv_strides(g, layout);
+  p.st = kv_strides(g, c.layout);
   const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
   p.k_cache = caches.k;
   p.v_cache = one_tensor
@@ -130,9 +127,7 @@ FusedParams make_params(const spec::ModelConfig& c, spec::LayerKind kind,
   p.bs_fast = g.capacity() <= 0x7FFFFFFF;
   if (p.bs_fast) p.bs_div = make_fast_div(static_cast<std::uint32_t>(g.block_size));
   p.slots_i64 = c.slot_type == spec::SlotType::kI64;
-  p.legacy_wrap =
-      c.slot_mode == spec::SlotMode::kLegacyWrap || fault == FaultInjection::kWrapNegativeSlots;
-  p.offset_plus_one = fault == FaultInjection::kOffsetPlusOne;
+  p.legacy_wrap = c.slot_mode == spec::SlotMode::kLegacyWrap;
   p.per_head_scale = c.kv.per_head_scale;
   p.via_model = c.kv.via_model_dtype;
   p.ue8m0 = c.index.ue8m0;
@@ -275,7 +270,12 @@ spec::SlotMapping resolve_wrap(const spec::SlotMapping& m, std::int64_t capacity
 }  // namespace
 
 void write_layer_host(WritePath path, const spec::ModelConfig& c, const spec::LayerWrite& w,
-                      spec::LayerCaches& caches, FaultInjection fault) {
+                      spec::LayerCaches& caches) {
+  detail::write_layer_host_via(launch_fused_write, path, c, w, caches);
+}
+
+void detail::write_layer_host_via(FusedLaunch fused, WritePath path, const spec::ModelConfig& c,
+                                  const spec::LayerWrite& w, spec::LayerCaches& caches) {
   // 1. Everything is validated before any byte moves (SPEC principle 5).
   spec::validate(c);
   spec::validate_write(c, w);
@@ -386,7 +386,7 @@ void write_layer_host(WritePath path, const spec::ModelConfig& c, const spec::La
 
   // 3. Write, then bring every byte of every buffer back (guards too: a stray write shows).
   if (path == WritePath::kFused) {
-    launch_fused_write(cfg, w.kind, in, dc, nullptr, fault);
+    fused(cfg, w.kind, in, dc, nullptr, false);
   } else {
     UnfusedWorkspace ws(tokens, d + ws_off);
     launch_unfused_write(cfg, w.kind, in, dc, ws, nullptr);

@@ -232,7 +232,7 @@ int launch_unfused_write(const spec::ModelConfig& config, spec::LayerKind kind,
                          const DeviceWriteInputs& in, const DeviceLayerCaches& caches,
                          UnfusedWorkspace& workspace, void* stream) {
   using namespace detail;
-  const FusedParams p = make_params(config, kind, in, caches, FaultInjection::kNone);
+  const FusedParams p = make_params(config, kind, in, caches);
   if (p.num_tokens == 0) return 0;
   if (p.num_tokens > workspace.max_tokens()) {
     throw spec::InvalidInput(

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "kvo/oracle/harness.hpp"
 #include "kvo/reference/numbers.hpp"
 
 namespace kvo::oracle {
@@ -26,7 +27,7 @@ std::string value_text(float x) {
 }
 
 /// The dtype of the element at a coordinate (for decoding both sides).
-spec::DType element_dtype(const spec::ModelConfig& c, const reference::ElementCoord& coord) {
+spec::DType element_dtype(const spec::ModelConfig& c, const oracle::ElementCoord& coord) {
   if (coord.buffer != BufferKind::kIndexK) return c.kv.cache_dtype;
   if (c.index.layout == spec::IndexLayout::kFlat) return c.index.flat_dtype;
   return coord.is_scale ? spec::DType::kF32 : spec::DType::kFp8E4M3;
@@ -35,7 +36,7 @@ spec::DType element_dtype(const spec::ModelConfig& c, const reference::ElementCo
 /// Which token of the call targets a (block, offset), given the slot rules; the last one wins
 /// (legacy_wrap collisions), which is the token whose bytes must be there.
 std::string attribute(const spec::ModelConfig& c, const spec::LayerWrite& w,
-                      const reference::ElementCoord& coord) {
+                      const oracle::ElementCoord& coord) {
   const bool index = coord.buffer == BufferKind::kIndexK;
   const spec::SlotMapping& m = index && c.separate_index_slots ? w.index_slots : w.slots;
   const std::int64_t cap = c.geometry.capacity();
@@ -139,7 +140,7 @@ CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int6
         m.guard_distance = i < eb.guard_bytes ? i - eb.guard_bytes : i - body_end + 1;
       } else {
         m.byte = i - eb.guard_bytes;
-        m.coord = *layout.locate(eb.kind, m.byte);
+        m.coord = *oracle::locate(layout, eb.kind, m.byte);
         // One sample per element: the element's later bytes add nothing.
         if (!diff.samples.empty() && diff.samples.back().buffer == eb.kind &&
             diff.samples.back().guard_distance == 0 &&
@@ -156,10 +157,10 @@ CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int6
         // Say when a side still holds the poison: on the expected side the element is never
         // written; on the actual side the subject did not write it.
         const auto is_poison = [&](const spec::CacheBuffer& buf) {
-          const std::uint64_t salt = reference::poison_salt(layer, buf.kind);
+          const std::uint64_t salt = oracle::poison_salt(layer, buf.kind);
           for (std::int64_t k = 0; k < static_cast<std::int64_t>(spec::dtype_bytes(dt)); ++k) {
             const auto at = static_cast<std::uint64_t>(eb.guard_bytes + start + k);
-            if (buf.storage[at] != reference::poison_byte(salt, at)) return false;
+            if (buf.storage[at] != oracle::poison_byte(salt, at)) return false;
           }
           return true;
         };

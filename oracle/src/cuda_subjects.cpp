@@ -1,15 +1,18 @@
 // The CUDA subjects. Writes: cuda-fused (one launch per layer) and cuda-unfused (the 12/8-launch
-// baseline), through kvo::gpu::write_layer_host. Reads: cuda-canonical and cuda-fast, through
-// kvo::gpu's read host API. Both validate on the host before any copy or launch and turn CUDA
-// errors into spec::FailedToRun.
+// baseline), through kvo::gpu::write_layer_host. Dense insert: cuda-dense-qknorm-rope. Reads:
+// cuda-canonical and cuda-fast, through kvo::gpu's read host API. All validate on the host before
+// any copy or launch and turn CUDA errors into spec::FailedToRun. Planted faults come from
+// kvo_gpu_testing, never from the production launchers.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kvo/gpu/device.hpp"
 #include "kvo/gpu/read.hpp"
+#include "kvo/gpu/testing/faults.hpp"
 #include "kvo/gpu/write.hpp"
-#include "kvo/oracle/read_subject.hpp"
+#include "kvo/oracle/cuda_subjects.hpp"
 #include "kvo/oracle/subject.hpp"
 
 namespace kvo::oracle {
@@ -22,91 +25,109 @@ std::string no_device_reason() {
   return "no CUDA device answers (" + why + ")";
 }
 
-class CudaWriteSubject final : public WriteSubject {
+class CudaWriteSubject final : public Subject {
  public:
   CudaWriteSubject(std::string name, gpu::WritePath path,
-                   gpu::FaultInjection fault = gpu::FaultInjection::kNone)
+                   std::optional<gpu::testing::WriteFault> fault = std::nullopt)
       : name_(std::move(name)), path_(path), fault_(fault) {}
   std::string name() const override { return name_; }
   std::string unavailable_reason() const override { return no_device_reason(); }
+  bool implements(spec::Op op) const override { return op == spec::Op::kWrite; }
   void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& write,
                    spec::LayerCaches& caches) override {
-    gpu::write_layer_host(path_, config, write, caches, fault_);
+    if (fault_.has_value()) {
+      gpu::testing::write_layer_host_faulty(*fault_, path_, config, write, caches);
+    } else {
+      gpu::write_layer_host(path_, config, write, caches);
+    }
   }
 
  private:
   std::string name_;
   gpu::WritePath path_;
-  gpu::FaultInjection fault_;
+  std::optional<gpu::testing::WriteFault> fault_;
 };
 
 /// The read kernels of kvo/gpu/read.hpp. cuda-canonical is diffed bit for bit against the
 /// reference; cuda-fast (its own order, ids by descending score) against the float64 truth and the
 /// tie-aware top-k rules; `fault` plants a bug in the fast family.
-class CudaReadSubject final : public ReadSubject {
+class CudaReadSubject final : public Subject {
  public:
   CudaReadSubject(std::string name, gpu::ReadKernel kernel,
-                  gpu::ReadFault fault = gpu::ReadFault::kNone)
+                  std::optional<gpu::testing::ReadFault> fault = std::nullopt)
       : name_(std::move(name)), kernel_(kernel), fault_(fault) {}
   std::string name() const override { return name_; }
   std::string unavailable_reason() const override { return no_device_reason(); }
-  reference::Ordering ordering() const override {
-    return kernel_ == gpu::ReadKernel::kCanonical ? reference::Ordering::kCanonical
-                                                  : reference::Ordering::kForeign;
+  bool implements(spec::Op op) const override {
+    return op == spec::Op::kIndexer || op == spec::Op::kAttention;
+  }
+  spec::Ordering ordering() const override {
+    return kernel_ == gpu::ReadKernel::kCanonical ? spec::Ordering::kCanonical
+                                                  : spec::Ordering::kForeign;
   }
   TopkOrder topk_order() const override {
     return kernel_ == gpu::ReadKernel::kCanonical ? TopkOrder::kAscendingIds
                                                   : TopkOrder::kDescendingScore;
   }
   std::vector<std::int32_t> indexer(const ReadCase& c) override {
-    return gpu::indexer_topk_host(c.config, c.indexer, c.batch, c.index_q, c.caches, kernel_,
-                                  fault_);
+    if (fault_.has_value()) {
+      return gpu::testing::indexer_topk_host_faulty(*fault_, c.config, c.indexer, c.batch,
+                                                    c.index_q, c.caches, kernel_);
+    }
+    return gpu::indexer_topk_host(c.config, c.indexer, c.batch, c.index_q, c.caches, kernel_);
   }
   spec::HostTensor attention(const ReadCase& c, const reference::TopkSelection* sel) override {
+    const std::vector<std::int32_t> ids = sel != nullptr ? sel->ids : std::vector<std::int32_t>{};
+    const std::int64_t topk = sel != nullptr ? sel->topk : 0;
+    if (fault_.has_value()) {
+      return gpu::testing::attention_host_faulty(*fault_, c.config, c.attention, c.batch, c.q,
+                                                 c.caches, c.k_scale, c.v_scale, ids, topk,
+                                                 kernel_);
+    }
     return gpu::attention_host(c.config, c.attention, c.batch, c.q, c.caches, c.k_scale, c.v_scale,
-                               sel != nullptr ? sel->ids : std::vector<std::int32_t>{},
-                               sel != nullptr ? sel->topk : 0, kernel_, fault_);
+                               ids, topk, kernel_);
   }
 
  private:
   std::string name_;
   gpu::ReadKernel kernel_;
-  gpu::ReadFault fault_;
+  std::optional<gpu::testing::ReadFault> fault_;
+};
+
+/// The dense-layer fused insert kernel (kvo/gpu/write.hpp), canonical.
+class CudaDenseSubject final : public Subject {
+ public:
+  std::string name() const override { return "cuda-dense-qknorm-rope"; }
+  std::string unavailable_reason() const override { return no_device_reason(); }
+  bool implements(spec::Op op) const override { return op == spec::Op::kDense; }
+  spec::HostTensor dense_insert(const spec::ModelConfig& config, const spec::DenseInsert& in,
+                                spec::LayerCaches& caches) override {
+    return gpu::dense_insert_host(config, in, caches);
+  }
 };
 
 }  // namespace
 
-/// Declared in read_subject.cpp, which registers these after the CPU read subjects.
-std::vector<std::unique_ptr<ReadSubject>> make_cuda_read_subjects() {
-  std::vector<std::unique_ptr<ReadSubject>> out;
+SubjectList make_cuda_subjects() {
+  SubjectList out;
+  out.push_back(std::make_unique<CudaWriteSubject>("cuda-fused", gpu::WritePath::kFused));
+  out.push_back(std::make_unique<CudaWriteSubject>("cuda-unfused", gpu::WritePath::kUnfused));
+  out.push_back(std::make_unique<CudaDenseSubject>());
   out.push_back(std::make_unique<CudaReadSubject>("cuda-canonical", gpu::ReadKernel::kCanonical));
   out.push_back(std::make_unique<CudaReadSubject>("cuda-fast", gpu::ReadKernel::kFast));
   return out;
 }
 
-/// The fast read kernels with a planted bug (for the mutation catalogue, mutants.cpp): fault 1
-/// leaves the local block unforced, 2 drops log2(e) from the softmax's exp2.
-std::unique_ptr<ReadSubject> make_cuda_read_fault_subject(const std::string& name, int fault) {
-  return std::make_unique<CudaReadSubject>(
-      name, gpu::ReadKernel::kFast,
-      fault == 1 ? gpu::ReadFault::kIgnoreLocal : gpu::ReadFault::kExpNoLog2e);
+/// The fast read kernels with a planted bug (for the mutation catalogue).
+std::unique_ptr<Subject> make_cuda_read_fault_subject(const std::string& name,
+                                                      gpu::testing::ReadFault fault) {
+  return std::make_unique<CudaReadSubject>(name, gpu::ReadKernel::kFast, fault);
 }
 
-/// Declared in subject.cpp, which registers these after the CPU subjects.
-std::vector<std::unique_ptr<WriteSubject>> make_cuda_write_subjects() {
-  std::vector<std::unique_ptr<WriteSubject>> out;
-  out.push_back(std::make_unique<CudaWriteSubject>("cuda-fused", gpu::WritePath::kFused));
-  out.push_back(std::make_unique<CudaWriteSubject>("cuda-unfused", gpu::WritePath::kUnfused));
-  return out;
-}
-
-/// The fused kernel with a planted bug switched on (for the mutation catalogue, mutants.cpp):
-/// fault 1 wraps -1 like torch, 2 writes one offset late, 3 swaps the HND and NHD strides.
-std::unique_ptr<WriteSubject> make_cuda_fault_subject(const std::string& name, int fault) {
-  const gpu::FaultInjection f = fault == 1   ? gpu::FaultInjection::kWrapNegativeSlots
-                                : fault == 2 ? gpu::FaultInjection::kOffsetPlusOne
-                                             : gpu::FaultInjection::kSwapHndNhd;
-  return std::make_unique<CudaWriteSubject>(name, gpu::WritePath::kFused, f);
+/// The fused kernel with a planted bug (for the mutation catalogue).
+std::unique_ptr<Subject> make_cuda_fault_subject(const std::string& name,
+                                                 gpu::testing::WriteFault fault) {
+  return std::make_unique<CudaWriteSubject>(name, gpu::WritePath::kFused, fault);
 }
 
 }  // namespace kvo::oracle

@@ -7,10 +7,6 @@
 
 #include "kvo/reference/generator.hpp"
 #include "kvo/reference/numbers.hpp"
-#ifdef KVO_HAVE_CUDA
-#include "kvo/gpu/device.hpp"
-#include "kvo/gpu/write.hpp"
-#endif
 
 namespace kvo::oracle {
 namespace {
@@ -43,31 +39,66 @@ spec::HostTensor tensor(reference::SplitMix64& rng, DType act, std::vector<std::
   return t;
 }
 
-DenseCase make_case_impl(std::uint64_t seed) {
+/// `value` when set, else `drawn`; `valid` checks a set value, naming `flag` when it fails.
+template <class T, class Valid>
+T fixed_or(const std::optional<T>& value, T drawn, const char* flag, Valid valid, const char* why) {
+  if (!value) return drawn;
+  if (!valid(*value)) throw spec::InvalidInput(flag, -1, std::to_string(*value), why);
+  return *value;
+}
+template <class E>
+E fixed_or(const std::optional<E>& value, E drawn) {
+  return value ? *value : drawn;
+}
+
+DenseCase make_case_impl(std::uint64_t seed, const CaseOverrides& o, const DenseOverrides& d) {
   reference::SplitMix64 rng(seed);
   DenseCase ic;
   ic.seed = seed;
   spec::ModelConfig& c = ic.config;
   c.layers = {spec::LayerKind::kDense};
-  const std::int64_t hd = std::int64_t{32} << rng.uniform(0, 3);
+  // Every dimension is drawn first, in a fixed order, so that the overrides change only theirs.
+  const auto positive = [](std::int64_t v) { return v >= 1; };
+  const std::int64_t hd = fixed_or(
+      o.head_dim, std::int64_t{32} << rng.uniform(0, 3), "head-dim",
+      [](std::int64_t v) { return v >= 2 && v <= 1024 && v % 2 == 0; },
+      "must be even, in [2, 1024]");
   const std::int64_t nkv =
-      std::array<std::int64_t, 3>{1, 2, 4}[static_cast<std::size_t>(rng.uniform(0, 2))];
-  const std::int64_t nq =
-      nkv * std::array<std::int64_t, 3>{1, 2, 4}[static_cast<std::size_t>(rng.uniform(0, 2))];
-  const std::int64_t bs =
-      std::array<std::int64_t, 5>{1, 3, 16, 17, 128}[static_cast<std::size_t>(rng.uniform(0, 4))];
-  const std::int64_t tokens = rng.uniform(1, 300);
+      fixed_or(o.num_kv_heads,
+               std::array<std::int64_t, 3>{1, 2, 4}[static_cast<std::size_t>(rng.uniform(0, 2))],
+               "num-kv-heads", positive, "must be >= 1");
+  const std::int64_t nq = nkv * fixed_or(d.group_size,
+                                         std::array<std::int64_t, 3>{
+                                             1, 2, 4}[static_cast<std::size_t>(rng.uniform(0, 2))],
+                                         "group-size", positive, "must be >= 1");
+  const std::int64_t bs = fixed_or(
+      o.block_size,
+      std::array<std::int64_t, 5>{1, 3, 16, 17, 128}[static_cast<std::size_t>(rng.uniform(0, 4))],
+      "block-size", positive, "must be >= 1");
+  const std::int64_t tokens =
+      fixed_or(o.tokens, rng.uniform(1, 300), "tokens", positive, "must be >= 1");
   const std::int64_t padding = rng.chance(1, 2) ? rng.uniform(1, 5) : 0;
-  c.geometry = {(tokens + bs - 1) / bs + rng.uniform(0, 8), bs, nkv, hd, 128};
-  c.act_dtype = std::array<DType, 3>{DType::kF32, DType::kBF16,
-                                     DType::kF16}[static_cast<std::size_t>(rng.uniform(0, 2))];
-  c.layout = pick<spec::KvLayout>(rng);
-  c.kv.cache_dtype = pick<DType>(rng);
-  c.kv.saturation = pick<spec::Saturation>(rng);
-  c.kv.scale_mode = pick<spec::ScaleMode>(rng);
-  c.kv.per_head_scale = rng.chance(1, 2);
-  c.kv.via_model_dtype = rng.chance(1, 4);
-  c.slot_type = rng.chance(1, 2) ? spec::SlotType::kI32 : spec::SlotType::kI64;
+  const std::int64_t drawn_blocks = (tokens + bs - 1) / bs + rng.uniform(0, 8);
+  const std::int64_t blocks = fixed_or(
+      o.num_blocks, drawn_blocks, "num-blocks",
+      [&](std::int64_t v) { return v >= 1 && v * bs >= tokens; },
+      "the cache must hold every token (num_blocks * block_size >= tokens)");
+  c.geometry = {blocks, bs, nkv, hd, 128};
+  c.act_dtype = fixed_or(
+      o.act_dtype, std::array<DType, 3>{DType::kF32, DType::kBF16,
+                                        DType::kF16}[static_cast<std::size_t>(rng.uniform(0, 2))]);
+  if (!spec::facts(c.act_dtype).is_activation) {
+    throw spec::InvalidInput("act-dtype", -1, std::string(spec::name_of(c.act_dtype)),
+                             "an activation dtype is f32, bf16 or fp16");
+  }
+  c.layout = fixed_or(o.layout, pick<spec::KvLayout>(rng));
+  c.kv.cache_dtype = fixed_or(o.kv_dtype, pick<DType>(rng));
+  c.kv.saturation = fixed_or(o.saturation, pick<spec::Saturation>(rng));
+  c.kv.scale_mode = fixed_or(o.scale_mode, pick<spec::ScaleMode>(rng));
+  c.kv.per_head_scale = fixed_or(o.per_head_scale, rng.chance(1, 2));
+  c.kv.via_model_dtype = fixed_or(o.via_model_dtype, rng.chance(1, 4));
+  c.slot_type =
+      fixed_or(o.slot_type, rng.chance(1, 2) ? spec::SlotType::kI32 : spec::SlotType::kI64);
   spec::DenseInsert& in = ic.in;
   const std::int64_t rows = tokens + padding + rng.uniform(0, 2);
   in.q = tensor(rng, c.act_dtype, {rows, nq, hd}, 8.0f);
@@ -90,7 +121,10 @@ DenseCase make_case_impl(std::uint64_t seed) {
     in.k_norm_weight.push_back(uniform(rng, 0.5f));
   }
   in.eps = 1e-6f;
-  in.rotary_dim = 2 * rng.uniform(1, hd / 2);
+  in.rotary_dim = fixed_or(
+      d.rotary_dim, 2 * rng.uniform(1, hd / 2), "rotary-dim",
+      [hd](std::int64_t v) { return v >= 2 && v % 2 == 0 && v <= hd; },
+      "must be even, in [2, head_dim]");
   const std::int64_t max_pos = 4096;
   for (std::int64_t p = 0; p < max_pos; ++p) {
     const std::int64_t half = in.rotary_dim / 2;
@@ -109,21 +143,6 @@ DenseCase make_case_impl(std::uint64_t seed) {
   return ic;
 }
 
-#ifdef KVO_HAVE_CUDA
-class CudaDenseSubject final : public DenseSubject {
- public:
-  std::string name() const override { return "cuda-dense-qknorm-rope"; }
-  std::string unavailable_reason() const override {
-    std::string why;
-    return gpu::device_count(&why) > 0 ? std::string() : "no CUDA device answers (" + why + ")";
-  }
-  spec::HostTensor insert(const spec::ModelConfig& config, const spec::DenseInsert& in,
-                          spec::LayerCaches& caches) override {
-    return gpu::dense_insert_host(config, in, caches);
-  }
-};
-#endif
-
 }  // namespace
 
 std::string DenseCase::describe() const {
@@ -133,14 +152,16 @@ std::string DenseCase::describe() const {
   return s.str();
 }
 
-DenseCase make_dense_case(std::uint64_t seed) { return make_case_impl(seed); }
+std::string DenseOverrides::to_flags() const {
+  std::ostringstream s;
+  if (group_size) s << " --group-size " << *group_size;
+  if (rotary_dim) s << " --rotary-dim " << *rotary_dim;
+  return s.str();
+}
 
-std::vector<std::unique_ptr<DenseSubject>> make_dense_subjects() {
-  std::vector<std::unique_ptr<DenseSubject>> out;
-#ifdef KVO_HAVE_CUDA
-  out.push_back(std::make_unique<CudaDenseSubject>());
-#endif
-  return out;
+DenseCase make_dense_case(std::uint64_t seed, const CaseOverrides& shared,
+                          const DenseOverrides& dense) {
+  return make_case_impl(seed, shared, dense);
 }
 
 }  // namespace kvo::oracle

@@ -4,43 +4,53 @@
 #include <array>
 #include <cmath>
 
+#include "kvo/oracle/cpu_subjects.hpp"
 #include "kvo/reference/layer_write.hpp"
+#ifdef KVO_HAVE_CUDA
+#include "kvo/gpu/testing/faults.hpp"
+#include "kvo/oracle/cuda_subjects.hpp"
+#endif
 
 namespace kvo::oracle {
-
-#ifdef KVO_HAVE_CUDA
-std::unique_ptr<WriteSubject> make_cuda_fault_subject(const std::string& name, int fault);
-std::unique_ptr<ReadSubject> make_cuda_read_fault_subject(const std::string& name, int fault);
-#endif
 
 namespace {
 
 using spec::KvLayout;
-using WriteFn =
-    std::function<void(const spec::ModelConfig&, const spec::LayerWrite&, spec::LayerCaches&)>;
-
-Mutant write_mutant(std::string name, std::string models, CaseOverrides o, WriteFn fn) {
-  Mutant m;
-  m.name = name;
-  m.op = "write";
-  m.models = std::move(models);
-  m.overrides = std::move(o);
-  m.make_write = [name, fn] { return make_function_subject(name, fn); };
-  return m;
+/// A catalogued mutant whose subject `make(name)` builds.
+Mutant mutant(std::string name, spec::Op op, std::string models, Overrides o,
+              std::function<std::unique_ptr<Subject>(const std::string&)> make) {
+  const std::string n = name;
+  return {std::move(name), op, std::move(models), std::move(o), [n, make] { return make(n); }};
 }
 
-Mutant read_mutant(std::string name, std::string models, std::string op, ReadOverrides o,
+Overrides write_part(CaseOverrides w) {
+  Overrides o;
+  o.write = std::move(w);
+  return o;
+}
+Overrides read_part(ReadOverrides r) {
+  Overrides o;
+  o.read = std::move(r);
+  return o;
+}
+
+Mutant write_mutant(std::string name, std::string models, CaseOverrides o, WriteFunction fn) {
+  return mutant(std::move(name), spec::Op::kWrite, std::move(models), write_part(std::move(o)),
+                [fn](const std::string& n) { return make_function_subject(n, fn); });
+}
+
+Mutant read_mutant(std::string name, std::string models, spec::Op op, ReadOverrides o,
                    ReadMutation mutation, bool canonical) {
-  Mutant m;
-  m.name = name;
-  m.op = std::move(op);
-  m.models = std::move(models);
-  m.read_overrides = std::move(o);
-  m.make_read = [name, mutation, canonical] {
-    return canonical ? make_canonical_mutant(mutation, name)
-                     : make_cpu_naive_subject(mutation, name);
-  };
-  return m;
+  return mutant(std::move(name), op, std::move(models), read_part(std::move(o)),
+                [mutation, canonical](const std::string& n) {
+                  return canonical ? make_canonical_mutant(mutation, n)
+                                   : make_cpu_naive_subject(mutation, n);
+                });
+}
+
+Mutant dense_mutant(std::string name, std::string models, CaseOverrides o, DenseMutation mutation) {
+  return mutant(std::move(name), spec::Op::kDense, std::move(models), write_part(std::move(o)),
+                [mutation](const std::string& n) { return make_cpu_dense_subject(mutation, n); });
 }
 
 std::vector<Mutant> build_catalogue() {
@@ -158,48 +168,63 @@ std::vector<Mutant> build_catalogue() {
 
   ReadOverrides prefill;  // causal masking shows on rows with later tokens of the same request
   c.push_back(read_mutant("missing-causal-mask",
-                          "attention: a query sees the later tokens of its block", "attention",
-                          prefill, {.no_causal_mask = true}, false));
+                          "attention: a query sees the later tokens of its block",
+                          spec::Op::kAttention, prefill, {.no_causal_mask = true}, false));
   c.push_back(read_mutant("n-valid-off-by-one", "indexer: (p + sb) // sb computed as p // sb + 2",
-                          "indexer", {}, {.n_valid_offset = 1}, false));
+                          spec::Op::kIndexer, {}, {.n_valid_offset = 1}, false));
   c.push_back(read_mutant("local-block-ignored", "indexer: the local (current) block is not forced",
-                          "indexer", {}, {.ignore_local = true}, false));
+                          spec::Op::kIndexer, {}, {.ignore_local = true}, false));
   ReadOverrides ties;
   ties.tied_scores = true;
   c.push_back(read_mutant("reversed-tie-order", "top-k: equal scores won by the higher block id",
-                          "indexer", ties, {.ties_to_higher_id = true}, true));
+                          spec::Op::kIndexer, ties, {.ties_to_higher_id = true}, true));
   c.push_back(read_mutant("softmax-scale-twice",
-                          "attention: sm_scale applied to q and again to the scores", "attention",
-                          {}, {.scale_twice = true}, true));
+                          "attention: sm_scale applied to q and again to the scores",
+                          spec::Op::kAttention, {}, {.scale_twice = true}, true));
+  c.push_back(
+      dense_mutant("dense-gptj-rope",
+                   "dense insert: GPT-J (interleaved) RoPE where NeoX (half split) is declared", {},
+                   {.gptj_rope = true}));
+  c.push_back(
+      dense_mutant("dense-norm-without-one",
+                   "dense insert: Llama RMSNorm x*r*w where Gemma's x*r*(1 + w) is declared", {},
+                   {.norm_without_one = true}));
+  c.push_back(dense_mutant("dense-eps-outside-sqrt",
+                           "dense insert: r = 1 / (sqrt(ms) + eps) instead of 1 / sqrt(ms + eps)",
+                           {}, {.eps_outside_sqrt = true}));
+  CaseOverrides fp8_scaled;
+  fp8_scaled.kv_dtype = spec::DType::kFp8E4M3;
+  fp8_scaled.scale_mode = spec::ScaleMode::kDivide;
+  c.push_back(dense_mutant(
+      "dense-fp8-store-unscaled",
+      "vLLM's fused M3 insert stores fp8 with scale 1 where its unfused path divides by k_scale",
+      fp8_scaled, {.fp8_store_unscaled = true}));
 #ifdef KVO_HAVE_CUDA
-  // The same bugs planted in the CUDA fused kernel (gpu::FaultInjection); run where a GPU answers.
-  const std::pair<const char*, const char*> gpu_faults[] = {
-      {"cuda-minus-one-wraps", "vllm#43810 in the fused kernel"},
-      {"cuda-off-by-one-offset", "a slot decoded one position late, in the fused kernel"},
-      {"cuda-hnd-nhd-stride-swap", "head and token strides exchanged, in the fused kernel"}};
-  for (int f = 1; f <= 3; ++f) {
-    Mutant m;
-    m.name = gpu_faults[f - 1].first;
-    m.op = "write";
-    m.models = gpu_faults[f - 1].second;
-    m.make_write = [name = m.name, f] { return make_cuda_fault_subject(name, f); };
-    c.push_back(std::move(m));
-  }
+  // The same bugs planted in the CUDA kernels (kvo_gpu_testing); run where a GPU answers.
+  using gpu::testing::ReadFault;
+  using gpu::testing::WriteFault;
+  const auto cuda_write = [&](const char* name, const char* models, WriteFault fault) {
+    c.push_back(mutant(name, spec::Op::kWrite, models, {}, [fault](const std::string& n) {
+      return make_cuda_fault_subject(n, fault);
+    }));
+  };
+  cuda_write("cuda-minus-one-wraps", "vllm#43810 in the fused kernel",
+             WriteFault::kWrapNegativeSlots);
+  cuda_write("cuda-off-by-one-offset", "a slot decoded one position late, in the fused kernel",
+             WriteFault::kOffsetPlusOne);
+  cuda_write("cuda-hnd-nhd-stride-swap", "head and token strides exchanged, in the fused kernel",
+             WriteFault::kSwapHndNhd);
   // Bugs planted in the fast (foreign-order) read kernels: the foreign mode must reject them.
-  const std::array<std::array<const char*, 3>, 2> read_faults = {{
-      {"cuda-fast-local-block-ignored", "indexer",
-       "the fast indexer leaves the local block unforced"},
-      {"cuda-fast-exp-without-log2e", "attention",
-       "the fast softmax computes exp2(s) without folding log2(e) into the scale"},
-  }};
-  for (int f = 1; f <= 2; ++f) {
-    Mutant m;
-    m.name = read_faults[f - 1][0];
-    m.op = read_faults[f - 1][1];
-    m.models = read_faults[f - 1][2];
-    m.make_read = [name = m.name, f] { return make_cuda_read_fault_subject(name, f); };
-    c.push_back(std::move(m));
-  }
+  const auto cuda_read = [&](const char* name, spec::Op op, const char* models, ReadFault fault) {
+    c.push_back(mutant(name, op, models, {}, [fault](const std::string& n) {
+      return make_cuda_read_fault_subject(n, fault);
+    }));
+  };
+  cuda_read("cuda-fast-local-block-ignored", spec::Op::kIndexer,
+            "the fast indexer leaves the local block unforced", ReadFault::kIgnoreLocal);
+  cuda_read("cuda-fast-exp-without-log2e", spec::Op::kAttention,
+            "the fast softmax computes exp2(s) without folding log2(e) into the scale",
+            ReadFault::kExpNoLog2e);
 #endif
   return c;
 }
@@ -211,13 +236,9 @@ const std::vector<Mutant>& mutant_catalogue() {
   return catalogue;
 }
 
-void add_named_mutants(const std::vector<std::string>& names,
-                       std::vector<std::unique_ptr<WriteSubject>>& writes,
-                       std::vector<std::unique_ptr<ReadSubject>>& reads) {
+void add_named_mutants(const std::vector<std::string>& names, SubjectList& subjects) {
   for (const Mutant& m : mutant_catalogue()) {
-    if (std::find(names.begin(), names.end(), m.name) == names.end()) continue;
-    if (m.make_write) writes.push_back(m.make_write());
-    if (m.make_read) reads.push_back(m.make_read());
+    if (std::find(names.begin(), names.end(), m.name) != names.end()) subjects.push_back(m.make());
   }
 }
 
@@ -239,22 +260,18 @@ std::vector<MutantResult> run_mutants(std::uint64_t seed, std::int64_t max_cases
     o.seed = seed;
     o.cases = max_cases;
     o.overrides = m.overrides;
-    o.read_overrides = m.read_overrides;
     o.ops = {m.op};
     o.fail_fast = true;
-    std::vector<std::unique_ptr<WriteSubject>> writes;
-    std::vector<std::unique_ptr<ReadSubject>> reads;
-    if (m.make_write) writes.push_back(m.make_write());
-    if (m.make_read) reads.push_back(m.make_read());
-    const std::string unavailable =
-        m.make_write ? writes.front()->unavailable_reason() : reads.front()->unavailable_reason();
+    SubjectList subjects;
+    subjects.push_back(m.make());
+    const std::string unavailable = subjects.front()->unavailable_reason();
     if (!unavailable.empty()) {
       MutantResult skipped{m.name, m.op, m.models, false, 0, "", ""};
       skipped.skipped = unavailable;
       results.push_back(std::move(skipped));
       continue;
     }
-    const CheckReport r = run_check(o, writes, reads);
+    const CheckReport r = run_check(o, subjects);
     MutantResult res{m.name, m.op, m.models, r.worst != spec::Outcome::kPass, r.cases_run, "", ""};
     for (const auto& s : r.subjects) {
       if (!s.first_failure.empty()) res.first_failure = s.first_failure;

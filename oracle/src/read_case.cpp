@@ -6,6 +6,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "kvo/oracle/harness.hpp"
 #include "kvo/reference/generator.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/numbers.hpp"
@@ -163,7 +164,7 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
 
   // Write every request's tokens through the reference write path.
   const reference::PagedCacheLayout layout(c);
-  rc.caches = reference::make_layer_caches(layout, 0, spec::LayerKind::kSparse);
+  rc.caches = oracle::make_layer_caches(layout, 0, spec::LayerKind::kSparse);
   std::vector<std::pair<std::int64_t, std::int64_t>> keys;
   spec::SlotMapping slots;
   slots.type = c.slot_type;

@@ -137,7 +137,7 @@ TopkDiff diff_topk_exact(const reference::TopkSelection& e,
   return diff;
 }
 
-TopkDiff diff_topk_tie_aware(const reference::TopkSelection& e, const reference::ScoreTruth& truth,
+TopkDiff diff_topk_tie_aware(const reference::TopkSelection& e, const truth::ScoreTruth& truth,
                              const spec::IndexerParams& p, const std::vector<std::int32_t>& actual,
                              TopkOrder order) {
   TopkDiff diff;
@@ -285,7 +285,7 @@ AttentionDiff diff_attention_exact(const spec::HostTensor& e, const spec::HostTe
   return diff;
 }
 
-AttentionDiff diff_attention_bounded(const reference::AttentionTruth& truth,
+AttentionDiff diff_attention_bounded(const truth::AttentionTruth& truth,
                                      const spec::HostTensor& a) {
   AttentionDiff diff;
   diff.bounded = true;

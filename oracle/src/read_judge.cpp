@@ -1,5 +1,6 @@
 #include "kvo/oracle/read_judge.hpp"
 
+#include "kvo/oracle/op_driver.hpp"
 #include "kvo/oracle/read_diff.hpp"
 
 namespace kvo::oracle {
@@ -10,18 +11,17 @@ ReadExpectation::ReadExpectation(const ReadCase& c, bool dense) : rc_(c), dense_
   }
 }
 
-const reference::ScoreTruth& ReadExpectation::score_truth(reference::Ordering o) {
+const truth::ScoreTruth& ReadExpectation::score_truth(spec::Ordering o) {
   auto& t = scores_[static_cast<int>(o)];
-  if (!t)
-    t = reference::indexer_truth(rc_.config, rc_.indexer, rc_.batch, rc_.index_q, rc_.caches, o);
+  if (!t) t = truth::indexer_truth(rc_.config, rc_.indexer, rc_.batch, rc_.index_q, rc_.caches, o);
   return *t;
 }
 
-const reference::AttentionTruth& ReadExpectation::attention_truth(reference::Ordering o) {
+const truth::AttentionTruth& ReadExpectation::attention_truth(spec::Ordering o) {
   auto& t = truth_[static_cast<int>(o)];
   if (!t) {
-    t = reference::attention_truth(rc_.config, rc_.attention, rc_.batch, rc_.q, rc_.caches,
-                                   rc_.k_scale, rc_.v_scale, attended(), o);
+    t = truth::attention_truth(rc_.config, rc_.attention, rc_.batch, rc_.q, rc_.caches, rc_.k_scale,
+                               rc_.v_scale, attended(), o);
   }
   return *t;
 }
@@ -35,12 +35,12 @@ const spec::HostTensor& ReadExpectation::exact() {
   return *exact_out_;
 }
 
-ReadVerdict judge_read(ReadSubject& s, ReadOp op, ReadExpectation& e) {
-  const bool canonical = s.ordering() == reference::Ordering::kCanonical;
+ReadVerdict judge_read(Subject& s, spec::Op op, ReadExpectation& e) {
+  const bool canonical = s.ordering() == spec::Ordering::kCanonical;
   ReadVerdict v;
   v.outcome = run_guarded(
       [&] {
-        if (op == ReadOp::kIndexer) {
+        if (op == spec::Op::kIndexer) {
           const std::vector<std::int32_t> ids = s.indexer(e.read_case());
           const TopkDiff d = canonical
                                  ? diff_topk_exact(e.selection(), ids)

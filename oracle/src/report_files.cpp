@@ -106,8 +106,8 @@ std::string junit_xml(const CheckReport& r) {
     << "\"/>\n      <property name=\"cases\" value=\"" << r.cases_run
     << "\"/>\n    </properties>\n";
   for (const auto& s : r.subjects) {
-    x << "    <testcase classname=\"kvoracle.check." << xml_escape(s.op) << "\" name=\""
-      << xml_escape(s.name) << "\">\n";
+    x << "    <testcase classname=\"kvoracle.check." << xml_escape(std::string(spec::name_of(s.op)))
+      << "\" name=\"" << xml_escape(s.name) << "\">\n";
     const std::string counts =
         std::to_string(s.count(Outcome::kPass)) + " of " + std::to_string(s.cases) + " cases pass";
     if (!s.skipped.empty()) {
@@ -135,8 +135,8 @@ std::string report_json(const CheckReport& r) {
   for (std::size_t i = 0; i < r.subjects.size(); ++i) {
     const auto& s = r.subjects[i];
     j << (i ? "," : "") << "\n    {\"name\": " << json_escape(s.name)
-      << ", \"op\": " << json_escape(s.op) << ", \"skipped\": " << json_escape(s.skipped)
-      << ", \"cases\": " << s.cases;
+      << ", \"op\": " << json_escape(std::string(spec::name_of(s.op)))
+      << ", \"skipped\": " << json_escape(s.skipped) << ", \"cases\": " << s.cases;
     for (const auto& f : spec::kOutcomeFacts) {
       std::string key(f.name);
       for (char& c : key) c = c == '-' ? '_' : c;

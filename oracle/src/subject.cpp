@@ -1,55 +1,113 @@
 #include "kvo/oracle/subject.hpp"
 
-#include "kvo/reference/layer_write.hpp"
-
-namespace kvo::oracle {
-
+#include "kvo/oracle/cpu_subjects.hpp"
 #ifdef KVO_HAVE_CUDA
-/// cuda-fused and cuda-unfused (cuda_subjects.cpp, built only with CUDA).
-std::vector<std::unique_ptr<WriteSubject>> make_cuda_write_subjects();
+#include "kvo/oracle/cuda_subjects.hpp"
 #endif
 
+namespace kvo::oracle {
 namespace {
 
-class FunctionSubject final : public WriteSubject {
+[[noreturn]] void not_implemented(const Subject& s, spec::Op op) {
+  throw spec::Unsupported("subject " + s.name() + " does not implement op " +
+                          std::string(spec::name_of(op)));
+}
+
+class FunctionSubject final : public Subject {
  public:
-  FunctionSubject(std::string name, WriteFunction fn)
-      : name_(std::move(name)), fn_(std::move(fn)) {}
+  FunctionSubject(std::string name, SubjectFunctions fns)
+      : name_(std::move(name)), fns_(std::move(fns)) {}
   std::string name() const override { return name_; }
-  void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& write,
+  std::string unavailable_reason() const override {
+    return fns_.unavailable_reason ? fns_.unavailable_reason() : std::string();
+  }
+  bool implements(spec::Op op) const override {
+    switch (op) {
+      case spec::Op::kWrite:
+        return static_cast<bool>(fns_.write);
+      case spec::Op::kDense:
+        return static_cast<bool>(fns_.dense);
+      case spec::Op::kIndexer:
+        return static_cast<bool>(fns_.indexer);
+      case spec::Op::kAttention:
+        return static_cast<bool>(fns_.attention);
+    }
+    return false;
+  }
+  spec::Ordering ordering() const override { return fns_.ordering; }
+  TopkOrder topk_order() const override { return fns_.topk_order; }
+  void write_layer(const spec::ModelConfig& c, const spec::LayerWrite& w,
                    spec::LayerCaches& caches) override {
-    fn_(config, write, caches);
+    if (!fns_.write) not_implemented(*this, spec::Op::kWrite);
+    fns_.write(c, w, caches);
+  }
+  spec::HostTensor dense_insert(const spec::ModelConfig& c, const spec::DenseInsert& in,
+                                spec::LayerCaches& caches) override {
+    if (!fns_.dense) not_implemented(*this, spec::Op::kDense);
+    return fns_.dense(c, in, caches);
+  }
+  std::vector<std::int32_t> indexer(const ReadCase& c) override {
+    if (!fns_.indexer) not_implemented(*this, spec::Op::kIndexer);
+    return fns_.indexer(c);
+  }
+  spec::HostTensor attention(const ReadCase& c, const reference::TopkSelection* sel) override {
+    if (!fns_.attention) not_implemented(*this, spec::Op::kAttention);
+    return fns_.attention(c, sel);
   }
 
  private:
   std::string name_;
-  WriteFunction fn_;
+  SubjectFunctions fns_;
 };
 
 }  // namespace
 
-std::unique_ptr<WriteSubject> make_function_subject(std::string name, WriteFunction fn) {
-  return std::make_unique<FunctionSubject>(std::move(name), std::move(fn));
+void Subject::write_layer(const spec::ModelConfig&, const spec::LayerWrite&, spec::LayerCaches&) {
+  not_implemented(*this, spec::Op::kWrite);
+}
+spec::HostTensor Subject::dense_insert(const spec::ModelConfig&, const spec::DenseInsert&,
+                                       spec::LayerCaches&) {
+  not_implemented(*this, spec::Op::kDense);
+}
+std::vector<std::int32_t> Subject::indexer(const ReadCase&) {
+  not_implemented(*this, spec::Op::kIndexer);
+}
+spec::HostTensor Subject::attention(const ReadCase&, const reference::TopkSelection*) {
+  not_implemented(*this, spec::Op::kAttention);
 }
 
-std::vector<std::unique_ptr<WriteSubject>> make_write_subjects() {
-  std::vector<std::unique_ptr<WriteSubject>> out;
-  out.push_back(make_function_subject("cpu-fused", reference::write_layer_fused));
-  out.push_back(make_function_subject(
-      "cpu-unfused",
-      [](const spec::ModelConfig& c, const spec::LayerWrite& w, spec::LayerCaches& caches) {
-        reference::write_layer_unfused(c, w, caches);
-      }));
+std::unique_ptr<Subject> make_function_subject(std::string name, SubjectFunctions functions) {
+  return std::make_unique<FunctionSubject>(std::move(name), std::move(functions));
+}
+
+std::unique_ptr<Subject> make_function_subject(std::string name, WriteFunction write) {
+  SubjectFunctions fns;
+  fns.write = std::move(write);
+  return make_function_subject(std::move(name), std::move(fns));
+}
+
+SubjectList make_subjects() {
+  SubjectList out = make_cpu_subjects();
 #ifdef KVO_HAVE_CUDA
-  for (auto& s : make_cuda_write_subjects()) out.push_back(std::move(s));
+  for (auto& s : make_cuda_subjects()) out.push_back(std::move(s));
 #endif
   return out;
 }
 
-std::vector<std::string> write_subject_names() {
+std::vector<std::string> subject_names() {
   std::vector<std::string> names;
-  for (const auto& s : make_write_subjects()) names.push_back(s->name());
+  for (const auto& s : make_subjects()) names.push_back(s->name());
   return names;
+}
+
+std::string implemented_ops(const Subject& s) {
+  std::string out;
+  for (const auto& entry : spec::EnumInfo<spec::Op>::kNames) {
+    if (!s.implements(entry.value)) continue;
+    if (!out.empty()) out += ',';
+    out += entry.name;
+  }
+  return out;
 }
 
 }  // namespace kvo::oracle

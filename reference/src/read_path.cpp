@@ -57,46 +57,28 @@ std::vector<float> row_of(const spec::HostTensor& t, std::int64_t row, std::int6
 
 }  // namespace
 
-std::vector<float> index_k_row(const PagedCacheLayout& layout, const spec::ReadBatch& b,
-                               const spec::LayerCaches& caches, std::int64_t r, std::int64_t t);
-std::vector<float> kv_row(const PagedCacheLayout& layout, const spec::ReadBatch& b,
-                          const spec::LayerCaches& caches, const std::vector<float>& scales, int kv,
-                          std::int64_t r, std::int64_t t, std::int64_t h);
-
-std::vector<QueryRow> query_rows(const spec::ReadBatch& b) {
-  std::vector<QueryRow> rows;
-  for (std::int64_t r = 0; r < b.num_requests(); ++r) {
-    const std::int64_t start = b.query_start_loc[static_cast<std::size_t>(r)];
-    const std::int64_t q_len = b.query_start_loc[static_cast<std::size_t>(r + 1)] - start;
-    for (std::int64_t j = 0; j < q_len; ++j) {
-      rows.push_back({r, b.seq_lens[static_cast<std::size_t>(r)] - q_len + j});
-    }
-  }
-  return rows;
-}
-
 std::vector<float> read_index_k(const spec::ModelConfig& c, const spec::ReadBatch& b,
                                 const spec::LayerCaches& caches, std::int64_t r, std::int64_t t) {
-  return index_k_row(PagedCacheLayout(c), b, caches, r, t);
-}
-
-std::vector<float> index_k_row(const PagedCacheLayout& layout, const spec::ReadBatch& b,
-                               const spec::LayerCaches& caches, std::int64_t r, std::int64_t t) {
-  const spec::ModelConfig& c = layout.config();
   const auto [block, offset] = locate_token(c, b, r, t);
   const std::uint8_t* body = buffer(caches, BufferKind::kIndexK).body();
   const std::int64_t dim = c.geometry.index_dim;
+  // The row is contiguous in both index layouts (SPEC 3: d is the innermost term of the offset).
+  const std::uint8_t* row = body + index_value_byte(c, block, offset, 0);
   std::vector<float> k(static_cast<std::size_t>(dim));
-  for (std::int64_t d = 0; d < dim; ++d) {
-    const std::uint8_t* at = body + layout.index_value_byte(block, offset, d);
-    if (c.index.layout == spec::IndexLayout::kFlat) {
+  if (c.index.layout == spec::IndexLayout::kFlat) {
+    const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.index.flat_dtype));
+    for (std::int64_t d = 0; d < dim; ++d) {
       k[static_cast<std::size_t>(d)] =
-          decode(load_code(at, c.index.flat_dtype), c.index.flat_dtype);
-    } else {
-      const float s = float_of(load_code(
-          body + layout.index_scale_byte(block, offset, d / spec::kScaleGroup), spec::DType::kF32));
-      k[static_cast<std::size_t>(d)] = dequantize(*at, spec::DType::kFp8E4M3, s);
+          decode(load_code(row + d * eb, c.index.flat_dtype), c.index.flat_dtype);
     }
+    return k;
+  }
+  // Block scale: each 128-element group's values dequantized with the group's fp32 scale.
+  for (std::int64_t g = 0; g < dim / spec::kScaleGroup; ++g) {
+    const float s =
+        float_of(load_code(body + index_scale_byte(c, block, offset, g), spec::DType::kF32));
+    for (std::int64_t d = g * spec::kScaleGroup; d < (g + 1) * spec::kScaleGroup; ++d)
+      k[static_cast<std::size_t>(d)] = dequantize(row[d], spec::DType::kFp8E4M3, s);
   }
   return k;
 }
@@ -119,9 +101,7 @@ TopkSelection indexer_topk(const spec::ModelConfig& c, const spec::IndexerParams
   sel.num_queries = tq;
   sel.num_kv_heads = nkv;
   sel.topk = p.topk;
-  for (const QueryRow& row : rows) {
-    sel.max_blocks = std::max(sel.max_blocks, row.position / p.sparse_block + 1);
-  }
+  sel.max_blocks = max_valid_blocks(rows, p.sparse_block);
   sel.ids.assign(static_cast<std::size_t>(tq * nkv * p.topk), -1);
   sel.scores.assign(static_cast<std::size_t>(tq * nkv * sel.max_blocks), -INFINITY);
   sel.n_valid.assign(static_cast<std::size_t>(tq), 0);
@@ -130,39 +110,32 @@ TopkSelection indexer_topk(const spec::ModelConfig& c, const spec::IndexerParams
     const QueryRow& row = rows[static_cast<std::size_t>(q)];
     if (b.seq_lens[static_cast<std::size_t>(row.request)] == 0) continue;  // padded row: all -1
     const std::int64_t pos = row.position;
-    const std::int64_t n_valid = pos / p.sparse_block + 1;
+    const std::int64_t n_valid = n_valid_blocks(pos, p.sparse_block);
     sel.n_valid[static_cast<std::size_t>(q)] = n_valid;
     // The index-K rows this query may see, t <= p.
     std::vector<std::vector<float>> ik(static_cast<std::size_t>(pos + 1));
     for (std::int64_t t = 0; t <= pos; ++t)
-      ik[static_cast<std::size_t>(t)] = index_k_row(layout, b, caches, row.request, t);
+      ik[static_cast<std::size_t>(t)] = read_index_k(c, b, caches, row.request, t);
 
     for (std::int64_t g = 0; g < nkv; ++g) {
-      std::vector<float> group_score(static_cast<std::size_t>(n_valid), 0.0f);
+      // Group reduce: max over the group's index heads of their block scores (ascending h).
+      std::vector<GroupScore<float>> group(static_cast<std::size_t>(n_valid));
       for (std::int64_t h = g * heads_per_group; h < (g + 1) * heads_per_group; ++h) {
-        const std::vector<float> iq = row_of(index_q, q * p.num_index_heads + h, dim);
+        const std::vector<float> iq = row_of(index_q, head_row(q, h, p.num_index_heads), dim);
         for (std::int64_t j = 0; j < n_valid; ++j) {
-          // Block score: max of the token scores of block j's valid tokens, ascending t, first max
-          // wins.
-          float best = 0.0f;
-          bool any = false, nan = false;
-          for (std::int64_t t = j * p.sparse_block; t < (j + 1) * p.sparse_block && t <= pos; ++t) {
-            const float s = canonical_dot(iq, ik[static_cast<std::size_t>(t)]);
-            nan |= std::isnan(s);
-            if (!any || s > best) best = s;
-            any = true;
-          }
-          if (nan) best = kNanBlockScore;
-          // Group reduce: max over the group's index heads (ascending h, first max wins).
-          float& gs = group_score[static_cast<std::size_t>(j)];
-          if (h == g * heads_per_group || best > gs) gs = best;
+          // Head h's block score: max of the token scores of block j's valid tokens, ascending t,
+          // first max wins; the NaN block score if one of them is NaN.
+          HeadBlockScore<float> head;
+          for (std::int64_t t = j * p.sparse_block; t < (j + 1) * p.sparse_block && t <= pos; ++t)
+            head.add(canonical_dot(iq, ik[static_cast<std::size_t>(t)]));
+          group[static_cast<std::size_t>(j)].add(head.value());
         }
       }
+      std::vector<float> group_score(static_cast<std::size_t>(n_valid));
       for (std::int64_t j = 0; j < n_valid; ++j) {
         float& gs = group_score[static_cast<std::size_t>(j)];
-        if (j < p.init_blocks) gs = kInitBlockScore;
-        if (j >= n_valid - p.local_blocks) gs = kLocalBlockScore;  // local overrides init
-        sel.scores[static_cast<std::size_t>((q * nkv + g) * sel.max_blocks + j)] = gs;
+        gs = forced_block_score(j, n_valid, p).value_or(group[static_cast<std::size_t>(j)].value());
+        sel.scores[score_index(q, g, j, nkv, sel.max_blocks)] = gs;
       }
       // Top-k: the k_eff highest scores, equal scores won by the lower block id; output ascending.
       const std::int64_t k_eff = std::min(p.topk, n_valid);
@@ -182,15 +155,15 @@ TopkSelection indexer_topk(const spec::ModelConfig& c, const spec::IndexerParams
 std::vector<float> read_kv(const spec::ModelConfig& c, const spec::ReadBatch& b,
                            const spec::LayerCaches& caches, const std::vector<float>& scales,
                            int kv, std::int64_t r, std::int64_t t, std::int64_t h) {
-  const PagedCacheLayout layout(c);
   const auto [block, offset] = locate_token(c, b, r, t);
-  const std::uint8_t* body = buffer(caches, layout.kv_buffer(kv)).body();
+  const std::uint8_t* body = buffer(caches, kv_buffer(c, kv)).body();
   const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
   const float s = scales[c.kv.per_head_scale ? static_cast<std::size_t>(h) : 0];
+  // The head's row is contiguous in every layout (SPEC 3: d is the innermost term of the offset).
+  const std::int64_t row = kv_element(c, kv, block, offset, h, 0);
   std::vector<float> x(static_cast<std::size_t>(c.geometry.head_dim));
   for (std::int64_t d = 0; d < c.geometry.head_dim; ++d) {
-    const std::uint32_t code =
-        load_code(body + layout.kv_element(kv, block, offset, h, d) * eb, c.kv.cache_dtype);
+    const std::uint32_t code = load_code(body + (row + d) * eb, c.kv.cache_dtype);
     x[static_cast<std::size_t>(d)] = c.kv.scale_mode == spec::ScaleMode::kNone
                                          ? decode(code, c.kv.cache_dtype)
                                          : dequantize(code, c.kv.cache_dtype, s);
@@ -257,12 +230,12 @@ AttentionResult attention(const spec::ModelConfig& c, const spec::AttentionParam
     const QueryRow& row = rows[static_cast<std::size_t>(qi)];
     const std::int64_t pos = row.position;
     if (b.seq_lens[static_cast<std::size_t>(row.request)] == 0) continue;  // padded row: +0
-    const std::int64_t n_valid = pos / sb + 1;
+    const std::int64_t n_valid = n_valid_blocks(pos, sb);
     for (std::int64_t hq = 0; hq < p.num_q_heads; ++hq) {
       const std::int64_t g = hq / group;
       // Chunks: the selected logical blocks (dense: all), ascending.
       const std::vector<std::int64_t> chunks = attention_chunks(selection, qi, g, n_valid);
-      const std::vector<float> qv = row_of(q, qi * p.num_q_heads + hq, hd);
+      const std::vector<float> qv = row_of(q, head_row(qi, hq, p.num_q_heads), hd);
       bool started = false;
       float big_m = 0.0f, big_l = 0.0f;
       std::vector<float> big_o(static_cast<std::size_t>(hd), 0.0f);
@@ -313,7 +286,7 @@ AttentionResult attention(const spec::ModelConfig& c, const spec::AttentionParam
       }
       if (!started) continue;  // no tokens: +0
       for (std::int64_t d = 0; d < hd; ++d) {
-        res.out_f32[static_cast<std::size_t>((qi * p.num_q_heads + hq) * hd + d)] =
+        res.out_f32[static_cast<std::size_t>(head_row(qi, hq, p.num_q_heads) * hd + d)] =
             big_o[static_cast<std::size_t>(d)] / big_l;
       }
     }

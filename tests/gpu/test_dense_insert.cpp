@@ -16,6 +16,7 @@
 #include "kvo/gpu/write.hpp"
 #include "kvo/oracle/cache_diff.hpp"
 #include "kvo/oracle/dense_case.hpp"
+#include "kvo/oracle/harness.hpp"
 #include "kvo/reference/dense_insert.hpp"
 #include "kvo/reference/generator.hpp"
 #include "kvo/reference/numbers.hpp"
@@ -35,8 +36,8 @@ TEST(DenseInsert, GpuMatchesReference) {
     const std::uint64_t seed = 0xD15E0000ull + static_cast<std::uint64_t>(i);
     const oracle::DenseCase ic = oracle::make_dense_case(seed);
     const reference::PagedCacheLayout layout(ic.config);
-    spec::LayerCaches expected = reference::make_layer_caches(layout, 0, spec::LayerKind::kDense);
-    spec::LayerCaches actual = reference::make_layer_caches(layout, 0, spec::LayerKind::kDense);
+    spec::LayerCaches expected = oracle::make_layer_caches(layout, 0, spec::LayerKind::kDense);
+    spec::LayerCaches actual = oracle::make_layer_caches(layout, 0, spec::LayerKind::kDense);
     const spec::HostTensor q_ref = reference::dense_insert(ic.config, ic.in, expected);
     const spec::HostTensor q_gpu = gpu::dense_insert_host(ic.config, ic.in, actual);
     char tag[64];

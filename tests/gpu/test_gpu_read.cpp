@@ -9,15 +9,17 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "kvo/gpu/device.hpp"
 #include "kvo/gpu/read.hpp"
+#include "kvo/gpu/testing/faults.hpp"
 #include "kvo/oracle/read_case.hpp"
 #include "kvo/oracle/read_diff.hpp"
 #include "kvo/reference/read_path.hpp"
-#include "kvo/reference/truth.hpp"
 #include "kvo/spec/outcome.hpp"
+#include "kvo/truth/truth.hpp"
 
 namespace kvo {
 namespace {
@@ -37,21 +39,28 @@ struct ForeignVerdict {
 };
 
 ForeignVerdict judge_fast(const oracle::ReadCase& rc, const reference::TopkSelection& sel,
-                          gpu::ReadFault fault) {
+                          std::optional<gpu::testing::ReadFault> fault) {
   ForeignVerdict v;
-  const auto ids = gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches,
-                                          gpu::ReadKernel::kFast, fault);
-  const reference::ScoreTruth st = reference::indexer_truth(
-      rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches, reference::Ordering::kForeign);
+  const auto ids = fault.has_value()
+                       ? gpu::testing::indexer_topk_host_faulty(*fault, rc.config, rc.indexer,
+                                                                rc.batch, rc.index_q, rc.caches)
+                       : gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q,
+                                                rc.caches, gpu::ReadKernel::kFast);
+  const truth::ScoreTruth st = truth::indexer_truth(rc.config, rc.indexer, rc.batch, rc.index_q,
+                                                    rc.caches, spec::Ordering::kForeign);
   const oracle::TopkDiff td =
       oracle::diff_topk_tie_aware(sel, st, rc.indexer, ids, oracle::TopkOrder::kDescendingScore);
   if (!td.equal()) v.topk = td.report();
   const auto out =
-      gpu::attention_host(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
-                          rc.v_scale, sel.ids, sel.topk, gpu::ReadKernel::kFast, fault);
+      fault.has_value()
+          ? gpu::testing::attention_host_faulty(*fault, rc.config, rc.attention, rc.batch, rc.q,
+                                                rc.caches, rc.k_scale, rc.v_scale, sel.ids,
+                                                sel.topk)
+          : gpu::attention_host(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
+                                rc.v_scale, sel.ids, sel.topk, gpu::ReadKernel::kFast);
   const oracle::AttentionDiff ad = oracle::diff_attention_bounded(
-      reference::attention_truth(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
-                                 rc.v_scale, &sel, reference::Ordering::kForeign),
+      truth::attention_truth(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
+                             rc.v_scale, &sel, spec::Ordering::kForeign),
       out);
   if (!ad.pass()) v.attention = ad.report();
   return v;
@@ -72,7 +81,7 @@ void check_case(const oracle::ReadCase& rc, bool dense) {
                                        .out,
                                    sparse);
   ASSERT_TRUE(sd.pass()) << tag(rc) << " (sparse)\n" << sd.report();
-  const ForeignVerdict fast = judge_fast(rc, sel, gpu::ReadFault::kNone);
+  const ForeignVerdict fast = judge_fast(rc, sel, std::nullopt);
   ASSERT_TRUE(fast.topk.empty()) << tag(rc) << " (fast top-k, foreign mode)\n" << fast.topk;
   ASSERT_TRUE(fast.attention.empty()) << tag(rc) << " (fast attention, foreign mode)\n"
                                       << fast.attention;
@@ -137,10 +146,10 @@ TEST(GpuReadFast, PlantedBugsRejectedInForeignMode) {
     const oracle::ReadCase rc = oracle::make_read_case(0xFA570000ull + i, {});
     const reference::TopkSelection sel =
         reference::indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
-    const ForeignVerdict local = judge_fast(rc, sel, gpu::ReadFault::kIgnoreLocal);
+    const ForeignVerdict local = judge_fast(rc, sel, gpu::testing::ReadFault::kIgnoreLocal);
     EXPECT_TRUE(local.attention.empty()) << tag(rc) << "\n" << local.attention;
     if (topk_case < 0 && !local.topk.empty()) topk_case = i, topk_report = local.topk;
-    const ForeignVerdict exp2 = judge_fast(rc, sel, gpu::ReadFault::kExpNoLog2e);
+    const ForeignVerdict exp2 = judge_fast(rc, sel, gpu::testing::ReadFault::kExpNoLog2e);
     EXPECT_TRUE(exp2.topk.empty()) << tag(rc) << "\n" << exp2.topk;
     if (softmax_case < 0 && !exp2.attention.empty())
       softmax_case = i, softmax_report = exp2.attention;

@@ -13,12 +13,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kvo/gpu/device.hpp"
+#include "kvo/gpu/testing/faults.hpp"
 #include "kvo/gpu/write.hpp"
 #include "kvo/oracle/cache_diff.hpp"
+#include "kvo/oracle/harness.hpp"
 #include "kvo/oracle/write_case.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/paged_cache.hpp"
@@ -27,8 +30,8 @@
 namespace kvo {
 namespace {
 
-using gpu::FaultInjection;
 using gpu::WritePath;
+using gpu::testing::WriteFault;
 using spec::BufferKind;
 using spec::DType;
 using spec::LayerKind;
@@ -71,13 +74,13 @@ std::string hex(std::uint64_t v) {
 std::string run_case(std::uint64_t seed, const oracle::CaseOverrides& o) {
   const oracle::WriteCase wc = oracle::make_write_case(seed, o);
   const reference::PagedCacheLayout layout(wc.config);
-  std::vector<spec::LayerCaches> expected = reference::make_model_caches(layout);
+  std::vector<spec::LayerCaches> expected = oracle::make_model_caches(layout);
   for (std::size_t l = 0; l < wc.writes.size(); ++l) {
     reference::write_layer(wc.config, wc.writes[l], expected[l]);
   }
   for (WritePath path : {WritePath::kFused, WritePath::kUnfused}) {
     const char* name = path == WritePath::kFused ? "cuda-fused" : "cuda-unfused";
-    std::vector<spec::LayerCaches> actual = reference::make_model_caches(layout);
+    std::vector<spec::LayerCaches> actual = oracle::make_model_caches(layout);
     try {
       for (std::size_t l = 0; l < wc.writes.size(); ++l) {
         gpu::write_layer_host(path, wc.config, wc.writes[l], actual[l]);
@@ -294,19 +297,22 @@ spec::LayerWrite small_write(const spec::ModelConfig& c, LayerKind kind,
   return w;
 }
 
-/// Writes both layers with the reference and with cuda-fused, planting `fault` in layer 1 only;
-/// returns the merged diff.
+/// Writes both layers with the reference and with cuda-fused, planting `fault` (if any) in layer 1
+/// only; returns the merged diff.
 oracle::CacheDiff planted_diff(const spec::ModelConfig& c, const std::vector<std::int64_t>& slots,
-                               FaultInjection fault) {
+                               std::optional<WriteFault> fault) {
   const reference::PagedCacheLayout layout(c);
-  std::vector<spec::LayerCaches> expected = reference::make_model_caches(layout);
-  std::vector<spec::LayerCaches> actual = reference::make_model_caches(layout);
+  std::vector<spec::LayerCaches> expected = oracle::make_model_caches(layout);
+  std::vector<spec::LayerCaches> actual = oracle::make_model_caches(layout);
   oracle::CacheDiff diff;
   for (std::size_t l = 0; l < c.layers.size(); ++l) {
     const spec::LayerWrite w = small_write(c, c.layers[l], slots);
     reference::write_layer(c, w, expected[l]);
-    gpu::write_layer_host(WritePath::kFused, c, w, actual[l],
-                          l == 1 ? fault : FaultInjection::kNone);
+    if (l == 1 && fault.has_value()) {
+      gpu::testing::write_layer_host_faulty(*fault, WritePath::kFused, c, w, actual[l]);
+    } else {
+      gpu::write_layer_host(WritePath::kFused, c, w, actual[l]);
+    }
     diff.merge(oracle::diff_layer_caches(layout, static_cast<std::int64_t>(l), expected[l],
                                          actual[l], &w));
   }
@@ -317,7 +323,7 @@ TEST(PlantedBug, PaddingSlotWrapsLikeTorchIndexing) {
   KVO_REQUIRE_GPU();
   // Token 1 is padding (-1); the bug writes it to the last slot: block 7, offset 3.
   const oracle::CacheDiff diff =
-      planted_diff(small_config(spec::KvLayout::kNhd), {5, -1}, FaultInjection::kWrapNegativeSlots);
+      planted_diff(small_config(spec::KvLayout::kNhd), {5, -1}, WriteFault::kWrapNegativeSlots);
   ASSERT_FALSE(diff.equal());
   ASSERT_TRUE(diff.first.has_value());
   const oracle::ByteMismatch& m = *diff.first;
@@ -336,7 +342,7 @@ TEST(PlantedBug, OffsetPlusOne) {
   KVO_REQUIRE_GPU();
   // Slot 9 = block 2, offset 1; the bug writes offset 2, so offset 1 keeps its poison.
   const oracle::CacheDiff diff =
-      planted_diff(small_config(spec::KvLayout::kNhd), {9}, FaultInjection::kOffsetPlusOne);
+      planted_diff(small_config(spec::KvLayout::kNhd), {9}, WriteFault::kOffsetPlusOne);
   ASSERT_TRUE(diff.first.has_value());
   const oracle::ByteMismatch& m = *diff.first;
   EXPECT_EQ(m.layer, 1);
@@ -353,7 +359,7 @@ TEST(PlantedBug, HndNhdStrideSwap) {
   // Slot 8 = block 2, offset 0. Head 0 lands at the same place in both layouts; head 1 is at
   // element 16 of the token in NHD but 64 in HND, so the first wrong byte is (2, 0, head 1, dim 0).
   const oracle::CacheDiff diff =
-      planted_diff(small_config(spec::KvLayout::kNhd), {8}, FaultInjection::kSwapHndNhd);
+      planted_diff(small_config(spec::KvLayout::kNhd), {8}, WriteFault::kSwapHndNhd);
   ASSERT_TRUE(diff.first.has_value());
   const oracle::ByteMismatch& m = *diff.first;
   EXPECT_EQ(m.layer, 1);
@@ -369,8 +375,7 @@ TEST(PlantedBug, WithoutTheFaultTheSameCasesPass) {
   for (const std::vector<std::int64_t>& slots :
        {std::vector<std::int64_t>{5, -1}, std::vector<std::int64_t>{9},
         std::vector<std::int64_t>{8}}) {
-    EXPECT_TRUE(
-        planted_diff(small_config(spec::KvLayout::kNhd), slots, FaultInjection::kNone).equal());
+    EXPECT_TRUE(planted_diff(small_config(spec::KvLayout::kNhd), slots, std::nullopt).equal());
   }
 }
 
@@ -392,7 +397,7 @@ TEST(BadInput, RejectedBeforeAnyLaunch) {
   for (const Bad& bad : {Bad{{3, 32}, "slot_mapping"}, Bad{{7, 7}, "slot_mapping"},
                          Bad{{-2, 1000000}, "slot_mapping"}}) {
     for (WritePath path : {WritePath::kFused, WritePath::kUnfused}) {
-      spec::LayerCaches caches = reference::make_layer_caches(layout, 1, LayerKind::kSparse);
+      spec::LayerCaches caches = oracle::make_layer_caches(layout, 1, LayerKind::kSparse);
       const auto before = storage_of(caches);
       const spec::LayerWrite w = small_write(c, LayerKind::kSparse, bad.slots);
       try {
@@ -419,8 +424,8 @@ TEST(LegacyWrap, CollisionsResolveLastWriterWins) {
     for (WritePath path : {WritePath::kFused, WritePath::kUnfused}) {
       for (LayerKind kind : {LayerKind::kDense, LayerKind::kSparse}) {
         const spec::LayerWrite w = small_write(c, kind, slots);
-        spec::LayerCaches expected = reference::make_layer_caches(layout, 1, kind);
-        spec::LayerCaches actual = reference::make_layer_caches(layout, 1, kind);
+        spec::LayerCaches expected = oracle::make_layer_caches(layout, 1, kind);
+        spec::LayerCaches actual = oracle::make_layer_caches(layout, 1, kind);
         reference::write_layer(c, w, expected);
         gpu::write_layer_host(path, c, w, actual);
         const oracle::CacheDiff d = oracle::diff_layer_caches(layout, 1, expected, actual, &w);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "kvo/oracle/cache_diff.hpp"
+#include "kvo/oracle/harness.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/numbers.hpp"
 #include "kvo/reference/paged_cache.hpp"
@@ -48,7 +49,7 @@ Fixture fixture(spec::KvLayout layout, std::vector<std::int64_t> slots) {
 
 CacheDiff run_planted(const Fixture& f, const std::function<void(spec::LayerCaches&)>& buggy) {
   const reference::PagedCacheLayout layout(f.config);
-  spec::LayerCaches expected = reference::make_layer_caches(layout, 0, spec::LayerKind::kDense);
+  spec::LayerCaches expected = oracle::make_layer_caches(layout, 0, spec::LayerKind::kDense);
   spec::LayerCaches actual = expected;
   reference::write_layer(f.config, f.write, expected);
   buggy(actual);

@@ -4,15 +4,15 @@
 
 #include <regex>
 
-#include "kvo/oracle/check.hpp"
+#include "kvo/oracle/campaign.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/spec/outcome.hpp"
 
 namespace kvo::oracle {
 namespace {
 
-std::vector<std::unique_ptr<WriteSubject>> planted_subjects() {
-  std::vector<std::unique_ptr<WriteSubject>> s;
+SubjectList planted_subjects() {
+  SubjectList s;
   // Index-K written through the main mapping even when the model has its own index mapping.
   s.push_back(make_function_subject(
       "index-k-through-main-mapping",
@@ -28,7 +28,8 @@ TEST(Check, CpuSubjectsPass) {
   CheckOptions o;
   o.seed = 11;
   o.cases = 40;
-  auto subjects = make_write_subjects();
+  o.ops = {spec::Op::kWrite};
+  auto subjects = make_subjects();
   const CheckReport r = run_check(o, subjects);
   EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
   EXPECT_EQ(r.cases_run, 40);
@@ -45,8 +46,8 @@ TEST(Check, PlantedBugIsFoundAndItsReproReplaysTheSameCase) {
   CheckOptions o;
   o.seed = 5;
   o.cases = 60;
-  o.overrides.separate_index_slots = true;
-  o.overrides.layers = "DS";
+  o.overrides.write.separate_index_slots = true;
+  o.overrides.write.layers = "DS";
   auto subjects = planted_subjects();
   const CheckReport r = run_check(o, subjects);
   ASSERT_EQ(r.worst, spec::Outcome::kMismatch) << r.summary();
@@ -70,7 +71,7 @@ TEST(Check, PlantedBugIsFoundAndItsReproReplaysTheSameCase) {
 }
 
 TEST(Check, OutcomeClassesStayApart) {
-  std::vector<std::unique_ptr<WriteSubject>> s;
+  SubjectList s;
   s.push_back(make_function_subject("throws-runtime", [](const auto&, const auto&, auto&) {
     throw std::runtime_error("cudaErrorIllegalAddress");
   }));
@@ -94,7 +95,7 @@ TEST(Check, OutcomeClassesStayApart) {
 TEST(Check, UnknownSubjectIsInvalidInput) {
   CheckOptions o;
   o.subjects = {"cpu-fused", "cuda-nonesuch"};
-  auto subjects = make_write_subjects();
+  auto subjects = make_subjects();
   try {
     run_check(o, subjects);
     FAIL();

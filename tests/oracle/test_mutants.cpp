@@ -19,14 +19,21 @@ namespace {
 TEST(Mutants, CatalogueHasAtLeastTwelveDistinctBugsOverEveryOp) {
   const auto& cat = mutant_catalogue();
   EXPECT_GE(cat.size(), 12u);
-  std::set<std::string> names, ops;
+  std::set<std::string> names;
+  std::set<spec::Op> ops;
   for (const Mutant& m : cat) {
     EXPECT_TRUE(names.insert(m.name).second) << m.name;
     ops.insert(m.op);
     EXPECT_FALSE(m.models.empty()) << m.name;
-    EXPECT_NE(static_cast<bool>(m.make_write), static_cast<bool>(m.make_read)) << m.name;
+    ASSERT_TRUE(static_cast<bool>(m.make)) << m.name;
+    // A mutant is a subject of its op, named as catalogued.
+    const auto subject = m.make();
+    EXPECT_EQ(subject->name(), m.name);
+    EXPECT_TRUE(subject->implements(m.op)) << m.name;
   }
-  EXPECT_EQ(ops, (std::set<std::string>{"write", "indexer", "attention"}));
+  // Every op of the registry has mutants.
+  const std::vector<spec::Op> every = all_ops();
+  EXPECT_EQ(ops, (std::set<spec::Op>(every.begin(), every.end())));
 }
 
 TEST(Mutants, EveryMutantIsKilledWithin200Cases) {
@@ -48,19 +55,19 @@ TEST(Shards, ShardsPartitionTheCampaign) {
   CheckOptions o;
   o.seed = 3;
   o.cases = 25;
-  o.ops = {"write"};
+  o.ops = {spec::Op::kWrite};
   std::int64_t total = 0;
   for (std::int64_t i = 0; i < 4; ++i) {
     o.total_shards = 4;
     o.shard_index = i;
-    auto subjects = make_write_subjects();
+    auto subjects = make_subjects();
     const CheckReport r = run_check(o, subjects);
     EXPECT_EQ(r.worst, spec::Outcome::kPass);
     total += r.cases_run;
   }
   EXPECT_EQ(total, 25);
   o.shard_index = 4;
-  auto subjects = make_write_subjects();
+  auto subjects = make_subjects();
   EXPECT_THROW(run_check(o, subjects), spec::InvalidInput);
 }
 
@@ -82,12 +89,11 @@ TEST(Shards, GoogleTestEnvironmentIsHonoured) {
 TEST(ReportFiles, JunitAndJsonCarryTheOutcomes) {
   CheckOptions o;
   o.cases = 3;
-  o.ops = {"write"};
+  o.ops = {spec::Op::kWrite};
   o.subjects = {"cpu-fused", "minus-one-wraps"};
-  auto writes = make_write_subjects();
-  std::vector<std::unique_ptr<ReadSubject>> reads;
-  add_named_mutants(o.subjects, writes, reads);
-  const CheckReport r = run_check(o, writes, reads);
+  auto subjects = make_subjects();
+  add_named_mutants(o.subjects, subjects);
+  const CheckReport r = run_check(o, subjects);
   const std::string xml = junit_xml(r);
   EXPECT_NE(xml.find("<testcase classname=\"kvoracle.check.write\" name=\"cpu-fused\">"),
             std::string::npos)
@@ -115,25 +121,24 @@ namespace kvo::oracle {
 namespace {
 
 TEST(Shrink, ABrokenSubjectShrinksToASmallCaseThatItsCommandReplays) {
-  for (const char* name : {"minus-one-wraps", "hnd-nhd-stride-swap", "missing-causal-mask"}) {
+  for (const char* name :
+       {"minus-one-wraps", "hnd-nhd-stride-swap", "missing-causal-mask", "dense-gptj-rope"}) {
     const Mutant& m = *std::find_if(mutant_catalogue().begin(), mutant_catalogue().end(),
                                     [&](const Mutant& x) { return x.name == name; });
-    std::vector<std::unique_ptr<WriteSubject>> writes;
-    std::vector<std::unique_ptr<ReadSubject>> reads;
-    add_named_mutants({name}, writes, reads);
+    SubjectList subjects;
+    add_named_mutants({name}, subjects);
     CheckOptions o;
     o.cases = 50;
     o.ops = {m.op};
     o.fail_fast = true;
     o.overrides = m.overrides;
-    o.read_overrides = m.read_overrides;
-    const CheckReport r = run_check(o, writes, reads);
+    const CheckReport r = run_check(o, subjects);
     ASSERT_EQ(r.worst, spec::Outcome::kMismatch) << name;
-    const auto shrunk = shrink_failure(o, *r.subjects[0].failing_seed, name, m.op, writes, reads);
+    const auto shrunk = shrink_failure(o, *r.subjects[0].failing_seed, name, m.op, subjects);
     ASSERT_TRUE(shrunk.has_value()) << name;
     EXPECT_GT(shrunk->steps, 0) << name;
-    if (m.op == "write") {
-      EXPECT_EQ(shrunk->overrides.layers.value_or("?").size(), 1u)
+    if (m.op == spec::Op::kWrite) {
+      EXPECT_EQ(shrunk->overrides.write.layers.value_or("?").size(), 1u)
           << name << ": " << shrunk->command;
     }
     EXPECT_NE(shrunk->first_failure.find("reproduce: " + shrunk->command), std::string::npos)
@@ -142,9 +147,8 @@ TEST(Shrink, ABrokenSubjectShrinksToASmallCaseThatItsCommandReplays) {
     CheckOptions replay;
     replay.case_seed = shrunk->seed;
     replay.overrides = shrunk->overrides;
-    replay.read_overrides = shrunk->read_overrides;
     replay.ops = {m.op};
-    const CheckReport again = run_check(replay, writes, reads);
+    const CheckReport again = run_check(replay, subjects);
     EXPECT_EQ(again.worst, spec::Outcome::kMismatch) << name;
     EXPECT_EQ(again.subjects[0].first_failure, shrunk->first_failure) << name;
   }

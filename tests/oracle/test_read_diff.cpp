@@ -5,9 +5,9 @@
 
 #include <cstring>
 
+#include "kvo/oracle/cpu_subjects.hpp"
 #include "kvo/oracle/read_case.hpp"
 #include "kvo/oracle/read_diff.hpp"
-#include "kvo/oracle/read_subject.hpp"
 #include "kvo/reference/numbers.hpp"
 
 namespace kvo::oracle {
@@ -19,13 +19,13 @@ struct Verdict {
 };
 
 /// Judges one subject on one case the way `kvoracle check` does.
-Verdict judge(ReadSubject& s, const ReadCase& c) {
+Verdict judge(Subject& s, const ReadCase& c) {
   const reference::TopkSelection sel =
       reference::indexer_topk(c.config, c.indexer, c.batch, c.index_q, c.caches);
   const std::vector<std::int32_t> ids = s.indexer(c);
   const spec::HostTensor out = s.attention(c, &sel);
   Verdict v;
-  if (s.ordering() == reference::Ordering::kCanonical) {
+  if (s.ordering() == spec::Ordering::kCanonical) {
     const TopkDiff t = diff_topk_exact(sel, ids);
     const AttentionDiff a =
         diff_attention_exact(reference::attention(c.config, c.attention, c.batch, c.q, c.caches,
@@ -35,10 +35,10 @@ Verdict judge(ReadSubject& s, const ReadCase& c) {
     v = {t.equal(), a.pass(), t.report() + "\n" + a.report()};
   } else {
     const auto truth =
-        reference::indexer_truth(c.config, c.indexer, c.batch, c.index_q, c.caches, s.ordering());
+        truth::indexer_truth(c.config, c.indexer, c.batch, c.index_q, c.caches, s.ordering());
     const TopkDiff t = diff_topk_tie_aware(sel, truth, c.indexer, ids, s.topk_order());
-    const auto at = reference::attention_truth(c.config, c.attention, c.batch, c.q, c.caches,
-                                               c.k_scale, c.v_scale, &sel, s.ordering());
+    const auto at = truth::attention_truth(c.config, c.attention, c.batch, c.q, c.caches, c.k_scale,
+                                           c.v_scale, &sel, s.ordering());
     const AttentionDiff a = diff_attention_bounded(at, out);
     v = {t.equal(), a.pass(), t.report() + "\n" + a.report()};
   }
@@ -85,7 +85,7 @@ TEST(ReadDiff, TiesAreAcceptedInTieAwareModeAndCaughtInExactMode) {
 }
 
 /// How many of `cases` random cases catch the mutant (topk or attention as asked).
-int kills(ReadSubject& s, bool topk, int cases) {
+int kills(Subject& s, bool topk, int cases) {
   int killed = 0;
   for (std::uint64_t seed = 100; seed < 100u + static_cast<unsigned>(cases); ++seed) {
     const Verdict v = judge(s, make_read_case(seed, small()));

@@ -9,6 +9,9 @@
 #include <map>
 #include <set>
 
+#include "kvo/oracle/cpu_subjects.hpp"
+#include "kvo/oracle/harness.hpp"
+#include "kvo/oracle/op_driver.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/numbers.hpp"
 #include "kvo/reference/paged_cache.hpp"
@@ -35,12 +38,41 @@ std::vector<std::filesystem::path> committed_traces() {
   return out;
 }
 
-std::vector<std::unique_ptr<oracle::WriteSubject>> cpu_subjects() {
-  std::vector<std::unique_ptr<oracle::WriteSubject>> out;
-  for (auto& s : oracle::make_write_subjects()) {
-    if (s->name().rfind("cpu-", 0) == 0) out.push_back(std::move(s));
+oracle::SubjectList cpu_subjects() {
+  oracle::SubjectList out;
+  for (auto& s : oracle::make_subjects()) {
+    if (s->name().rfind("cpu-", 0) == 0 && s->implements(spec::Op::kWrite))
+      out.push_back(std::move(s));
   }
   return out;
+}
+
+/// Every subject of the read ops this build has.
+oracle::SubjectList read_subjects() {
+  oracle::SubjectList out;
+  for (auto& s : oracle::make_subjects()) {
+    if (s->implements(spec::Op::kIndexer) || s->implements(spec::Op::kAttention))
+      out.push_back(std::move(s));
+  }
+  return out;
+}
+
+/// Replays through the write subjects and the read subjects as one list, handing both back.
+ReplayReport replay_trace(const Trace& t, const ReplayOptions& o, oracle::SubjectList& writes,
+                          oracle::SubjectList& reads) {
+  const std::size_t n = writes.size();
+  for (auto& s : reads) writes.push_back(std::move(s));
+  ReplayReport r;
+  try {
+    r = traces::replay_trace(t, o, writes);
+  } catch (...) {
+    for (std::size_t i = n; i < writes.size(); ++i) reads[i - n] = std::move(writes[i]);
+    writes.resize(n);
+    throw;
+  }
+  for (std::size_t i = n; i < writes.size(); ++i) reads[i - n] = std::move(writes[i]);
+  writes.resize(n);
+  return r;
 }
 
 TEST(TraceValidate, PlantedDuplicateSlotIsNamed) {
@@ -124,13 +156,29 @@ TEST(TraceReplay, CommittedTracesReplayCleanOnCpuSubjects) {
     SCOPED_TRACE(f.string());
     const Trace t = load_trace(f);
     auto subjects = cpu_subjects();
-    const ReplayReport r = replay_trace(t, ReplayOptions{}, subjects);
+    // A trace whose dense layers use the fused insert: op write runs its sparse layers only, and
+    // op dense its dense ones (cpu-dense joins).
+    const bool fused = t.read.dense_rotary_dim > 0;
+    ReplayOptions o;
+    if (fused) {
+      o.ops = {spec::Op::kWrite, spec::Op::kDense};
+      for (auto& s : oracle::make_subjects()) {
+        if (s->name() == "cpu-dense") subjects.push_back(std::move(s));
+      }
+    }
+    const ReplayReport r = replay_trace(t, o, subjects);
     EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
     EXPECT_EQ(r.steps_run, static_cast<std::int64_t>(t.steps.size()));
+    std::int64_t dense_layers = 0;
+    for (spec::LayerKind k : t.config.layers) dense_layers += k == spec::LayerKind::kDense;
+    const auto layers = static_cast<std::int64_t>(t.config.layers.size());
     for (const auto& s : r.subjects) {
-      EXPECT_EQ(s.layer_writes, static_cast<std::int64_t>(t.steps.size() * t.config.layers.size()))
-          << s.name;
+      const std::int64_t judged = !fused                     ? layers
+                                  : s.op == spec::Op::kDense ? dense_layers
+                                                             : layers - dense_layers;
+      EXPECT_EQ(s.layer_writes, static_cast<std::int64_t>(t.steps.size()) * judged) << s.name;
     }
+    EXPECT_EQ(r.subjects.size(), fused ? 3u : 2u) << r.summary();
   }
 }
 
@@ -149,7 +197,7 @@ TEST(TraceReplay, PlantedTraceIsRejectedWithItsLocation) {
 
 /// A subject that writes correctly except at one step, where it skips the last real token.
 /// `layers` is how many layers each step writes (calls are counted from the first replayed step).
-std::unique_ptr<oracle::WriteSubject> drops_token_at(std::int64_t bad_step, std::int64_t layers) {
+std::unique_ptr<oracle::Subject> drops_token_at(std::int64_t bad_step, std::int64_t layers) {
   auto calls = std::make_shared<std::int64_t>(0);
   return oracle::make_function_subject(
       "drops-token", [calls, bad_step, layers](const spec::ModelConfig& c,
@@ -168,7 +216,7 @@ std::unique_ptr<oracle::WriteSubject> drops_token_at(std::int64_t bad_step, std:
 
 TEST(TraceReplay, PlantedSubjectBugStopsAtItsStep) {
   const Trace t = small_trace();
-  std::vector<std::unique_ptr<oracle::WriteSubject>> subjects;
+  oracle::SubjectList subjects;
   subjects.push_back(drops_token_at(7, 2));
   const ReplayReport r = replay_trace(t, ReplayOptions{}, subjects);
   EXPECT_EQ(r.worst, spec::Outcome::kMismatch);
@@ -179,7 +227,7 @@ TEST(TraceReplay, PlantedSubjectBugStopsAtItsStep) {
 
 TEST(TraceReplay, KeepGoingCollectsAndResyncs) {
   const Trace t = small_trace();
-  std::vector<std::unique_ptr<oracle::WriteSubject>> subjects;
+  oracle::SubjectList subjects;
   subjects.push_back(drops_token_at(4, 2));
   ReplayOptions o;
   o.keep_going = true;
@@ -196,17 +244,17 @@ TEST(TraceReplay, EarlierStepsAreReadBackLater) {
   const Trace t = small_trace();
   const reference::PagedCacheLayout layout(t.config);
   auto calls = std::make_shared<std::int64_t>(0);
-  std::vector<std::unique_ptr<oracle::WriteSubject>> subjects;
-  subjects.push_back(oracle::make_function_subject("forgets", [&, calls](const spec::ModelConfig& c,
-                                                                         const spec::LayerWrite& w,
-                                                                         spec::LayerCaches& out) {
-    const std::int64_t n = (*calls)++;
-    const std::int64_t layer = n % static_cast<std::int64_t>(c.layers.size());
-    if (n / static_cast<std::int64_t>(c.layers.size()) == 6) {
-      out = reference::make_layer_caches(layout, layer, c.layers[static_cast<std::size_t>(layer)]);
-    }
-    reference::write_layer(c, w, out);
-  }));
+  oracle::SubjectList subjects;
+  subjects.push_back(oracle::make_function_subject(
+      "forgets",
+      [&, calls](const spec::ModelConfig& c, const spec::LayerWrite& w, spec::LayerCaches& out) {
+        const std::int64_t n = (*calls)++;
+        const std::int64_t layer = n % static_cast<std::int64_t>(c.layers.size());
+        if (n / static_cast<std::int64_t>(c.layers.size()) == 6) {
+          out = oracle::make_layer_caches(layout, layer, c.layers[static_cast<std::size_t>(layer)]);
+        }
+        reference::write_layer(c, w, out);
+      }));
   const ReplayReport r = replay_trace(t, ReplayOptions{}, subjects);
   ASSERT_EQ(r.mismatches.size(), 1u);
   EXPECT_NE(r.mismatches[0].find("step 6, layer 0"), std::string::npos) << r.mismatches[0];
@@ -214,7 +262,7 @@ TEST(TraceReplay, EarlierStepsAreReadBackLater) {
 
 TEST(TraceReplay, StepRangeStartsFromTheReferenceState) {
   const Trace t = small_trace();
-  std::vector<std::unique_ptr<oracle::WriteSubject>> subjects;
+  oracle::SubjectList subjects;
   subjects.push_back(drops_token_at(2, 1));  // counts calls from the range start: step 5 + 2 = 7
   ReplayOptions o;
   o.step_begin = 5;
@@ -304,19 +352,18 @@ Trace read_trace(std::int64_t topk = 2) {
 
 ReplayOptions read_ops() {
   ReplayOptions o;
-  o.ops = {"write", "indexer", "attention"};
+  o.ops = {spec::Op::kWrite, spec::Op::kIndexer, spec::Op::kAttention};
   return o;
 }
 
-std::vector<std::unique_ptr<oracle::ReadSubject>> one_read_subject(
-    std::unique_ptr<oracle::ReadSubject> s) {
-  std::vector<std::unique_ptr<oracle::ReadSubject>> out;
+oracle::SubjectList one_read_subject(std::unique_ptr<oracle::Subject> s) {
+  oracle::SubjectList out;
   out.push_back(std::move(s));
   return out;
 }
 
 /// A canonical read subject whose attention applies sm_scale twice.
-std::unique_ptr<oracle::ReadSubject> scale_twice_mutant() {
+std::unique_ptr<oracle::Subject> scale_twice_mutant() {
   oracle::ReadMutation m;
   m.scale_twice = true;
   return oracle::make_canonical_mutant(m, "mutant-scale");
@@ -331,7 +378,7 @@ std::int64_t reported_step(const std::string& report) {
 TEST(TraceReadReplay, CommittedTraceReadsPassOnEveryReadSubject) {
   const Trace t = load_trace(std::filesystem::path(KVO_TRACE_DATA_DIR) / "mtp_fp8_split_hnd.st");
   auto writes = cpu_subjects();
-  auto reads = oracle::make_read_subjects();
+  auto reads = read_subjects();
   ReplayOptions o = read_ops();
   o.step_end = 40;
   const ReplayReport r = replay_trace(t, o, writes, reads);
@@ -341,7 +388,8 @@ TEST(TraceReadReplay, CommittedTraceReadsPassOnEveryReadSubject) {
     if (s.name == "cpu-naive-f32") {
       naive_ran = true;
       // Every layer of the trace is sparse: one indexer and one attention call per layer and step.
-      EXPECT_EQ(s.layer_writes, 40 * static_cast<std::int64_t>(t.config.layers.size())) << s.op;
+      EXPECT_EQ(s.layer_writes, 40 * static_cast<std::int64_t>(t.config.layers.size()))
+          << spec::name_of(s.op);
     }
   }
   EXPECT_TRUE(naive_ran) << r.summary();
@@ -349,14 +397,15 @@ TEST(TraceReadReplay, CommittedTraceReadsPassOnEveryReadSubject) {
 
 TEST(TraceReadReplay, DenseLayersRunDenseAttentionOnly) {
   const Trace t = read_trace();  // layers DS
-  std::vector<std::unique_ptr<oracle::WriteSubject>> writes;
-  auto reads = oracle::make_read_subjects();
+  oracle::SubjectList writes;
+  auto reads = read_subjects();
   const ReplayReport r = replay_trace(t, read_ops(), writes, reads);
   EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
   const auto steps = static_cast<std::int64_t>(t.steps.size());
   for (const auto& s : r.subjects) {
     if (s.name != "cpu-naive-f32") continue;
-    EXPECT_EQ(s.layer_writes, s.op == "indexer" ? steps : 2 * steps) << s.op;
+    EXPECT_EQ(s.layer_writes, s.op == spec::Op::kIndexer ? steps : 2 * steps)
+        << spec::name_of(s.op);
   }
 }
 
@@ -365,7 +414,7 @@ TEST(TraceReadReplay, DenseLayersRunDenseAttentionOnly) {
 TEST(TraceReadReplay, PlantedReadBugsAreReportedAtTheirStep) {
   struct Case {
     const char* name;
-    std::unique_ptr<oracle::ReadSubject> (*make)();
+    std::unique_ptr<oracle::Subject> (*make)();
     const char* op;
     std::int64_t topk;  ///< 1: only the forced local block is kept, so unforcing it shows
   };
@@ -389,10 +438,10 @@ TEST(TraceReadReplay, PlantedReadBugsAreReportedAtTheirStep) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const Trace t = read_trace(c.topk);
-    std::vector<std::unique_ptr<oracle::WriteSubject>> writes;
+    oracle::SubjectList writes;
     auto reads = one_read_subject(c.make());
     ReplayOptions o = read_ops();
-    o.ops = {"write", c.op};
+    o.ops = oracle::parse_ops({"write", c.op});
     o.layers = {1};  // the sparse layer: attention over the selection (dense layers: below)
     const ReplayReport r = replay_trace(t, o, writes, reads);
     EXPECT_EQ(r.worst, spec::Outcome::kMismatch) << r.summary();
@@ -413,7 +462,7 @@ TEST(TraceReadReplay, PlantedReadBugsAreReportedAtTheirStep) {
 
 TEST(TraceReadReplay, PlantedBugInDenseAttentionIsReported) {
   const Trace t = read_trace();
-  std::vector<std::unique_ptr<oracle::WriteSubject>> writes;
+  oracle::SubjectList writes;
   auto reads = one_read_subject(scale_twice_mutant());
   ReplayOptions o = read_ops();
   o.layers = {0};  // dense
@@ -426,10 +475,10 @@ TEST(TraceReadReplay, PlantedBugInDenseAttentionIsReported) {
 
 TEST(TraceReadReplay, KeepGoingCountsEveryMismatchingStep) {
   const Trace t = read_trace();
-  std::vector<std::unique_ptr<oracle::WriteSubject>> writes;
+  oracle::SubjectList writes;
   auto reads = one_read_subject(scale_twice_mutant());
   ReplayOptions o = read_ops();
-  o.ops = {"attention"};
+  o.ops = {spec::Op::kAttention};
   o.keep_going = true;
   const ReplayReport r = replay_trace(t, o, writes, reads);
   EXPECT_EQ(r.steps_run, static_cast<std::int64_t>(t.steps.size()));
@@ -459,8 +508,9 @@ TEST(TraceReadReplay, QueriesAreKeyedByRequestAndPosition) {
 TEST(TraceReadReplay, UnknownOpIsInvalidInput) {
   const Trace t = read_trace();
   auto writes = cpu_subjects();
+  EXPECT_THROW((void)oracle::parse_ops({"write", "softmax"}), spec::InvalidInput);
   ReplayOptions o;
-  o.ops = {"write", "softmax"};
+  o.ops = {spec::Op::kWrite, spec::Op::kDense};  // a trace holds no dense-insert cases
   EXPECT_THROW((void)replay_trace(t, o, writes), spec::InvalidInput);
 }
 
@@ -468,8 +518,8 @@ TEST(TraceReadReplay, UnknownOpIsInvalidInput) {
 /// writes one byte into a page no slot of the step names must still be reported: at the next
 /// whole-cache comparison (naming the steps it happened in), or at its step with
 /// full_diff_every = 1. A stray write into a guard band is reported at its step and layer.
-std::unique_ptr<oracle::WriteSubject> stray_byte_at(std::int64_t bad_step, std::int64_t layers,
-                                                    std::int64_t page /* -1: the guard */) {
+std::unique_ptr<oracle::Subject> stray_byte_at(std::int64_t bad_step, std::int64_t layers,
+                                               std::int64_t page /* -1: the guard */) {
   auto calls = std::make_shared<std::int64_t>(0);
   return oracle::make_function_subject(
       "stray", [calls, bad_step, layers, page](const spec::ModelConfig& c,
@@ -502,7 +552,7 @@ TEST(TraceReplay, StrayWriteOutsideTheNamedPagesIsCaught) {
   const Trace t = small_trace();
   for (const std::int64_t every : {std::int64_t{1}, std::int64_t{4}, std::int64_t{32}}) {
     SCOPED_TRACE("full_diff_every " + std::to_string(every));
-    std::vector<std::unique_ptr<oracle::WriteSubject>> subjects;
+    oracle::SubjectList subjects;
     const std::int64_t page = unnamed_page(t, 5);
     ASSERT_LT(page, t.config.geometry.num_blocks) << "the fixture should leave a page unnamed";
     subjects.push_back(stray_byte_at(5, 2, page));
@@ -530,11 +580,96 @@ TEST(TraceReplay, StrayWriteOutsideTheNamedPagesIsCaught) {
 
 TEST(TraceReplay, StrayWriteIntoAGuardIsCaughtAtItsStep) {
   const Trace t = small_trace();
-  std::vector<std::unique_ptr<oracle::WriteSubject>> subjects;
+  oracle::SubjectList subjects;
   subjects.push_back(stray_byte_at(5, 2, -1));
   const ReplayReport r = replay_trace(t, ReplayOptions{}, subjects);
   ASSERT_EQ(r.mismatches.size(), 1u);
   EXPECT_NE(r.mismatches[0].find("step 5, layer 0\n"), std::string::npos) << r.mismatches[0];
+}
+
+/// A trace whose dense layers use the fused qknorm + rope + insert: op write covers its sparse
+/// layer, op dense its dense one.
+Trace fused_dense_trace() {
+  Trace t = testing::small_trace();  // layers DS, head_dim 16
+  t.read.dense_rotary_dim = 8;
+  return t;
+}
+
+oracle::SubjectList write_and_dense_subjects() {
+  oracle::SubjectList out;
+  for (auto& s : oracle::make_subjects()) {
+    if (s->name() == "cpu-fused" || s->name() == "cpu-dense") out.push_back(std::move(s));
+  }
+  return out;
+}
+
+TEST(TraceDenseReplay, FusedDenseLayersReplayCleanThroughTheDenseOp) {
+  const Trace t = fused_dense_trace();
+  auto subjects = write_and_dense_subjects();
+  ReplayOptions o;
+  o.ops = {spec::Op::kWrite, spec::Op::kDense};
+  o.full_diff_every = 3;
+  const ReplayReport r = replay_trace(t, o, subjects);
+  EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
+  const auto steps = static_cast<std::int64_t>(t.steps.size());
+  ASSERT_EQ(r.subjects.size(), 2u) << r.summary();
+  // One layer each: cpu-fused writes the sparse layer, cpu-dense inserts into the dense one.
+  EXPECT_EQ(r.subjects[0].name, "cpu-fused");
+  EXPECT_EQ(r.subjects[0].layer_writes, steps);
+  EXPECT_EQ(r.subjects[1].name, "cpu-dense");
+  EXPECT_EQ(r.subjects[1].op, spec::Op::kDense);
+  EXPECT_EQ(r.subjects[1].layer_writes, steps);
+  // The dense layer's caches hold normed and rotated K: not what a plain write stores.
+  const reference::ValueGenerator gen = replay_generator(t, o);
+  const spec::DenseInsert d = make_step_dense(t, 0, 0, gen, rope_table(t));
+  EXPECT_EQ(d.rotary_dim, 8);
+  EXPECT_EQ(d.q.shape[1], attention_params(t).num_q_heads);
+  EXPECT_EQ(d.kv.k.bytes, make_step_write(t, 0, 0, gen).k.bytes);
+}
+
+TEST(TraceDenseReplay, APlantedDenseBugIsReportedAtItsStepAndLayer) {
+  const Trace t = fused_dense_trace();
+  oracle::SubjectList subjects;
+  subjects.push_back(oracle::make_cpu_dense_subject({.gptj_rope = true}, "dense-gptj"));
+  ReplayOptions o;
+  o.ops = {spec::Op::kDense};
+  const ReplayReport r = replay_trace(t, o, subjects);
+  ASSERT_EQ(r.worst, spec::Outcome::kMismatch) << r.summary();
+  ASSERT_EQ(r.mismatches.size(), 1u);
+  EXPECT_NE(r.mismatches[0].find("subject dense-gptj (dense), step 0, layer 0"), std::string::npos)
+      << r.mismatches[0];
+  EXPECT_NE(r.mismatches[0].find("q_out"), std::string::npos) << r.mismatches[0];
+}
+
+TEST(TraceDenseReplay, DenseOpNeedsATraceThatSaysSo) {
+  auto subjects = write_and_dense_subjects();
+  ReplayOptions o;
+  o.ops = {spec::Op::kDense};
+  EXPECT_THROW((void)replay_trace(testing::small_trace(), o, subjects), spec::InvalidInput);
+  Trace wide = fused_dense_trace();
+  wide.read.dense_rotary_dim = 32;  // > head_dim 16
+  EXPECT_THROW((void)replay_trace(wide, o, subjects), spec::InvalidInput);
+}
+
+TEST(TraceDenseReplay, RotaryDimRoundTripsAndAnOddOneIsRejected) {
+  const Trace t = fused_dense_trace();
+  const std::string path = ::testing::TempDir() + "kvo_dense_trace.st";
+  save_trace(t, path);
+  EXPECT_EQ(load_trace(path).read.dense_rotary_dim, 8);
+  // Without the key, a trace keeps its bytes: plain dense writes.
+  EXPECT_EQ(testing::small_trace().read.dense_rotary_dim, 0);
+  EXPECT_EQ(testing::split(serialize_trace(testing::small_trace()))
+                .header["__metadata__"]
+                .count("dense_rotary_dim"),
+            0u);
+  testing::FileParts odd = testing::split(serialize_trace(t));
+  odd.header["__metadata__"]["dense_rotary_dim"] = "7";
+  try {
+    (void)parse_trace(testing::join(odd));
+    FAIL();
+  } catch (const spec::InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("dense_rotary_dim"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -21,6 +21,11 @@ here=$(cd "$(dirname "$0")" && pwd)
   --num-kv-heads 2 --head-dim 16 --layout packed_hnd --kv-dtype fp8_e5m2 --scale-mode divide \
   --per-head-scale true --max-batch 32 \
   --token-budget 96 --prompt-max 200 --output-max 300 -o "$here/odd_pages_packed.st"
+# Dense layers through the fused qknorm + rope + insert (rotary 32 of 64 dims), fp8 e4m3 divided by
+# per-head scales, GQA.
+"$kvoracle" trace gen --seed 5 --steps 60 --layers 2D1S --num-blocks 40 --block-size 16 \
+  --num-kv-heads 2 --head-dim 64 --kv-dtype fp8_e4m3 --scale-mode divide --per-head-scale true \
+  --dense-rotary-dim 32 --num-q-heads 8 -o "$here/dense_insert_fp8.st"
 # A planted inconsistency: step 3's slot_mapping[2] repeats slot_mapping[0].
 python3 - "$here/serving_bf16_nhd.st" "$here/planted_duplicate_slot.st" <<'PY'
 import json, struct, sys

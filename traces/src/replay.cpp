@@ -6,11 +6,15 @@
 #include <cstring>
 #include <future>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "kvo/oracle/cache_diff.hpp"
-#include "kvo/oracle/check.hpp"
+#include "kvo/oracle/campaign.hpp"
+#include "kvo/oracle/harness.hpp"
+#include "kvo/oracle/read_diff.hpp"
 #include "kvo/oracle/read_judge.hpp"
+#include "kvo/reference/dense_insert.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/numbers.hpp"
 #include "kvo/reference/paged_cache.hpp"
@@ -40,19 +44,20 @@ spec::HostTensor make_tensor(const reference::ValueGenerator& gen, std::int64_t 
   std::vector<float> row(static_cast<std::size_t>(nh * dim));
   for (std::size_t r = 0; r < rows; ++r) {
     gen.fill_row(gen.row_key(layer, which, requests[r], positions[r]), nh, dim, row.data());
-    for (const float x : row) {
-      // A generated value is already rounded to the activation dtype: a finite bf16 or f32 one is
-      // its float32 bits (bf16: the top half), without the general encoder.
-      std::uint32_t code = 0;
-      if (gen.act == spec::DType::kF32) {
-        code = std::bit_cast<std::uint32_t>(x);
-      } else if (gen.act == spec::DType::kBF16 && std::isfinite(x)) {
-        code = std::bit_cast<std::uint32_t>(x) >> 16;
-      } else {
-        code = reference::encode(x, gen.act, spec::Saturation::kSatFinite);
+    // A generated value is already rounded to the activation dtype, so its code is exact. The
+    // common bf16 case calls the codec itself, without encode's and store_code's dtype switches.
+    if (gen.act == spec::DType::kBF16) {
+      for (const float x : row) {
+        const std::uint16_t code = reference::f32_to_bf16(x);
+        std::memcpy(out, &code, sizeof code);  // little-endian (static_assert above), as store_code
+        out += sizeof code;
       }
-      std::memcpy(out, &code, static_cast<std::size_t>(eb));  // little-endian, as store_code
-      out += eb;
+    } else {
+      for (const float x : row) {
+        reference::store_code(reference::encode(x, gen.act, spec::Saturation::kSatFinite), gen.act,
+                              out);
+        out += eb;
+      }
     }
   }
   return t;
@@ -89,7 +94,7 @@ RowKeys row_keys(const TraceStep& st) {
 
 spec::SlotMapping slot_mapping(const IntTensor& t) {
   spec::SlotMapping m;
-  m.type = t.type == IntType::kI32 ? spec::SlotType::kI32 : spec::SlotType::kI64;
+  m.type = t.type;
   m.slots = t.values;
   return m;
 }
@@ -189,6 +194,53 @@ spec::LayerWrite make_step_write(const Trace& trace, std::int64_t step, std::int
   return w;
 }
 
+std::vector<float> rope_table(const Trace& trace) {
+  const std::int64_t rd = trace.read.dense_rotary_dim;
+  if (rd <= 0) return {};
+  std::int64_t max_pos = 0;
+  for (const TraceStep& st : trace.steps) {
+    for (std::int64_t len : st.seq_lens.values) max_pos = std::max(max_pos, len - 1);
+  }
+  std::vector<float> table(static_cast<std::size_t>((max_pos + 1) * rd));
+  const std::int64_t half = rd / 2;
+  for (std::int64_t p = 0; p <= max_pos; ++p) {
+    for (std::int64_t i = 0; i < half; ++i) {
+      const double theta =
+          static_cast<double>(p) *
+          std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(rd));
+      table[static_cast<std::size_t>(p * rd + i)] = static_cast<float>(std::cos(theta));
+      table[static_cast<std::size_t>(p * rd + half + i)] = static_cast<float>(std::sin(theta));
+    }
+  }
+  return table;
+}
+
+spec::DenseInsert make_step_dense(const Trace& trace, std::int64_t step, std::int64_t layer,
+                                  const reference::ValueGenerator& gen,
+                                  const std::vector<float>& cos_sin) {
+  const TraceStep& st = trace.steps.at(static_cast<std::size_t>(step));
+  const RowKeys k = row_keys(st);
+  const std::int64_t hd = trace.config.geometry.head_dim;
+  spec::DenseInsert d;
+  d.kv = make_step_write(trace, step, layer, gen);
+  d.q = make_tensor(gen, layer, GenTensor::kQ, k.requests, k.positions, k.requests.size(),
+                    attention_params(trace).num_q_heads, hd);
+  // Weights near 0, so that (1 + w) stays near 1: generated values scaled by 1/8 (exact).
+  for (auto [which, out] :
+       {std::pair{GenTensor::kQ, &d.q_norm_weight}, std::pair{GenTensor::kK, &d.k_norm_weight}}) {
+    out->resize(static_cast<std::size_t>(hd));
+    gen.fill_row(gen.row_key(layer, which, -2, 0), 1, hd, out->data());
+    for (float& w : *out) w *= 0.125f;
+  }
+  d.eps = 1e-6f;
+  d.rotary_dim = trace.read.dense_rotary_dim;
+  d.cos_sin = cos_sin;
+  d.positions.assign(k.requests.size(), 0);  // padding rows: position 0 (q only, no insert)
+  std::copy(k.positions.begin(), k.positions.begin() + static_cast<std::ptrdiff_t>(k.real),
+            d.positions.begin());
+  return d;
+}
+
 oracle::ReadCase make_step_read(const Trace& trace, std::int64_t step, std::int64_t layer,
                                 const reference::ValueGenerator& gen) {
   const TraceStep& st = trace.steps.at(static_cast<std::size_t>(step));
@@ -222,13 +274,15 @@ oracle::ReadCase make_step_read(const Trace& trace, std::int64_t step, std::int6
 std::string ReplayReport::summary() const {
   std::ostringstream s;
   for (const ReplaySubjectResult& r : subjects) {
-    s << "  " << r.name << (r.op == "write" ? "" : " " + r.op) << ": ";
+    const bool write = r.op == spec::Op::kWrite || r.op == spec::Op::kDense;
+    s << "  " << r.name
+      << (r.op == spec::Op::kWrite ? "" : " " + std::string(spec::name_of(r.op))) << ": ";
     if (!r.note.empty() && r.layer_writes == 0 && r.outcome == spec::Outcome::kPass) {
       s << "skipped (" << r.note << ")\n";
       continue;
     }
     s << spec::name_of(r.outcome) << ", " << r.layer_writes
-      << (r.op == "write" ? " layer writes" : " layer reads");
+      << (write ? " layer writes" : " layer reads");
     if (r.mismatching_steps) s << ", " << r.mismatching_steps << " mismatching steps";
     if (!r.note.empty()) s << " (" << r.note << ")";
     s << "\n";
@@ -248,36 +302,28 @@ class Replayer {
         o_(o),
         report_(report),
         layout_(c_),
-        gen_(replay_generator(trace, o)) {}
+        gen_(replay_generator(trace, o)),
+        cos_sin_(rope_table(trace)) {}
 
-  void run(std::vector<std::unique_ptr<oracle::WriteSubject>>& writes,
-           std::vector<std::unique_ptr<oracle::ReadSubject>>& reads,
-           const ReplayProgress& progress);
+  void run(oracle::SubjectList& subjects, const ReplayProgress& progress);
 
  private:
   struct WriteRow {
-    oracle::WriteSubject* subject;
+    oracle::Subject* subject;
+    spec::Op op;  ///< kWrite, or kDense on a trace whose dense layers use the fused insert
     std::size_t row;
     std::vector<spec::LayerCaches> caches;  ///< per selected layer
     bool running = true;
   };
   struct ReadRow {
-    oracle::ReadSubject* subject;
-    oracle::ReadOp op;
+    oracle::Subject* subject;
+    spec::Op op;
     std::size_t row;
     bool running = true;
   };
 
-  void check_arguments(const std::vector<std::unique_ptr<oracle::WriteSubject>>& writes,
-                       const std::vector<std::unique_ptr<oracle::ReadSubject>>& reads);
-  bool selected(const std::string& name) const {
-    return o_.subjects.empty() ||
-           std::find(o_.subjects.begin(), o_.subjects.end(), name) != o_.subjects.end();
-  }
-  bool op_on(const std::string& op) const {
-    return std::find(o_.ops.begin(), o_.ops.end(), op) != o_.ops.end();
-  }
-  std::size_t add_row(const std::string& name, const std::string& op, const std::string& note) {
+  void check_arguments();
+  std::size_t add_row(const std::string& name, spec::Op op, const std::string& note) {
     report_.subjects.push_back(ReplaySubjectResult{.name = name, .op = op, .note = note});
     return report_.subjects.size() - 1;
   }
@@ -290,7 +336,26 @@ class Replayer {
     report_.mismatches.push_back(std::move(text));
     return !o_.keep_going;
   }
-  bool write_layer(WriteRow& w, std::size_t li, std::int64_t step, const spec::LayerWrite& lw,
+  /// One layer's inputs at one step, and the reference's q_out of a fused dense insert.
+  struct LayerInput {
+    spec::LayerWrite write;
+    std::optional<spec::DenseInsert> dense;
+    spec::HostTensor q_expected;
+  };
+  /// Layer li's inputs at `step`, generated.
+  LayerInput generate_layer(std::int64_t step, std::size_t li) const;
+  /// The reference's answer to them, into expected_[li] (and in.q_expected).
+  void reference_layer(std::size_t li, LayerInput& in);
+  /// Whether layer li goes through the fused dense insert (a dense layer of such a trace).
+  bool fused_dense(std::size_t li) const {
+    return !cos_sin_.empty() &&
+           c_.layers[static_cast<std::size_t>(layers_[li])] == spec::LayerKind::kDense;
+  }
+  /// Whether row `w` runs layer li: op dense the fused dense layers, op write every other layer.
+  bool runs(const WriteRow& w, std::size_t li) const {
+    return (w.op == spec::Op::kDense) == fused_dense(li);
+  }
+  bool write_layer(WriteRow& w, std::size_t li, std::int64_t step, const LayerInput& in,
                    const std::vector<std::int64_t>& blocks, std::vector<bool>& mismatched);
   bool read_layer(std::size_t li, std::int64_t step, std::vector<bool>& mismatched);
   bool sweep(std::int64_t first_step, std::int64_t step, std::vector<bool>& mismatched);
@@ -301,6 +366,7 @@ class Replayer {
   ReplayReport& report_;
   const reference::PagedCacheLayout layout_;
   const reference::ValueGenerator gen_;
+  const std::vector<float> cos_sin_;  ///< rope_table(trace): empty unless dense layers are fused
   std::vector<std::int64_t> layers_;
   std::int64_t end_ = 0;
   std::vector<spec::LayerCaches> expected_;  ///< per selected layer
@@ -308,8 +374,7 @@ class Replayer {
   std::vector<ReadRow> read_rows_;
 };
 
-void Replayer::check_arguments(const std::vector<std::unique_ptr<oracle::WriteSubject>>& writes,
-                               const std::vector<std::unique_ptr<oracle::ReadSubject>>& reads) {
+void Replayer::check_arguments() {
   const TraceValidation v = validate_trace(trace_, 1);
   if (!v.ok()) {
     const TraceProblem& p = v.problems.front();
@@ -338,25 +403,63 @@ void Replayer::check_arguments(const std::vector<std::unique_ptr<oracle::WriteSu
   }
   std::sort(layers_.begin(), layers_.end());
   layers_.erase(std::unique(layers_.begin(), layers_.end()), layers_.end());
-  std::vector<std::string> names;
-  for (const auto& s : writes) names.push_back(s->name());
-  for (const auto& s : reads) names.push_back(s->name());
-  oracle::require_known("subject", "subject", o_.subjects, names);
-  oracle::require_known("ops", "op", o_.ops, kReplayOps);
+  const std::int64_t rotary = trace_.read.dense_rotary_dim;
+  if (rotary > c_.geometry.head_dim) {
+    throw spec::InvalidInput("__metadata__ 'dense_rotary_dim'", -1, std::to_string(rotary),
+                             "must be at most head_dim = " + std::to_string(c_.geometry.head_dim));
+  }
+  for (std::size_t i = 0; i < o_.ops.size(); ++i) {
+    const bool known =
+        std::find(kReplayOps.begin(), kReplayOps.end(), o_.ops[i]) != kReplayOps.end();
+    if (!known || (o_.ops[i] == spec::Op::kDense && rotary == 0)) {
+      throw spec::InvalidInput("ops", static_cast<std::int64_t>(i),
+                               std::string(spec::name_of(o_.ops[i])),
+                               "this trace holds cases for write, indexer and attention" +
+                                   std::string(rotary == 0 ? " (dense: no dense_rotary_dim in "
+                                                             "its metadata)"
+                                                           : " and dense"));
+    }
+  }
   if (o_.full_diff_every < 1) {
     throw spec::InvalidInput("full_diff_every", -1, std::to_string(o_.full_diff_every),
                              "must be >= 1");
   }
 }
 
-bool Replayer::write_layer(WriteRow& w, std::size_t li, std::int64_t s, const spec::LayerWrite& lw,
+Replayer::LayerInput Replayer::generate_layer(std::int64_t step, std::size_t li) const {
+  LayerInput in;
+  if (fused_dense(li)) {
+    in.dense = make_step_dense(trace_, step, layers_[li], gen_, cos_sin_);
+    in.write = in.dense->kv;
+  } else {
+    in.write = make_step_write(trace_, step, layers_[li], gen_);
+  }
+  return in;
+}
+
+void Replayer::reference_layer(std::size_t li, LayerInput& in) {
+  if (in.dense) {
+    in.q_expected = reference::dense_insert(c_, *in.dense, expected_[li]);
+  } else {
+    reference::write_layer(c_, in.write, expected_[li]);
+  }
+}
+
+bool Replayer::write_layer(WriteRow& w, std::size_t li, std::int64_t s, const LayerInput& in,
                            const std::vector<std::int64_t>& blocks, std::vector<bool>& mismatched) {
   ReplaySubjectResult& r = report_.subjects[w.row];
   const std::int64_t l = layers_[li];
   spec::LayerCaches& got = w.caches[li];
-  std::string rejected;
+  const spec::LayerWrite& lw = in.write;
+  std::string rejected, q_diff;
   try {
-    w.subject->write_layer(c_, lw, got);
+    if (w.op == spec::Op::kDense) {
+      const oracle::AttentionDiff qd =
+          oracle::diff_attention_exact(in.q_expected, w.subject->dense_insert(c_, *in.dense, got));
+      if (!qd.pass()) q_diff = "q_out: " + qd.report();
+    } else {
+      w.subject->write_layer(c_, in.write, got);
+    }
     ++r.layer_writes;
   } catch (const spec::Unsupported& e) {
     r.outcome = spec::worst(r.outcome, spec::Outcome::kUnsupported);
@@ -371,13 +474,17 @@ bool Replayer::write_layer(WriteRow& w, std::size_t li, std::int64_t s, const sp
     w.running = false;
     return false;
   }
-  if (rejected.empty() && same_pages(c_, expected_[li], got, blocks, report_.compared_bytes)) {
-    return false;
+  const bool pages =
+      rejected.empty() && same_pages(c_, expected_[li], got, blocks, report_.compared_bytes);
+  if (pages && q_diff.empty()) return false;
+  std::string text = "mismatch: subject " + r.name + (w.op == spec::Op::kDense ? " (dense)" : "") +
+                     ", step " + std::to_string(s) + ", layer " + std::to_string(l) + "\n";
+  if (!rejected.empty()) {
+    text += "rejected a write the reference accepts: " + rejected;
+  } else {
+    if (!pages) text += oracle::diff_layer_caches(layout_, l, expected_[li], got, &lw).report();
+    if (!q_diff.empty()) text += (pages ? "" : "\n") + q_diff;
   }
-  std::string text = "mismatch: subject " + r.name + ", step " + std::to_string(s) + ", layer " +
-                     std::to_string(l) + "\n";
-  text += rejected.empty() ? oracle::diff_layer_caches(layout_, l, expected_[li], got, &lw).report()
-                           : "rejected a write the reference accepts: " + rejected;
   got = expected_[li];  // resync, so a later report shows only new differences
   return mismatch(w.row, mismatched, std::move(text));
 }
@@ -394,7 +501,7 @@ bool Replayer::read_layer(std::size_t li, std::int64_t s, std::vector<bool>& mis
     oracle::ReadExpectation expected(rc, dense);
     const std::vector<reference::QueryRow> rows = reference::query_rows(rc.batch);
     for (ReadRow& rr : read_rows_) {
-      if (!rr.running || stop || (dense && rr.op == oracle::ReadOp::kIndexer)) continue;
+      if (!rr.running || stop || (dense && rr.op == spec::Op::kIndexer)) continue;
       ReplaySubjectResult& r = report_.subjects[rr.row];
       const oracle::ReadVerdict v = oracle::judge_read(*rr.subject, rr.op, expected);
       ++r.layer_writes;
@@ -405,8 +512,9 @@ bool Replayer::read_layer(std::size_t li, std::int64_t s, std::vector<bool>& mis
         rr.running = false;
         continue;
       }
-      std::string text = "mismatch: subject " + r.name + " (" + r.op + (dense ? ", dense" : "") +
-                         "), step " + std::to_string(s) + ", layer " + std::to_string(l);
+      std::string text = "mismatch: subject " + r.name + " (" + std::string(spec::name_of(r.op)) +
+                         (dense ? ", dense" : "") + "), step " + std::to_string(s) + ", layer " +
+                         std::to_string(l);
       if (v.query && *v.query >= 0 && *v.query < static_cast<std::int64_t>(rows.size())) {
         const reference::QueryRow& q = rows[static_cast<std::size_t>(*v.query)];
         const TraceStep& st = trace_.steps[static_cast<std::size_t>(s)];
@@ -426,6 +534,7 @@ bool Replayer::sweep(std::int64_t first, std::int64_t s, std::vector<bool>& mism
   bool stop = false;
   for (WriteRow& w : write_rows_) {
     for (std::size_t li = 0; li < layers_.size() && !stop; ++li) {
+      if (!runs(w, li)) continue;  // that layer is another op's, and this row never wrote it
       report_.compared_bytes += total_bytes(expected_[li]);
       if (same_bytes(expected_[li], w.caches[li])) continue;
       const std::int64_t l = layers_[li];
@@ -442,36 +551,27 @@ bool Replayer::sweep(std::int64_t first, std::int64_t s, std::vector<bool>& mism
   return stop;
 }
 
-void Replayer::run(std::vector<std::unique_ptr<oracle::WriteSubject>>& writes,
-                   std::vector<std::unique_ptr<oracle::ReadSubject>>& reads,
-                   const ReplayProgress& progress) {
-  check_arguments(writes, reads);
-  if (op_on("write")) {
-    for (const auto& s : writes) {
-      if (!selected(s->name())) continue;
-      const std::size_t row = add_row(s->name(), "write", s->unavailable_reason());
-      if (report_.subjects[row].note.empty()) write_rows_.push_back({s.get(), row, {}, true});
-    }
-  }
-  const std::pair<const char*, oracle::ReadOp> read_ops[] = {
-      {"indexer", oracle::ReadOp::kIndexer}, {"attention", oracle::ReadOp::kAttention}};
-  for (const auto& [op, kind] : read_ops) {
-    if (!op_on(op)) continue;
-    for (const auto& s : reads) {
-      if (!selected(s->name())) continue;
-      const std::size_t row = add_row(s->name(), op, s->unavailable_reason());
-      if (report_.subjects[row].note.empty()) read_rows_.push_back({s.get(), kind, row, true});
+void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress) {
+  check_arguments();
+  for (const oracle::SubjectOp& so : oracle::select_subject_ops(subjects, o_.subjects, o_.ops)) {
+    const std::size_t row = add_row(so.subject->name(), so.op, so.skipped);
+    if (!so.skipped.empty()) continue;
+    if (so.op == spec::Op::kWrite || so.op == spec::Op::kDense) {
+      write_rows_.push_back({so.subject, so.op, row, {}, true});
+    } else {
+      read_rows_.push_back({so.subject, so.op, row, true});
     }
   }
 
   for (std::int64_t l : layers_) {
     expected_.push_back(
-        reference::make_layer_caches(layout_, l, c_.layers[static_cast<std::size_t>(l)]));
+        oracle::make_layer_caches(layout_, l, c_.layers[static_cast<std::size_t>(l)]));
   }
   // Steps before the range: the reference alone builds the caches the range starts from.
   for (std::int64_t s = 0; s < o_.step_begin; ++s) {
     for (std::size_t li = 0; li < layers_.size(); ++li) {
-      reference::write_layer(c_, make_step_write(trace_, s, layers_[li], gen_), expected_[li]);
+      LayerInput in = generate_layer(s, li);
+      reference_layer(li, in);
     }
   }
   for (WriteRow& w : write_rows_) w.caches = expected_;
@@ -483,14 +583,14 @@ void Replayer::run(std::vector<std::unique_ptr<oracle::WriteSubject>>& writes,
   const bool ahead = layers_.size() > 1;
   const auto make = [&](std::int64_t step, std::size_t li) {
     return std::async(std::launch::async, [this, step, li, ahead] {
-      spec::LayerWrite w = make_step_write(trace_, step, layers_[li], gen_);
-      if (ahead) reference::write_layer(c_, w, expected_[li]);
-      return w;
+      LayerInput in = generate_layer(step, li);
+      if (ahead) reference_layer(li, in);
+      return in;
     });
   };
   const std::int64_t first = o_.step_begin;
   std::int64_t last_sweep = first - 1;
-  std::future<spec::LayerWrite> next;
+  std::future<LayerInput> next;
   if (first < end_ && !layers_.empty()) next = make(first, 0);
   bool stop = false;
   for (std::int64_t s = first; s < end_ && !stop; ++s) {
@@ -499,16 +599,17 @@ void Replayer::run(std::vector<std::unique_ptr<oracle::WriteSubject>>& writes,
         touched_blocks(c_, trace_.steps[static_cast<std::size_t>(s)]);
     const bool sweep_due = (s - first + 1) % o_.full_diff_every == 0 || s + 1 == end_;
     for (std::size_t li = 0; li < layers_.size() && !stop; ++li) {
-      const spec::LayerWrite w = next.get();
+      LayerInput w = next.get();
       // The next step's reference writes wait for this step's whole-cache comparison.
       if (li + 1 < layers_.size()) {
         next = make(s, li + 1);
       } else if (s + 1 < end_ && !sweep_due) {
         next = make(s + 1, 0);
       }
-      if (!ahead) reference::write_layer(c_, w, expected_[li]);
+      if (!ahead) reference_layer(li, w);
       for (WriteRow& wr : write_rows_) {
-        if (!stop && wr.running) stop = write_layer(wr, li, s, w, blocks, mismatched);
+        if (!stop && wr.running && runs(wr, li))
+          stop = write_layer(wr, li, s, w, blocks, mismatched);
       }
       if (!stop && !read_rows_.empty()) stop = read_layer(li, s, mismatched);
     }
@@ -527,19 +628,10 @@ void Replayer::run(std::vector<std::unique_ptr<oracle::WriteSubject>>& writes,
 
 }  // namespace
 
-ReplayReport replay_trace(const Trace& trace, const ReplayOptions& o,
-                          std::vector<std::unique_ptr<oracle::WriteSubject>>& writes,
-                          const ReplayProgress& progress) {
-  std::vector<std::unique_ptr<oracle::ReadSubject>> none;
-  return replay_trace(trace, o, writes, none, progress);
-}
-
-ReplayReport replay_trace(const Trace& trace, const ReplayOptions& o,
-                          std::vector<std::unique_ptr<oracle::WriteSubject>>& writes,
-                          std::vector<std::unique_ptr<oracle::ReadSubject>>& reads,
+ReplayReport replay_trace(const Trace& trace, const ReplayOptions& o, oracle::SubjectList& subjects,
                           const ReplayProgress& progress) {
   ReplayReport report;
-  Replayer(trace, o, report).run(writes, reads, progress);
+  Replayer(trace, o, report).run(subjects, progress);
   return report;
 }
 

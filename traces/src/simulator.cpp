@@ -55,7 +55,7 @@ void require(bool ok, const char* knob, std::int64_t value, const std::string& w
   if (!ok) throw spec::InvalidInput(knob, -1, std::to_string(value), why);
 }
 
-IntTensor int_tensor(IntType type, std::vector<std::int64_t> shape,
+IntTensor int_tensor(spec::SlotType type, std::vector<std::int64_t> shape,
                      std::vector<std::int64_t> values) {
   IntTensor t;
   t.type = type;
@@ -105,8 +105,7 @@ Trace simulate(const SimOptions& o, SimStats* stats_out) {
         index_perm[i - 1],
         index_perm[static_cast<std::size_t>(rng.uniform(0, static_cast<std::int64_t>(i) - 1))]);
   }
-  const IntType slot_type =
-      o.config.slot_type == spec::SlotType::kI32 ? IntType::kI32 : IntType::kI64;
+  const spec::SlotType slot_type = o.config.slot_type;
 
   Trace trace;
   trace.config = o.config;
@@ -251,14 +250,14 @@ Trace simulate(const SimOptions& o, SimStats* stats_out) {
       st.index_slot_mapping = int_tensor(slot_type, {static_cast<std::int64_t>(idx.size())}, idx);
     }
     st.slot_mapping = int_tensor(slot_type, {static_cast<std::int64_t>(slots.size())}, slots);
-    st.block_table = int_tensor(IntType::kI32, {batch, max_blocks}, std::move(table));
-    st.seq_lens = int_tensor(IntType::kI32, {batch}, seq_lens);
+    st.block_table = int_tensor(spec::SlotType::kI32, {batch, max_blocks}, std::move(table));
+    st.seq_lens = int_tensor(spec::SlotType::kI32, {batch}, seq_lens);
     if (o.query_lens_form) {
-      st.query_lens = int_tensor(IntType::kI32, {batch}, q_lens);
+      st.query_lens = int_tensor(spec::SlotType::kI32, {batch}, q_lens);
     } else {
-      st.query_start_loc = int_tensor(IntType::kI32, {batch + 1}, starts);
+      st.query_start_loc = int_tensor(spec::SlotType::kI32, {batch + 1}, starts);
     }
-    st.request_ids = int_tensor(IntType::kI64, {batch}, ids);
+    st.request_ids = int_tensor(spec::SlotType::kI64, {batch}, ids);
     trace.steps.push_back(std::move(st));
 
     // Advance: a request whose known tokens are all computed samples 1 (+ accepted drafts).

@@ -163,6 +163,12 @@ TraceReadParams parse_read_params(const std::map<std::string, std::string>& m) {
   }
   r.sm_scale = sm.front();
   r.out_dtype = meta_optional(m, "out_dtype", r.out_dtype, meta_enum<spec::DType>);
+  r.dense_rotary_dim = bounded("dense_rotary_dim", r.dense_rotary_dim);
+  if (r.dense_rotary_dim < 0 || r.dense_rotary_dim % 2 != 0) {
+    throw spec::InvalidInput("__metadata__ 'dense_rotary_dim'", -1,
+                             std::to_string(r.dense_rotary_dim),
+                             "expected 0 (plain dense writes) or an even rotary dim");
+  }
   return r;
 }
 
@@ -187,7 +193,7 @@ IntTensor decode_int(const StTensor& t) {
   IntTensor out;
   out.shape = t.shape;
   const std::size_t eb = t.dtype == StDType::kI32 ? 4 : 8;
-  out.type = t.dtype == StDType::kI32 ? IntType::kI32 : IntType::kI64;
+  out.type = t.dtype == StDType::kI32 ? spec::SlotType::kI32 : spec::SlotType::kI64;
   const std::size_t n = t.bytes.size() / eb;
   out.values.resize(n);
   if (eb == 8) {
@@ -207,9 +213,9 @@ StTensorOut encode_int(std::string name, const IntTensor& t) {
   StTensorOut out;
   out.name = std::move(name);
   out.shape = t.shape;
-  out.dtype = t.type == IntType::kI32 ? StDType::kI32 : StDType::kI64;
+  out.dtype = t.type == spec::SlotType::kI32 ? StDType::kI32 : StDType::kI64;
   const std::size_t n = t.values.size();
-  if (t.type == IntType::kI64) {
+  if (t.type == spec::SlotType::kI64) {
     out.bytes.resize(n * 8);
     if (n) std::memcpy(out.bytes.data(), t.values.data(), n * 8);
   } else {
@@ -242,10 +248,9 @@ void expect_shape(const IntTensor& t, const std::vector<std::int64_t>& shape, st
 void check_step(const spec::ModelConfig& c, std::int64_t s, const TraceStep& st) {
   expect_rank(st.slot_mapping, 1, s, Part::kSlotMapping);
   const std::int64_t tokens = st.slot_mapping.dim(0);
-  const IntType slot_type = c.slot_type == spec::SlotType::kI32 ? IntType::kI32 : IntType::kI64;
-  if (st.slot_mapping.type != slot_type) {
+  if (st.slot_mapping.type != c.slot_type) {
     throw spec::InvalidInput(field_of(s, Part::kSlotMapping) + " dtype", -1,
-                             st.slot_mapping.type == IntType::kI32 ? "I32" : "I64",
+                             st.slot_mapping.type == spec::SlotType::kI32 ? "I32" : "I64",
                              "expected the model's slot type " +
                                  std::string(spec::name_of(c.slot_type)) +
                                  " (__metadata__ "
@@ -261,10 +266,10 @@ void check_step(const spec::ModelConfig& c, std::int64_t s, const TraceStep& st)
   if (st.index_slot_mapping) {
     expect_shape(*st.index_slot_mapping, {tokens}, s, Part::kIndexSlotMapping,
                  "one per slot_mapping entry");
-    if (st.index_slot_mapping->type != slot_type) {
+    if (st.index_slot_mapping->type != c.slot_type) {
       throw spec::InvalidInput(
           field_of(s, Part::kIndexSlotMapping) + " dtype", -1,
-          st.index_slot_mapping->type == IntType::kI32 ? "I32" : "I64",
+          st.index_slot_mapping->type == spec::SlotType::kI32 ? "I32" : "I64",
           "expected the model's slot type " + std::string(spec::name_of(c.slot_type)));
     }
   }
@@ -402,6 +407,8 @@ std::map<std::string, std::string> trace_metadata(const Trace& t) {
   m["local_blocks"] = std::to_string(ip.local_blocks);
   m["sm_scale"] = scales_text({ap.sm_scale});
   m["out_dtype"] = spec::name_of(ap.out_dtype);
+  // Written only when set, so that traces without a fused dense insert keep their bytes.
+  if (t.read.dense_rotary_dim != 0) m["dense_rotary_dim"] = std::to_string(t.read.dense_rotary_dim);
   return m;
 }
 

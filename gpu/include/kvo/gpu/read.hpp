@@ -9,6 +9,8 @@
 /// launched (spec::InvalidInput), turn CUDA errors into spec::FailedToRun, and report sizes past
 /// the kernels' limits as spec::Unsupported. The device-memory launchers below serve benchmarks and
 /// graphs: they take validated inputs already on the device. No CUDA types in this header.
+/// Planted bugs of the fast family (the oracle's self-tests) live in kvo_gpu_testing
+/// (kvo/gpu/testing/faults.hpp), never here.
 
 #include <cstddef>
 #include <cstdint>
@@ -22,20 +24,15 @@ namespace kvo::gpu {
 /// Which kernel family runs a read.
 enum class ReadKernel : std::uint8_t { kCanonical, kFast };
 
-/// Bugs that can be planted in the fast family, so that the foreign mode is shown to reject them.
-enum class ReadFault : std::uint8_t {
-  kNone,
-  kIgnoreLocal,  ///< indexer: the local (current) block is not forced
-  kExpNoLog2e,   ///< attention: exp2(s) where exp2(s * log2(e)) is meant (a base-2 softmax)
-};
-
 /// SPEC 5: ids [Tq, nkv, topk]. kCanonical: the chosen logical blocks ascending, then -1.
 /// kFast: the chosen blocks by descending score, then -1.
 /// index_q: [Tq, num_index_heads, index_dim] in the activation dtype; caches: the sparse layer's.
-std::vector<std::int32_t> indexer_topk_host(
-    const spec::ModelConfig& config, const spec::IndexerParams& params,
-    const spec::ReadBatch& batch, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
-    ReadKernel kernel = ReadKernel::kCanonical, ReadFault fault = ReadFault::kNone);
+std::vector<std::int32_t> indexer_topk_host(const spec::ModelConfig& config,
+                                            const spec::IndexerParams& params,
+                                            const spec::ReadBatch& batch,
+                                            const spec::HostTensor& index_q,
+                                            const spec::LayerCaches& caches,
+                                            ReadKernel kernel = ReadKernel::kCanonical);
 
 /// SPEC 6: out [Tq, nq, hd] in params.out_dtype. q: [Tq, nq, hd] in the activation dtype.
 /// `selection`: [Tq, nkv, topk] logical block ids in any order (-1 unused; distinct and below
@@ -46,8 +43,7 @@ spec::HostTensor attention_host(const spec::ModelConfig& config,
                                 const std::vector<float>& k_scale,
                                 const std::vector<float>& v_scale,
                                 const std::vector<std::int32_t>& selection, std::int64_t topk,
-                                ReadKernel kernel = ReadKernel::kCanonical,
-                                ReadFault fault = ReadFault::kNone);
+                                ReadKernel kernel = ReadKernel::kCanonical);
 
 /// A batch's query rows on the device (all pointers device memory).
 struct DeviceReadBatch {
@@ -81,7 +77,7 @@ std::size_t attention_workspace_floats(std::int64_t num_rows, std::int64_t num_q
 /// chunks in ascending order. Throws spec::Unsupported for shapes past the kernels' limits.
 void launch_attention(const spec::ModelConfig& config, const spec::AttentionParams& params,
                       const DeviceReadBatch& batch, const DeviceAttention& a, ReadKernel kernel,
-                      ReadFault fault, void* stream);
+                      void* stream);
 
 /// One indexer call's device buffers.
 struct DeviceIndexer {
@@ -96,6 +92,6 @@ struct DeviceIndexer {
 /// then top-k (one CUDA block per (row, KV head)).
 void launch_indexer_topk(const spec::ModelConfig& config, const spec::IndexerParams& params,
                          const DeviceReadBatch& batch, const DeviceIndexer& ix, ReadKernel kernel,
-                         ReadFault fault, void* stream);
+                         void* stream);
 
 }  // namespace kvo::gpu

@@ -19,6 +19,9 @@
 /// two tokens resolve to one slot (last writer wins on the CPU, an undefined order on the GPU), the
 /// host convenience resolves the mapping first (the last writer keeps the slot, the others become
 /// padding) and runs a strict call; the device API leaves such a mapping to the caller.
+///
+/// Planted bugs for the oracle's self-tests live in kvo_gpu_testing (kvo/gpu/testing/faults.hpp),
+/// never here.
 
 #include <cstdint>
 
@@ -30,15 +33,6 @@ namespace kvo::gpu {
 
 /// Which GPU implementation writes the layer.
 enum class WritePath : std::uint8_t { kFused, kUnfused };
-
-/// Deliberate bugs for the oracle's self-tests (planted-bug tests): the oracle must name the right
-/// layer, buffer, block, offset, head and dim for each. kNone in every production use.
-enum class FaultInjection : std::uint8_t {
-  kNone,
-  kWrapNegativeSlots,  ///< a padding slot -1 wraps to the last slot, as torch indexing does
-  kOffsetPlusOne,      ///< K/V/index rows land one offset further into the block
-  kSwapHndNhd,         ///< the kernel uses the HND strides for an NHD cache and vice versa
-};
 
 /// One layer's inputs on the device. Every pointer is 16-byte aligned.
 struct DeviceWriteInputs {
@@ -70,7 +64,7 @@ std::int64_t index_buffer_bytes(const spec::ModelConfig& config);  ///< index-K
 /// kernel's launch overlap its own run, as vLLM's fused kernels do inside CUDA graphs.
 int launch_fused_write(const spec::ModelConfig& config, spec::LayerKind kind,
                        const DeviceWriteInputs& in, const DeviceLayerCaches& caches, void* stream,
-                       FaultInjection fault = FaultInjection::kNone, bool pdl = false);
+                       bool pdl = false);
 
 /// Device scratch of the unfused path: per tensor (K, V, index-K) the block and offset vectors in
 /// the slot type and as int64, i.e. 3 x 4 x [max_tokens] int64.
@@ -104,8 +98,7 @@ int launch_unfused_write(const spec::ModelConfig& config, spec::LayerKind kind,
 /// The host-memory convenience: validates, copies to the device, writes, copies `caches` (guards
 /// included) back. Synchronous.
 void write_layer_host(WritePath path, const spec::ModelConfig& config,
-                      const spec::LayerWrite& write, spec::LayerCaches& caches,
-                      FaultInjection fault = FaultInjection::kNone);
+                      const spec::LayerWrite& write, spec::LayerCaches& caches);
 
 /// The dense-layer fused insert (SPEC 4, vLLM MiniMax-M3 qknorm + rope + insert) in one launch:
 /// validates (spec::validate_dense_insert), copies to the device, runs, copies the K/V buffers

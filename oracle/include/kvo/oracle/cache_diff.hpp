@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kvo/oracle/harness.hpp"
 #include "kvo/reference/paged_cache.hpp"
 #include "kvo/spec/write.hpp"
 
@@ -21,7 +22,7 @@ struct ByteMismatch {
   /// 0 inside the body; < 0 bytes before it (leading guard); > 0 bytes past its end (1 = first).
   std::int64_t guard_distance = 0;
   std::int64_t byte = 0;  ///< within the body (meaningful when guard_distance == 0)
-  reference::ElementCoord coord;
+  oracle::ElementCoord coord;
   std::uint8_t expected_byte = 0, actual_byte = 0;
   std::uint32_t expected_code = 0, actual_code = 0;  ///< whole element codes
   std::string expected_value, actual_value;          ///< decoded

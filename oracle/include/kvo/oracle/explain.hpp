@@ -1,14 +1,15 @@
 #pragma once
 /// \file explain.hpp
-/// `kvoracle explain`: everything about one failing case. For a write: the SPEC 7 report over every
-/// layer, a picture of the pages involved (which slots should have changed, which did, which
-/// differ), the token responsible for each and the first differing elements decoded side by side.
-/// For the read ops: the top-k rows and attention elements that differ.
+/// `kvoracle explain`: everything about one case for one subject and op, from the op's driver. For
+/// the ops that write caches: the SPEC 7 report over every layer, a picture of the pages involved
+/// (which slots should have changed, which did, which differ), the token responsible for each and
+/// the first differing elements decoded side by side. For the read ops: the batch and the top-k
+/// rows or attention elements that differ.
 
 #include <cstdint>
 #include <string>
 
-#include "kvo/oracle/check.hpp"
+#include "kvo/oracle/campaign.hpp"
 
 namespace kvo::oracle {
 
@@ -18,10 +19,8 @@ struct Explanation {
 };
 
 /// Explains case `case_seed` (with the options' overrides) for the subject named `subject` on `op`.
-/// The subject is looked up among the given lists; an unknown one is InvalidInput.
+/// An unknown subject, or one that does not implement `op`, is InvalidInput.
 Explanation explain_case(const CheckOptions& options, std::uint64_t case_seed,
-                         const std::string& subject, const std::string& op,
-                         std::vector<std::unique_ptr<WriteSubject>>& write_subjects,
-                         std::vector<std::unique_ptr<ReadSubject>>& read_subjects);
+                         const std::string& subject, spec::Op op, SubjectList& subjects);
 
 }  // namespace kvo::oracle

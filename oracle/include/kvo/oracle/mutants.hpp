@@ -10,26 +10,26 @@
 #include <string>
 #include <vector>
 
-#include "kvo/oracle/check.hpp"
+#include "kvo/oracle/campaign.hpp"
 
 namespace kvo::oracle {
 
 struct Mutant {
   std::string name;
-  std::string op;           ///< write, indexer or attention
-  std::string models;       ///< the real bug it models
-  CaseOverrides overrides;  ///< the conditions under which the bug can show
-  ReadOverrides read_overrides;
-  std::function<std::unique_ptr<WriteSubject>()> make_write;  ///< op write
-  std::function<std::unique_ptr<ReadSubject>()> make_read;    ///< ops indexer, attention
+  spec::Op op = spec::Op::kWrite;
+  std::string models;   ///< the real bug it models
+  Overrides overrides;  ///< the conditions under which the bug can show
+  std::function<std::unique_ptr<Subject>()> make;
 };
 
-/// Every catalogued mutant in a fixed order: the CPU emulations, then (built with CUDA) the same
-/// bugs planted in the fused kernel.
+/// Every catalogued mutant in a fixed order: the CPU ones (write, read, dense), then (built with
+/// CUDA) bugs planted in the CUDA kernels.
 const std::vector<Mutant>& mutant_catalogue();
 
 struct MutantResult {
-  std::string name, op, models;
+  std::string name;
+  spec::Op op = spec::Op::kWrite;
+  std::string models;
   bool killed = false;
   std::int64_t cases = 0;  ///< cases run: the one that killed it, or all of them
   std::string first_failure;
@@ -38,9 +38,7 @@ struct MutantResult {
 
 /// Appends to the subject lists the catalogued mutants among `names`, so that a mutant can be named
 /// wherever a subject can (`kvoracle check --subject minus-one-wraps`, `kvoracle explain`).
-void add_named_mutants(const std::vector<std::string>& names,
-                       std::vector<std::unique_ptr<WriteSubject>>& write_subjects,
-                       std::vector<std::unique_ptr<ReadSubject>>& read_subjects);
+void add_named_mutants(const std::vector<std::string>& names, SubjectList& subjects);
 
 /// Runs each mutant (all, or those named) for up to `max_cases` cases from `seed`, stopping at the
 /// first kill. An unknown name is InvalidInput.

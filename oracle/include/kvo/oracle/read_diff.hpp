@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kvo/reference/read_path.hpp"
-#include "kvo/reference/truth.hpp"
+#include "kvo/truth/truth.hpp"
 
 namespace kvo::oracle {
 
@@ -48,7 +48,7 @@ TopkDiff diff_topk_exact(const reference::TopkSelection& expected,
 /// duplicates, the forced blocks when there is room, every chosen block's reference score at least
 /// the k_eff-th largest minus both scores' bounds, and the declared order.
 TopkDiff diff_topk_tie_aware(const reference::TopkSelection& expected,
-                             const reference::ScoreTruth& truth, const spec::IndexerParams& params,
+                             const truth::ScoreTruth& truth, const spec::IndexerParams& params,
                              const std::vector<std::int32_t>& actual, TopkOrder order);
 
 struct AttentionMismatch {
@@ -77,7 +77,7 @@ AttentionDiff diff_attention_exact(const spec::HostTensor& expected,
 
 /// A foreign output against the float64 truth: element i passes when |actual - truth| <= bound_i
 /// plus one unit in the last place of the output dtype at |truth| + bound_i (the output rounding).
-AttentionDiff diff_attention_bounded(const reference::AttentionTruth& truth,
+AttentionDiff diff_attention_bounded(const truth::AttentionTruth& truth,
                                      const spec::HostTensor& actual);
 
 /// Distance in units in the last place between two codes of a float dtype (f32, bf16, fp16).

@@ -10,32 +10,12 @@
 #include <string>
 
 #include "kvo/oracle/read_case.hpp"
-#include "kvo/oracle/read_subject.hpp"
+#include "kvo/oracle/subject.hpp"
 #include "kvo/reference/read_path.hpp"
-#include "kvo/reference/truth.hpp"
 #include "kvo/spec/outcome.hpp"
+#include "kvo/truth/truth.hpp"
 
 namespace kvo::oracle {
-
-/// Runs `fn` (returning an Outcome) and classifies what it throws: InvalidInput on a valid case,
-/// Unsupported, anything else failed-to-run; `error` gets the reason.
-template <class Fn>
-spec::Outcome run_guarded(Fn&& fn, std::string& error) {
-  try {
-    return fn();
-  } catch (const spec::InvalidInput& e) {
-    error = std::string("rejected a valid case: ") + e.what();
-    return spec::Outcome::kInvalidInput;
-  } catch (const spec::Unsupported& e) {
-    error = std::string("unsupported: ") + e.what();
-    return spec::Outcome::kUnsupported;
-  } catch (const std::exception& e) {
-    error = std::string("failed to run: ") + e.what();
-    return spec::Outcome::kFailedToRun;
-  }
-}
-
-enum class ReadOp : std::uint8_t { kIndexer, kAttention };
 
 /// The expected results of one read case, computed once per case and only as far as the subjects
 /// judged against it need (the float64 truth only for foreign subjects).
@@ -52,16 +32,16 @@ class ReadExpectation {
   const reference::TopkSelection& selection() const { return selection_; }
   /// What attention reads: null (dense) or the reference selection.
   const reference::TopkSelection* attended() const { return dense_ ? nullptr : &selection_; }
-  const reference::ScoreTruth& score_truth(reference::Ordering o);
-  const reference::AttentionTruth& attention_truth(reference::Ordering o);
+  const truth::ScoreTruth& score_truth(spec::Ordering o);
+  const truth::AttentionTruth& attention_truth(spec::Ordering o);
   const spec::HostTensor& exact();
 
  private:
   const ReadCase& rc_;
   bool dense_ = false;
   reference::TopkSelection selection_;
-  std::optional<reference::ScoreTruth> scores_[2];     // per Ordering
-  std::optional<reference::AttentionTruth> truth_[2];  // per Ordering
+  std::optional<truth::ScoreTruth> scores_[2];     // per Ordering
+  std::optional<truth::AttentionTruth> truth_[2];  // per Ordering
   std::optional<spec::HostTensor> exact_out_;
 };
 
@@ -72,8 +52,9 @@ struct ReadVerdict {
   std::optional<std::int64_t> query;  ///< the first differing query row, when a diff found one
 };
 
-/// Runs `op` of `subject` on the expectation's case and judges it by the subject's ordering:
-/// canonical exactly (diff_topk_exact, diff_attention_exact), foreign tie-aware and bounded.
-ReadVerdict judge_read(ReadSubject& subject, ReadOp op, ReadExpectation& expected);
+/// Runs `op` (kIndexer or kAttention) of `subject` on the expectation's case and judges it by the
+/// subject's ordering: canonical exactly (diff_topk_exact, diff_attention_exact), foreign
+/// tie-aware and bounded.
+ReadVerdict judge_read(Subject& subject, spec::Op op, ReadExpectation& expected);
 
 }  // namespace kvo::oracle

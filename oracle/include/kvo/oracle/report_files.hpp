@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "kvo/oracle/check.hpp"
+#include "kvo/oracle/campaign.hpp"
 
 namespace kvo::oracle {
 

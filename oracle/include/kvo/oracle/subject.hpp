@@ -1,42 +1,91 @@
 #pragma once
 /// \file subject.hpp
-/// A subject is a named implementation of one layer's cache write that the oracle diffs against the
-/// reference: the CPU emulations always, CUDA kernels when a GPU answers, a user's own kernel
-/// through make_function_subject. Adding one touches neither the diff nor the campaign.
+/// A subject is a named implementation that the oracle judges against the reference: the CPU
+/// emulations always, the CUDA kernels when a GPU answers, the planted mutants, a user's own
+/// kernel. One model for all of them (Ginkgo's one signature per op): a subject declares which ops
+/// it implements and how it orders its arithmetic, and implements those ops' signatures. The
+/// campaign, shrinking, explain, the mutants and replay take any subject; adding one touches none
+/// of them.
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "kvo/oracle/read_case.hpp"
+#include "kvo/oracle/read_diff.hpp"
+#include "kvo/reference/read_path.hpp"
 #include "kvo/spec/config.hpp"
+#include "kvo/spec/dense_insert.hpp"
+#include "kvo/spec/op.hpp"
+#include "kvo/spec/read.hpp"
 #include "kvo/spec/write.hpp"
 
 namespace kvo::oracle {
 
-class WriteSubject {
+class Subject {
  public:
-  virtual ~WriteSubject() = default;
+  virtual ~Subject() = default;
   virtual std::string name() const = 0;
   /// Empty when the subject can run here; otherwise why not ("no CUDA device").
   virtual std::string unavailable_reason() const { return {}; }
-  /// Writes one layer into `caches` (host buffers, guards included; the subject moves them to its
-  /// device and back as it needs). Throws spec::InvalidInput on rejected input, spec::FailedToRun
-  /// on a runtime error, spec::Unsupported for a configuration it does not implement.
+  virtual bool implements(spec::Op op) const = 0;
+  /// Canonical subjects are judged bit for bit; foreign ones (another summation order, hardware
+  /// exp2) against the float64 truth with the derived bound and the tie-aware top-k rules.
+  virtual spec::Ordering ordering() const { return spec::Ordering::kCanonical; }
+  /// The order of the indexer's rows, checked by the tie-aware rules.
+  virtual TopkOrder topk_order() const { return TopkOrder::kAscendingIds; }
+
+  // One signature per op. Each throws spec::InvalidInput on rejected input, spec::FailedToRun on a
+  // runtime error and spec::Unsupported for a configuration it does not implement; the default
+  // (an op the subject does not implement) throws spec::Unsupported.
+
+  /// kWrite: one layer into `caches` (host buffers, guards included; the subject moves them to
+  /// its device and back as it needs).
   virtual void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& write,
-                           spec::LayerCaches& caches) = 0;
+                           spec::LayerCaches& caches);
+  /// kDense: inserts k and v of a dense layer into `caches`; returns q_out [T, nq, hd].
+  virtual spec::HostTensor dense_insert(const spec::ModelConfig& config,
+                                        const spec::DenseInsert& in, spec::LayerCaches& caches);
+  /// kIndexer: top-k ids [Tq, nkv, topk] of the case.
+  virtual std::vector<std::int32_t> indexer(const ReadCase& c);
+  /// kAttention: [Tq, nq, hd] in c.attention.out_dtype over `selection` (null: dense).
+  virtual spec::HostTensor attention(const ReadCase& c, const reference::TopkSelection* selection);
 };
+
+using SubjectList = std::vector<std::unique_ptr<Subject>>;
 
 using WriteFunction =
     std::function<void(const spec::ModelConfig&, const spec::LayerWrite&, spec::LayerCaches&)>;
+using DenseFunction = std::function<spec::HostTensor(const spec::ModelConfig&,
+                                                     const spec::DenseInsert&, spec::LayerCaches&)>;
+using IndexerFunction = std::function<std::vector<std::int32_t>(const ReadCase&)>;
+using AttentionFunction =
+    std::function<spec::HostTensor(const ReadCase&, const reference::TopkSelection*)>;
 
-/// A subject from a plain function (a user's kernel wrapper, or a test's planted bug).
-std::unique_ptr<WriteSubject> make_function_subject(std::string name, WriteFunction fn);
+/// A subject from plain functions: the ops it implements are the functions given.
+struct SubjectFunctions {
+  WriteFunction write;
+  DenseFunction dense;
+  IndexerFunction indexer;
+  AttentionFunction attention;
+  spec::Ordering ordering = spec::Ordering::kCanonical;
+  TopkOrder topk_order = TopkOrder::kAscendingIds;
+  std::function<std::string()> unavailable_reason;  ///< empty: always available
+};
+std::unique_ptr<Subject> make_function_subject(std::string name, SubjectFunctions functions);
+/// A write-only subject (a user's kernel wrapper, or a test's planted bug).
+std::unique_ptr<Subject> make_function_subject(std::string name, WriteFunction write);
 
-/// Every write subject this build knows, available here or not, in a fixed order.
-std::vector<std::unique_ptr<WriteSubject>> make_write_subjects();
+/// Every subject this build knows, available here or not, in a fixed order: the CPU subjects, then
+/// (built with CUDA) the CUDA ones.
+SubjectList make_subjects();
 
-/// Names of make_write_subjects(), for usage messages.
-std::vector<std::string> write_subject_names();
+/// Names of make_subjects(), for usage messages.
+std::vector<std::string> subject_names();
+
+/// The ops `subject` implements, as "write,dense".
+std::string implemented_ops(const Subject& subject);
 
 }  // namespace kvo::oracle

@@ -4,28 +4,17 @@
 /// group reduce, forced init and local blocks, block top-k with its tie rule and output convention;
 /// sparse and dense attention over a paged cache through block tables (decode, MTP and causal
 /// prefill, GQA), chunked by `sparse_block` logical blocks and combined in ascending order.
-/// Bit-exact by definition.
+/// Bit-exact by definition. The rules shared with the float64 truth (n_valid, forced blocks, the
+/// per-head NaN rule, the group reduce, row and score addressing) are in read_rules.hpp.
 
 #include <cstdint>
 #include <vector>
 
+#include "kvo/reference/read_rules.hpp"
 #include "kvo/spec/read.hpp"
 #include "kvo/spec/write.hpp"
 
 namespace kvo::reference {
-
-/// Forced block scores (SPEC 5): init blocks outrank local blocks, which outrank every real score.
-inline constexpr float kInitBlockScore = 1e30f;
-inline constexpr float kLocalBlockScore = 1e29f;
-/// The block score of a block with a NaN token score.
-inline constexpr float kNanBlockScore = -1e30f;
-
-/// Position of every query row: request and position p (SPEC 5: p = seq_len - q_len + j).
-struct QueryRow {
-  std::int64_t request = 0;
-  std::int64_t position = 0;
-};
-std::vector<QueryRow> query_rows(const spec::ReadBatch& batch);
 
 /// The indexer's result for every query row and KV head.
 struct TopkSelection {
@@ -39,11 +28,13 @@ struct TopkSelection {
     return ids[static_cast<std::size_t>((q * num_kv_heads + g) * topk + k)];
   }
   float score(std::int64_t q, std::int64_t g, std::int64_t j) const {
-    return scores[static_cast<std::size_t>((q * num_kv_heads + g) * max_blocks + j)];
+    return scores[score_index(q, g, j, num_kv_heads, max_blocks)];
   }
 };
 
 /// Dequantized index-K row of token t of request r (through the block table): `index_dim` floats.
+/// Reads through the SPEC 3 offsets of the (valid) configuration, building no layout: cheap
+/// enough to call once per token in a loop.
 std::vector<float> read_index_k(const spec::ModelConfig& config, const spec::ReadBatch& batch,
                                 const spec::LayerCaches& caches, std::int64_t request,
                                 std::int64_t t);
@@ -56,6 +47,7 @@ TopkSelection indexer_topk(const spec::ModelConfig& config, const spec::IndexerP
 
 /// Dequantized K (kv = 0) or V (kv = 1) of token t of request r, head h: head_dim floats
 /// (SPEC 2: fl(decode(code) * s) with the head's scale; the plain decode with scale mode none).
+/// Builds no layout, as read_index_k.
 std::vector<float> read_kv(const spec::ModelConfig& config, const spec::ReadBatch& batch,
                            const spec::LayerCaches& caches, const std::vector<float>& scales,
                            int kv, std::int64_t request, std::int64_t t, std::int64_t h);

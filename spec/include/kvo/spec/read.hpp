@@ -5,13 +5,30 @@
 /// input (block tables past the cache, sequence lengths beyond the table, topk 0, head counts that
 /// do not divide) is rejected before anything runs.
 
+#include <array>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "kvo/spec/config.hpp"
+#include "kvo/spec/types.hpp"
 #include "kvo/spec/write.hpp"
 
 namespace kvo::spec {
+
+/// How a float32 read-side computation is ordered (SPEC 1, principle 4), which decides how it is
+/// judged: bit for bit against the reference, or against the float64 truth within a derived bound.
+enum class Ordering : std::uint8_t {
+  kCanonical,  ///< SPEC 6.1-6.3 exactly (8-wide fma groups, trees, polynomial exp)
+  kForeign,    ///< any summation order, hardware exp2 (relative error <= 2^-22), any chunking
+};
+
+template <>
+struct EnumInfo<Ordering> {
+  static constexpr std::string_view kNoun = "ordering";
+  static constexpr std::array<EnumName<Ordering>, 2> kNames{
+      {{Ordering::kCanonical, "canonical"}, {Ordering::kForeign, "foreign"}}};
+};
 
 /// Requests of one step as the read side sees them. Query row i (of Tq) belongs to request r with
 /// query_start_loc[r] <= i < query_start_loc[r + 1]; its position is p = seq_lens[r] - q_len_r + j

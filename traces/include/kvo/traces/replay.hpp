@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "kvo/oracle/read_case.hpp"
-#include "kvo/oracle/read_subject.hpp"
 #include "kvo/oracle/subject.hpp"
 #include "kvo/reference/generator.hpp"
+#include "kvo/spec/dense_insert.hpp"
 #include "kvo/spec/outcome.hpp"
 #include "kvo/spec/write.hpp"
 #include "kvo/traces/trace.hpp"
@@ -34,19 +34,22 @@ struct ReplayOptions {
   std::vector<std::int64_t> layers;   ///< empty: every layer
   std::vector<std::string> subjects;  ///< empty: every available subject
   bool keep_going = false;  ///< report every mismatching step (resyncing the subject after each)
-  /// Of write, indexer, attention. Default write only: the reference read path is slow.
-  std::vector<std::string> ops{"write"};
+  /// Of kReplayOps. Default write only: the reference read path is slow.
+  std::vector<spec::Op> ops{spec::Op::kWrite};
   /// Whole-cache comparison every this many replayed steps (and always after the last); between
   /// them only the pages a step's slot mappings name, and the guards, are compared. 1: every step.
   std::int64_t full_diff_every = 32;
 };
 
-/// The ops `kvoracle replay --ops` takes.
-inline const std::vector<std::string> kReplayOps{"write", "indexer", "attention"};
+/// The ops a trace holds cases for (`kvoracle replay --ops`). On a trace whose dense layers use the
+/// fused insert (dense_rotary_dim > 0), op write covers its sparse layers and op dense its dense
+/// ones; elsewhere op dense has no cases.
+inline const std::vector<spec::Op> kReplayOps{spec::Op::kWrite, spec::Op::kDense,
+                                              spec::Op::kIndexer, spec::Op::kAttention};
 
 struct ReplaySubjectResult {
   std::string name;
-  std::string op = "write";  ///< write, indexer or attention
+  spec::Op op = spec::Op::kWrite;
   spec::Outcome outcome = spec::Outcome::kPass;
   std::string note;               ///< why unavailable, unsupported or failed
   std::int64_t layer_writes = 0;  ///< layer calls (writes, or reads for the read ops)
@@ -70,6 +73,20 @@ reference::ValueGenerator replay_generator(const Trace& trace, const ReplayOptio
 spec::LayerWrite make_step_write(const Trace& trace, std::int64_t step, std::int64_t layer,
                                  const reference::ValueGenerator& gen);
 
+/// The cos/sin table of a trace whose dense layers use the fused insert (dense_rotary_dim > 0):
+/// [max position + 1, rotary_dim], row p = cos(p * theta_i) for i < rotary_dim / 2, then the sines,
+/// theta_i = 10000^(-2i / rotary_dim), computed in double and rounded once. Empty otherwise.
+std::vector<float> rope_table(const Trace& trace);
+
+/// Layer `layer`'s fused qknorm + rope + insert at `step` (a dense layer of a trace with
+/// dense_rotary_dim > 0): the K/V write of make_step_write; q [T, nq, hd] generated with
+/// GenTensor::kQ keyed as K; q and k norm weights per layer (generated with keys of request -2,
+/// scaled by 1/8); eps 1e-6; the positions of the tokens (0 for padding rows); `cos_sin` from
+/// rope_table.
+spec::DenseInsert make_step_dense(const Trace& trace, std::int64_t step, std::int64_t layer,
+                                  const reference::ValueGenerator& gen,
+                                  const std::vector<float>& cos_sin);
+
 /// Layer `layer`'s read case at `step` (caches left empty: the caller moves the layer's in): the
 /// step's batch (block table, sequence lengths, query start locations; queries are the real
 /// tokens), the trace's indexer and attention parameters, index-Q and Q generated per SPEC 8 with
@@ -80,18 +97,12 @@ oracle::ReadCase make_step_read(const Trace& trace, std::int64_t step, std::int6
 /// (done, total) steps.
 using ReplayProgress = std::function<void(std::int64_t, std::int64_t)>;
 
-/// Replays `trace`. Throws spec::InvalidInput for a trace that fails validate_trace, an unknown
-/// subject, a step range or layer outside the trace.
-ReplayReport replay_trace(const Trace& trace, const ReplayOptions& options,
-                          std::vector<std::unique_ptr<oracle::WriteSubject>>& subjects,
-                          const ReplayProgress& progress = {});
-
-/// Also the read subjects, for the ops indexer and attention (options.ops); an unknown op is
-/// InvalidInput. Canonical read subjects are judged exactly, foreign ones against the float64 truth
+/// Replays `trace` through every selected subject on every op of options.ops it implements
+/// (oracle::select_subject_ops). Throws spec::InvalidInput for a trace that fails validate_trace,
+/// an unknown subject, an op a trace has no cases for, a step range or layer outside the trace.
+/// Canonical read subjects are judged exactly, foreign ones against the float64 truth
 /// (oracle::judge_read). A read mismatch names subject, op, step, layer and query row.
 ReplayReport replay_trace(const Trace& trace, const ReplayOptions& options,
-                          std::vector<std::unique_ptr<oracle::WriteSubject>>& write_subjects,
-                          std::vector<std::unique_ptr<oracle::ReadSubject>>& read_subjects,
-                          const ReplayProgress& progress = {});
+                          oracle::SubjectList& subjects, const ReplayProgress& progress = {});
 
 }  // namespace kvo::traces

@@ -18,15 +18,15 @@
 
 #include "kvo/spec/config.hpp"
 #include "kvo/spec/read.hpp"
+#include "kvo/spec/types.hpp"
 
 namespace kvo::traces {
 
-/// Storage type of an integer tensor of a trace.
-enum class IntType : std::uint8_t { kI32, kI64 };
-
-/// An integer tensor; values are held as int64 whatever the storage type.
+/// An integer tensor; values are held as int64 whatever the storage type. The storage type is the
+/// contract's integer type spec::SlotType (I32 or I64 in the file), for every tensor of a trace,
+/// not only the slot mappings.
 struct IntTensor {
-  IntType type = IntType::kI32;
+  spec::SlotType type = spec::SlotType::kI32;
   std::vector<std::int64_t> shape;
   std::vector<std::int64_t> values;  ///< row-major, prod(shape) values
 
@@ -70,6 +70,10 @@ struct TraceReadParams {
   std::int64_t local_blocks = 1;
   float sm_scale = 0.0f;  ///< 0: the default fl(1 / fl(sqrt(head_dim)))
   spec::DType out_dtype = spec::DType::kBF16;
+  /// 0: dense layers are plain writes (SPEC 4). Even, in [2, head_dim]: dense layers are written by
+  /// the fused qknorm + rope + insert (SPEC 4, vLLM MiniMax-M3) rotating this many dims, and replay
+  /// judges them through the dense op.
+  std::int64_t dense_rotary_dim = 0;
   bool operator==(const TraceReadParams&) const = default;
 };
 
@@ -89,8 +93,8 @@ struct Trace {
 
 /// The optional __metadata__ keys of TraceReadParams (every other configuration key is required).
 inline const std::vector<std::string> kReadParamKeys{
-    "num_index_heads", "num_q_heads",  "sparse_block", "topk",
-    "init_blocks",     "local_blocks", "sm_scale",     "out_dtype"};
+    "num_index_heads", "num_q_heads", "sparse_block",    "topk", "init_blocks", "local_blocks",
+    "sm_scale",        "out_dtype",   "dense_rotary_dim"};
 
 /// The indexer and attention parameters of a trace, head counts resolved against its geometry.
 spec::IndexerParams indexer_params(const Trace& trace);

@@ -1,17 +1,29 @@
-// One layer's write (SPEC 4), hand-checked on tiny caches, through all three CPU forms; and the
-// rejection of bad input before anything is written (SPEC principle 5).
+// One layer's write (SPEC 4), hand-checked on tiny caches, through all three CPU forms (the
+// reference and the cpu-fused and cpu-unfused subjects); and the rejection of bad input before
+// anything is written (SPEC principle 5).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
 
+#include "kvo/oracle/harness.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/numbers.hpp"
 #include "kvo/reference/paged_cache.hpp"
 #include "kvo/spec/outcome.hpp"
+#include "kvo/subjects/cpu_write.hpp"
 
-namespace kvo::reference {
+namespace kvo::subjects {
 namespace {
+
+using oracle::make_layer_caches;
+using reference::bits_of;
+using reference::float_of;
+using reference::load_code;
+using reference::PagedCacheLayout;
+using reference::quantize_kv;
+using reference::store_code;
+using reference::write_layer;
 
 using spec::BufferKind;
 using spec::DType;
@@ -342,4 +354,4 @@ TEST(LayerMix, ParsesRunLengthAndLetters) {
 }
 
 }  // namespace
-}  // namespace kvo::reference
+}  // namespace kvo::subjects

@@ -13,8 +13,19 @@
 #include "kvo/reference/numbers.hpp"
 #include "kvo/reference/paged_cache.hpp"
 #include "kvo/spec/outcome.hpp"
+#include "kvo/subjects/cpu_write.hpp"
 
-namespace kvo::reference {
+namespace kvo::subjects {
+
+using reference::bits_of;
+using reference::check_layer_caches;
+using reference::encode;
+using reference::PagedCacheLayout;
+using reference::quantize_group_blockscale;
+using reference::quantize_kv;
+using reference::source_value;
+using reference::store_code;
+
 namespace {
 
 using spec::BufferKind;
@@ -206,4 +217,4 @@ int write_layer_unfused(const spec::ModelConfig& c, const spec::LayerWrite& w,
   return ops;
 }
 
-}  // namespace kvo::reference
+}  // namespace kvo::subjects

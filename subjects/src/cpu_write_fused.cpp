@@ -8,18 +8,21 @@
 #include "kvo/reference/numbers.hpp"
 #include "kvo/reference/paged_cache.hpp"
 #include "kvo/spec/outcome.hpp"
+#include "kvo/subjects/cpu_write.hpp"
 
-namespace kvo::reference {
-namespace {
+namespace kvo::subjects {
 
+using reference::bits_of;
+using reference::check_layer_caches;
+using reference::encode;
+using reference::f32_to_fp8;
+using reference::float_of;
+using reference::PagedCacheLayout;
+using reference::quantize_kv;
+using reference::source_value;
+using reference::store_code;
 using spec::BufferKind;
 using spec::KvLayout;
-
-/// Element strides of a K/V cache view: element(b, o, h, kv, d) = b*block + o*token + h*head +
-/// kv*kv_part + d. The innermost dimension is always contiguous.
-struct KvStrides {
-  std::int64_t block, token, head, kv_part;
-};
 
 KvStrides kv_strides(const spec::CacheGeometry& g, KvLayout layout) {
   const std::int64_t bs = g.block_size, nkv = g.num_kv_heads, hd = g.head_dim;
@@ -40,32 +43,44 @@ KvStrides kv_strides(const spec::CacheGeometry& g, KvLayout layout) {
   return {0, 0, 0, 0};
 }
 
-std::int64_t resolve(std::int64_t slot, std::int64_t capacity, spec::SlotMode mode) {
+KvView kv_view(const spec::ModelConfig& config, spec::LayerCaches& caches) {
+  const bool one_tensor = spec::kv_in_one_tensor(config.layout);
+  KvView view;
+  view.strides = kv_strides(config.geometry, config.layout);
+  view.block_size = config.geometry.block_size;
+  for (spec::CacheBuffer& b : caches.buffers) {
+    if (b.kind == BufferKind::kK || b.kind == BufferKind::kKv) view.k = b.body();
+    if (b.kind == BufferKind::kV) view.v = b.body();
+  }
+  if (one_tensor) {
+    view.v = view.k;
+    view.v_part = view.strides.kv_part;
+  }
+  if (view.k == nullptr || view.v == nullptr) {
+    throw spec::InvalidInput("caches", -1, std::string(spec::name_of(config.layout)),
+                             "the layer has no K/V buffers of this layout");
+  }
+  return view;
+}
+
+std::int64_t resolve_slot(std::int64_t slot, std::int64_t capacity, spec::SlotMode mode) {
   if (slot < 0 && mode == spec::SlotMode::kLegacyWrap) return slot + capacity;
   return slot;
 }
-
-}  // namespace
 
 void write_layer_fused(const spec::ModelConfig& config, const spec::LayerWrite& w,
                        spec::LayerCaches& caches) {
   spec::validate_write(config, w);
   const PagedCacheLayout layout(config);
   const spec::CacheGeometry& g = config.geometry;
-  const bool one_tensor = spec::kv_in_one_tensor(config.layout);
-  const KvStrides st = kv_strides(g, config.layout);
   const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(config.kv.cache_dtype));
 
-  std::uint8_t* k_base = nullptr;
-  std::uint8_t* v_base = nullptr;
-  std::uint8_t* index_base = nullptr;
   check_layer_caches(layout, w.kind, caches);
+  const KvView view = kv_view(config, caches);
+  std::uint8_t* index_base = nullptr;
   for (spec::CacheBuffer& b : caches.buffers) {
-    if (b.kind == BufferKind::kK || b.kind == BufferKind::kKv) k_base = b.body();
-    if (b.kind == BufferKind::kV) v_base = b.body();
     if (b.kind == BufferKind::kIndexK) index_base = b.body();
   }
-  if (one_tensor) v_base = k_base;
   const bool sparse = w.kind == spec::LayerKind::kSparse;
 
   const std::int64_t row = g.num_kv_heads * g.head_dim;
@@ -75,17 +90,15 @@ void write_layer_fused(const spec::ModelConfig& config, const spec::LayerWrite& 
   const auto num_tokens = static_cast<std::int64_t>(w.slots.slots.size());
   for (std::int64_t t = 0; t < num_tokens; ++t) {
     const std::int64_t slot =
-        resolve(w.slots.slots[static_cast<std::size_t>(t)], g.capacity(), config.slot_mode);
+        resolve_slot(w.slots.slots[static_cast<std::size_t>(t)], g.capacity(), config.slot_mode);
     if (slot >= 0) {
-      const std::int64_t page = slot / g.block_size;
-      const std::int64_t in_page = slot - page * g.block_size;
-      const std::int64_t token_base = page * st.block + in_page * st.token;
+      const std::int64_t token_base = view.token_offset(slot);
       for (std::int64_t h = 0; h < g.num_kv_heads; ++h) {
         const std::size_t si = config.kv.per_head_scale ? static_cast<std::size_t>(h) : 0;
         const float ks = w.k_scale[si];
         const float vs = w.v_scale[si];
-        std::uint8_t* kd = k_base + (token_base + h * st.head) * eb;
-        std::uint8_t* vd = v_base + (token_base + h * st.head + (one_tensor ? st.kv_part : 0)) * eb;
+        std::uint8_t* kd = view.k + (token_base + h * view.strides.head) * eb;
+        std::uint8_t* vd = view.v + (token_base + h * view.strides.head + view.v_part) * eb;
         for (std::int64_t d = 0; d < g.head_dim; ++d) {
           const std::int64_t src = t * row + h * g.head_dim + d;
           store_code(quantize_kv(source_value(w.k, src), ks, config.kv, config.act_dtype),
@@ -97,8 +110,8 @@ void write_layer_fused(const spec::ModelConfig& config, const spec::LayerWrite& 
     }
     if (!sparse) continue;
     const std::int64_t islot = config.separate_index_slots
-                                   ? resolve(w.index_slots.slots[static_cast<std::size_t>(t)],
-                                             g.capacity(), config.slot_mode)
+                                   ? resolve_slot(w.index_slots.slots[static_cast<std::size_t>(t)],
+                                                  g.capacity(), config.slot_mode)
                                    : slot;
     if (islot < 0) continue;
     const std::int64_t page = islot / g.block_size;
@@ -143,4 +156,4 @@ void write_layer_fused(const spec::ModelConfig& config, const spec::LayerWrite& 
   }
 }
 
-}  // namespace kvo::reference
+}  // namespace kvo::subjects

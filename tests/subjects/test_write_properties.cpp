@@ -1,18 +1,26 @@
 // Properties of the write path over random cases (oracle::make_write_case draws configurations,
-// allocator-shaped slot mappings with -1 tails, and SPEC 8 values, edge values included).
+// allocator-shaped slot mappings with -1 tails, and SPEC 8 values, edge values included): the
+// reference and the two CPU subjects agree byte for byte, write nothing outside the targeted slots
+// and reject bad slots before writing.
 // rapidcheck prints the failing case's seed; `kvoracle check --case-seed S` replays it.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
 #include <set>
 
+#include "kvo/oracle/harness.hpp"
 #include "kvo/oracle/write_case.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/paged_cache.hpp"
 #include "kvo/spec/outcome.hpp"
+#include "kvo/subjects/cpu_write.hpp"
 
-namespace kvo::reference {
+namespace kvo::subjects {
 namespace {
+
+using oracle::make_layer_caches;
+using reference::PagedCacheLayout;
+using reference::write_layer;
 
 using spec::BufferKind;
 
@@ -67,7 +75,7 @@ RC_GTEST_PROP(WriteProperties, NoByteOutsideTheTargetedSlotsChanges, ()) {
         const std::int64_t byte = i - was.guard_bytes;
         RC_ASSERT(byte >= 0);  // guard bands never change
         RC_ASSERT(byte < was.body_bytes());
-        const auto coord = layout.locate(was.kind, byte);
+        const auto coord = oracle::locate(layout, was.kind, byte);
         RC_ASSERT(coord.has_value());
         const std::int64_t slot = coord->block * c.geometry.block_size + coord->offset;
         const auto& allowed = was.kind == BufferKind::kIndexK ? index_slots : kv_slots;
@@ -129,4 +137,4 @@ RC_GTEST_PROP(WriteProperties, InvalidSlotIsRejectedNamingItAndNothingIsWritten,
 }
 
 }  // namespace
-}  // namespace kvo::reference
+}  // namespace kvo::subjects

@@ -1,0 +1,465 @@
+#pragma once
+/// \file attention_kernels.cuh
+/// The attention kernels, canonical and fast (kvo/gpu/read.hpp says what each family promises),
+/// and their launch template; attention_kernels.cu instantiates it for production.
+///
+/// Kernel 1 has one CUDA block per (query row, KV head, chunk slot) and computes, for each query
+/// head of the KV head's group, the chunk's (m, l, o[hd]) of SPEC 6.3 into a workspace; kernel 2
+/// has one CUDA block per (query row, query head) and combines the chunks in ascending chunk
+/// order. SPEC 6.3 computes every chunk independently before the sequential combine, so splitting
+/// there changes no bit. Canonical order inside kernel 1:
+///   scores  s_i = fl(dot(q, k_i) * sm): one warp segment per token (segment_dots), tokens spread
+///           over segments; every query head of the group reuses the token's decoded K;
+///   m       `>` maximum over the visible tokens (NaN never wins; m is only used through s - m and
+///           M - M', where the sign of a zero maximum cannot change a bit);
+///   p, l    p_i = exp(s_i - m) for visible i, +0 for masked positions, l = tree_sum over the
+///           next power of two >= sparse_block positions (levels above 32 in shared memory, the
+///           last five as shuffle-downs), one warp per query head;
+///   o[d]    fma chain over the visible tokens ascending, one thread per (dim pair, head).
+/// The fast family instead folds log2(e) into the scale and uses the hardware exp2, butterfly
+/// reductions, lane-strided sums for l, two interleaved accumulators for o, and a reciprocal-free
+/// fast division at the end.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "read_launch.cuh"
+
+namespace kvo::gpu::detail {
+
+struct AttnArgs : BatchView {
+  const unsigned char* k_cache;
+  const unsigned char* v_cache;
+  const unsigned char* q;
+  const float* k_scale;
+  const float* v_scale;
+  const int* selection;  // null: dense
+  float* ws;             // [Tq, nq, slots, hd + 2]: m, l, o
+  unsigned char* out;    // [Tq, nq, hd]
+  int nq, group, sbp, out_dtype;
+  int tile;  // tokens per staged tile
+  long long topk, slots, sb;
+  float sm;  // canonical: sm_scale; fast: sm_scale * log2(e) (or sm_scale under kExpNoLog2e)
+};
+
+/// The logical block of chunk slot `slot` of row `row` for KV head `kvh`, or -1 when the slot is
+/// empty (a -1 selection entry, or a dense slot past n_valid, or a padded request).
+__device__ inline long long chunk_of(const AttnArgs& a, long long row, long long kvh,
+                                     long long slot, long long n_valid) {
+  if (a.selection == nullptr) return slot < n_valid ? slot : -1;
+  return a.selection[(row * a.g.nkv + kvh) * a.topk + slot];
+}
+
+__device__ inline float* ws_entry(const AttnArgs& a, long long row, long long hq, long long slot) {
+  return a.ws + ((row * a.nq + hq) * a.slots + slot) * (a.g.head_dim + 2);
+}
+
+/// Shared-memory sections (byte offsets, each 16-byte aligned) of kernel 1 of attention: q
+/// [group][hd] floats, p [group][sbp] floats, tree scratch [8 warps][sbp / 2] floats, the byte
+/// offsets of the chunk's K and V token rows [2][sb] (long long), and the staged token rows
+/// [tile][row_bytes] (K for the scores, then V in the same place).
+struct AttnSmem {
+  std::size_t q = 0, p = 0, scratch = 0, rows = 0, raw = 0, total = 0;
+  __host__ __device__ AttnSmem(int group, int hd, int sbp, int sb, int tile, int row_bytes) {
+    SmemCarver c;
+    q = c.take(static_cast<std::size_t>(group) * hd * 4);
+    p = c.take(static_cast<std::size_t>(group) * sbp * 4);
+    scratch = c.take(static_cast<std::size_t>(kReadThreads / 32) * (sbp / 2) * 4);
+    rows = c.take(static_cast<std::size_t>(sb) * 16);
+    raw = c.take(static_cast<std::size_t>(tile) * row_bytes);
+    total = c.at;
+  }
+};
+
+/// o[u][2 dp, 2 dp + 1] += p_u[t0 + i] * v_i over the staged rows i < n, for NH heads: canonical
+/// fma chains in ascending token order; the fast family splits even and odd tokens (e).
+template <bool kCanonical, int KvDt, int NH, bool kScaled>
+__device__ inline void accumulate_v(const unsigned char* vraw, int row_bytes, int dp, int n, int t0,
+                                    const float* const (&pr)[4], float vs, float (&o0)[4],
+                                    float (&o1)[4], float (&e0)[4], float (&e1)[4]) {
+  constexpr int eb = KvDt == kDtF32 ? 4 : KvDt <= kDtF16 ? 2 : 1;
+  const unsigned char* v_at = vraw + 2 * dp * eb;
+#pragma unroll 4
+  for (int i = 0; i < n; ++i) {
+    float2 v = load2<KvDt>(v_at + i * row_bytes);
+    if constexpr (kScaled) v = make_float2(__fmul_rn(v.x, vs), __fmul_rn(v.y, vs));
+#pragma unroll
+    for (int u = 0; u < NH; ++u) {
+      const float p = pr[u][t0 + i];
+      if constexpr (kCanonical) {
+        o0[u] = __fmaf_rn(p, v.x, o0[u]);
+        o1[u] = __fmaf_rn(p, v.y, o1[u]);
+      } else if ((t0 + i) % 2 == 0) {
+        o0[u] = fmaf(p, v.x, o0[u]);
+        o1[u] = fmaf(p, v.y, o1[u]);
+      } else {
+        e0[u] = fmaf(p, v.x, e0[u]);
+        e1[u] = fmaf(p, v.y, e1[u]);
+      }
+    }
+  }
+}
+
+/// accumulate_v with its head count (1..4) and scaling as compile-time arguments, so that the
+/// chains test nothing per token.
+template <bool kCanonical, int KvDt, int NH = 1>
+__device__ inline void accumulate_v_for(int nh, bool scaled, const unsigned char* vraw,
+                                        int row_bytes, int dp, int n, int t0,
+                                        const float* const (&pr)[4], float vs, float (&o0)[4],
+                                        float (&o1)[4], float (&e0)[4], float (&e1)[4]) {
+  if constexpr (NH <= 4) {
+    if (nh != NH) {
+      accumulate_v_for<kCanonical, KvDt, NH + 1>(nh, scaled, vraw, row_bytes, dp, n, t0, pr, vs, o0,
+                                                 o1, e0, e1);
+    } else if (scaled) {
+      accumulate_v<kCanonical, KvDt, NH, true>(vraw, row_bytes, dp, n, t0, pr, vs, o0, o1, e0, e1);
+    } else {
+      accumulate_v<kCanonical, KvDt, NH, false>(vraw, row_bytes, dp, n, t0, pr, vs, o0, o1, e0, e1);
+    }
+  }
+}
+
+/// Kernel 1 of attention (see the top of this file). The chunk's K and V rows are staged in
+/// shared memory in tiles of a.tile tokens; when the chunk fits in one tile, V is fetched into
+/// K's place as soon as the scores are done, while m, p and l are computed.
+template <bool kCanonical, int KvDt, int L>
+__global__ void __launch_bounds__(kReadThreads) attention_chunk_kernel(AttnArgs a) {
+  extern __shared__ float4 smem4[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(smem4);
+  const long long slot = blockIdx.x, kvh = blockIdx.y, row = blockIdx.z;
+  const ReadGeom& g = a.g;
+  const long long r = a.row_req[row], pos = a.row_pos[row];
+  if (a.seq_lens[r] == 0) return;
+  const long long n_valid = pos / a.sb + 1;
+  const long long j = chunk_of(a, row, kvh, slot, n_valid);
+  if (j < 0) return;
+  constexpr int eb = KvDt == kDtF32 ? 4 : KvDt <= kDtF16 ? 2 : 1;
+  const int hd = static_cast<int>(g.head_dim), group = a.group, row_bytes = hd * eb;
+  const AttnSmem lay(group, hd, a.sbp, static_cast<int>(a.sb), a.tile, row_bytes);
+  float* q_s = reinterpret_cast<float*>(smem + lay.q);
+  float* p_s = reinterpret_cast<float*>(smem + lay.p);
+  float* scratch = reinterpret_cast<float*>(smem + lay.scratch);
+  long long* koff_s = reinterpret_cast<long long*>(smem + lay.rows);
+  long long* voff_s = koff_s + a.sb;
+  unsigned char* kraw = smem + lay.raw;  // K rows, then (after the scores) V rows
+  unsigned char* vraw = kraw;
+  const long long first = j * a.sb;
+  const int valid = static_cast<int>(pos - first + 1 < a.sb ? pos - first + 1 : a.sb);
+  const int* table_row = a.table + r * g.max_blocks;
+  for (int i = threadIdx.x; i < valid; i += blockDim.x) {
+    const long long t = first + i, b = table_row[t / g.block_size], o = t % g.block_size;
+    koff_s[i] = kv_offset(g, 0, b, o, kvh, 0) * eb;
+    voff_s[i] = kv_offset(g, 1, b, o, kvh, 0) * eb;
+  }
+  const int unit = copy_unit(row_bytes);
+  const int ab = dtype_size(g.act_dtype);
+  for (int e = threadIdx.x; e < group * hd; e += blockDim.x) {
+    const long long hq = kvh * group + e / hd;
+    q_s[e] = load_act(a.q + ((row * a.nq + hq) * hd + e % hd) * ab, g.act_dtype);
+  }
+  __syncthreads();
+  const int groups = hd / 8;  // L = next_pow2(groups), the segment width
+  const int lane_in = threadIdx.x % L, seg = threadIdx.x / L, segs = blockDim.x / L;
+  const float ks = g.scale_none ? 1.0f : a.k_scale[g.per_head_scale ? kvh : 0];
+  const float vs = g.scale_none ? 1.0f : a.v_scale[g.per_head_scale ? kvh : 0];
+  const bool single = valid <= a.tile;
+  // Scores: p_s[h][i] = s_i for the group's heads.
+  for (int t0 = 0; t0 < valid; t0 += a.tile) {
+    const int n = valid - t0 < a.tile ? valid - t0 : a.tile;
+    stage_rows(kraw, a.k_cache, koff_s, t0, n, row_bytes, unit);
+    cp_async_wait_all();
+    __syncthreads();
+    for (int i0 = 0; i0 < n; i0 += segs) {
+      const int i = i0 + seg;
+      float k[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (i < n && lane_in < groups)
+        load8_scaled<KvDt>(kraw + i * row_bytes + 8 * lane_in * eb, !g.scale_none, ks, k);
+      for (int h0 = 0; h0 < group; h0 += 4) {  // four heads at a time (padded with the last)
+        float d[4];
+        four_head_dots<kCanonical, L>(q_s, h0, group, hd, k, lane_in, groups, d);
+        if (i < n && lane_in == 0) {
+#pragma unroll
+          for (int u = 0; u < 4; ++u)
+            if (h0 + u < group)
+              p_s[(h0 + u) * a.sbp + t0 + i] = kCanonical ? __fmul_rn(d[u], a.sm) : d[u] * a.sm;
+        }
+      }
+    }
+    __syncthreads();  // kraw is staged again by the next tile
+  }
+  // One tile: V replaces K now and arrives while m, p and l are computed.
+  if (single) stage_rows(vraw, a.v_cache, voff_s, 0, valid, row_bytes, unit);
+  // m, p and l: one warp per head.
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  __shared__ float m_s[64], l_s[64];
+  for (int h = warp; h < group; h += warps) {
+    float* p = p_s + h * a.sbp;
+    float m = -INFINITY;
+    for (int i = lane; i < valid; i += 32)
+      if (p[i] > m) m = p[i];
+    m = warp_max(m);
+    float l;
+    if constexpr (kCanonical) {
+      for (int i = lane; i < a.sbp; i += 32)
+        p[i] = i < valid ? canonical_exp(__fsub_rn(p[i], m)) : 0.0f;
+      __syncwarp();
+      int size = a.sbp;
+      const float* src = p;
+      float* tmp = scratch + warp * (a.sbp / 2);
+      while (size > 32) {
+        const int half = size / 2;
+        for (int i = lane; i < half; i += 32) tmp[i] = __fadd_rn(src[i], src[i + half]);
+        __syncwarp();
+        src = tmp;
+        size = half;
+      }
+      float v = lane < size ? src[lane] : 0.0f;
+      for (int off = size / 2; off > 0; off /= 2)
+        v = __fadd_rn(v, __shfl_down_sync(0xFFFFFFFFu, v, off));
+      l = __shfl_sync(0xFFFFFFFFu, v, 0);
+    } else {
+      float part = 0.0f;
+      for (int i = lane; i < valid; i += 32) {
+        p[i] = fast_exp2(p[i] - m);
+        part += p[i];
+      }
+      for (int off = 1; off < 32; off *= 2) part += __shfl_xor_sync(0xFFFFFFFFu, part, off);
+      l = part;
+    }
+    if (lane == 0) m_s[h] = m, l_s[h] = l;
+  }
+  __syncthreads();
+  // o[h][d, d + 1]: thread (dim pair dp, head set hs) for heads hb * 4 * sets + u * sets + hs, up
+  // to four per batch. Every thread runs the same batches and tiles, so that all take part in
+  // staging V.
+  const int pairs = hd / 2, sets = blockDim.x / pairs, dp = threadIdx.x % pairs;
+  const int hs = threadIdx.x / pairs;
+  const int batches = (group + 4 * sets - 1) / (4 * sets);
+  if (single) {
+    cp_async_wait_all();
+    __syncthreads();
+  }
+  for (int hb = 0; hb < batches; ++hb) {
+    const float* pr[4];
+    int nh = 0;
+    for (int u = 0; u < 4; ++u) {
+      const int h = hb * 4 * sets + u * sets + hs;
+      pr[u] = p_s + (h < group ? h : 0) * a.sbp;
+      if (hs < sets && h < group) nh = u + 1;
+    }
+    float o0[4] = {0, 0, 0, 0}, o1[4] = {0, 0, 0, 0};  // dims 2 dp, 2 dp + 1
+    float e0[4] = {0, 0, 0, 0}, e1[4] = {0, 0, 0, 0};  // fast family: the odd tokens
+    for (int t0 = 0; t0 < valid; t0 += a.tile) {
+      const int n = valid - t0 < a.tile ? valid - t0 : a.tile;
+      if (!single) {
+        stage_rows(vraw, a.v_cache, voff_s, t0, n, row_bytes, unit);
+        cp_async_wait_all();
+        __syncthreads();
+      }
+      accumulate_v_for<kCanonical, KvDt>(nh, !g.scale_none, vraw, row_bytes, dp, n, t0, pr, vs, o0,
+                                         o1, e0, e1);
+      if (!single) __syncthreads();  // vraw is staged again by the next tile
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (u >= nh) break;
+      const int h = hb * 4 * sets + u * sets + hs;
+      float* w = ws_entry(a, row, kvh * group + h, slot);
+      if (dp == 0) w[0] = m_s[h], w[1] = l_s[h];
+      w[2 + 2 * dp] = kCanonical ? o0[u] : o0[u] + e0[u];
+      w[3 + 2 * dp] = kCanonical ? o1[u] : o1[u] + e1[u];
+    }
+  }
+}
+
+/// Kernel 2 of attention: one CUDA block per (row, query head), thread d per output dim. The
+/// chunk order is found in parallel (a sparse slot's position is the number of selected blocks
+/// below its own), and each thread loads eight chunks' partial results before combining them, so
+/// that the loads overlap instead of waiting on the combine chain.
+template <bool kCanonical>
+__global__ void attention_combine_kernel(AttnArgs a) {
+  __shared__ int ids[kMaxTopk];
+  __shared__ int order[kMaxTopk];
+  __shared__ int n_sel;
+  const long long row = blockIdx.x, hq = blockIdx.y;
+  const long long r = a.row_req[row], pos = a.row_pos[row];
+  const long long kvh = hq / a.group;
+  const long long n_valid = a.seq_lens[r] == 0 ? 0 : pos / a.sb + 1;
+  int n_chunks = 0;
+  if (a.selection == nullptr) {
+    n_chunks = static_cast<int>(n_valid < a.slots ? n_valid : a.slots);  // slot j is block j
+  } else {
+    if (threadIdx.x == 0) n_sel = 0;
+    for (int s = threadIdx.x; s < a.slots; s += blockDim.x)
+      ids[s] = n_valid > 0 ? static_cast<int>(chunk_of(a, row, kvh, s, n_valid)) : -1;
+    __syncthreads();
+    for (int s = threadIdx.x; s < a.slots; s += blockDim.x) {
+      if (ids[s] < 0) continue;
+      int at = 0;
+      for (int o = 0; o < a.slots; ++o) at += ids[o] >= 0 && ids[o] < ids[s];
+      order[at] = s;
+      atomicAdd(&n_sel, 1);
+    }
+    __syncthreads();
+    n_chunks = n_sel;
+  }
+  const int d = threadIdx.x;
+  if (d >= a.g.head_dim) return;
+  float big_m = 0.0f, big_l = 0.0f, big_o = 0.0f;
+  constexpr int kBatch = 8;
+  for (int c0 = 0; c0 < n_chunks; c0 += kBatch) {
+    float m[kBatch], l[kBatch], o[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (c0 + u >= n_chunks) break;
+      const float* w = ws_entry(a, row, hq, a.selection == nullptr ? c0 + u : order[c0 + u]);
+      m[u] = w[0], l[u] = w[1], o[u] = w[2 + d];
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (c0 + u >= n_chunks) break;
+      if (c0 + u == 0) {
+        big_m = m[u], big_l = l[u], big_o = o[u];
+        continue;
+      }
+      const float m_new = m[u] > big_m ? m[u] : big_m;
+      if constexpr (kCanonical) {
+        const float x = canonical_exp(__fsub_rn(big_m, m_new));
+        const float y = canonical_exp(__fsub_rn(m[u], m_new));
+        big_l = __fmaf_rn(big_l, x, __fmul_rn(l[u], y));
+        big_o = __fmaf_rn(big_o, x, __fmul_rn(o[u], y));
+      } else {
+        const float x = fast_exp2(big_m - m_new), y = fast_exp2(m[u] - m_new);
+        big_l = big_l * x + l[u] * y;
+        big_o = big_o * x + o[u] * y;
+      }
+      big_m = m_new;
+    }
+  }
+  float y = 0.0f;
+  if (n_chunks > 0) y = kCanonical ? __fdiv_rn(big_o, big_l) : __fdividef(big_o, big_l);
+  unsigned char* dst = a.out + ((row * a.nq + hq) * a.g.head_dim + d) * dtype_size(a.out_dtype);
+  unsigned code;
+  if (a.out_dtype == kDtF32) {
+    code = __float_as_uint(y);
+  } else if (a.out_dtype == kDtBf16) {
+    code = isnan(y) ? 0x7FFFu : __bfloat16_as_ushort(__float2bfloat16_rn(y));
+  } else {
+    code = isnan(y) ? 0x7FFFu : __half_as_ushort(__float2half_rn(y));
+  }
+  for (int i = 0; i < dtype_size(a.out_dtype); ++i)
+    dst[i] = static_cast<unsigned char>(code >> (8 * i));
+}
+
+template <bool kCanonical, int KvDt, int L>
+void run_attention(const AttnArgs& a, std::int64_t rows, std::size_t smem, cudaStream_t s) {
+  allow_smem(attention_chunk_kernel<kCanonical, KvDt, L>, smem);
+  attention_chunk_kernel<kCanonical, KvDt, L>
+      <<<dim3(static_cast<unsigned>(a.slots), static_cast<unsigned>(a.g.nkv),
+              static_cast<unsigned>(rows)),
+         kReadThreads, smem, s>>>(a);
+  check_cuda(cudaGetLastError(), "attention_chunk_kernel launch");
+  const unsigned threads = static_cast<unsigned>((a.g.head_dim + 31) / 32 * 32);
+  attention_combine_kernel<kCanonical>
+      <<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(a.nq)), threads, 0, s>>>(a);
+  check_cuda(cudaGetLastError(), "attention_combine_kernel launch");
+}
+
+/// The segment width L (lanes per dot) as a template argument: head_dim / 8 groups, rounded up.
+template <bool kCanonical, int KvDt>
+void run_attention_lanes(const AttnArgs& a, std::int64_t rows, std::size_t smem, cudaStream_t s) {
+  switch (next_pow2(a.g.head_dim / 8)) {
+    case 1:
+      return run_attention<kCanonical, KvDt, 1>(a, rows, smem, s);
+    case 2:
+      return run_attention<kCanonical, KvDt, 2>(a, rows, smem, s);
+    case 4:
+      return run_attention<kCanonical, KvDt, 4>(a, rows, smem, s);
+    case 8:
+      return run_attention<kCanonical, KvDt, 8>(a, rows, smem, s);
+    case 16:
+      return run_attention<kCanonical, KvDt, 16>(a, rows, smem, s);
+    default:
+      return run_attention<kCanonical, KvDt, 32>(a, rows, smem, s);
+  }
+}
+
+template <bool kCanonical>
+void dispatch_attention(const AttnArgs& a, std::int64_t rows, std::size_t smem, cudaStream_t s) {
+  switch (a.g.kv_dtype) {
+    case kDtF32:
+      return run_attention_lanes<kCanonical, kDtF32>(a, rows, smem, s);
+    case kDtBf16:
+      return run_attention_lanes<kCanonical, kDtBf16>(a, rows, smem, s);
+    case kDtF16:
+      return run_attention_lanes<kCanonical, kDtF16>(a, rows, smem, s);
+    case kDtE4m3:
+      return run_attention_lanes<kCanonical, kDtE4m3>(a, rows, smem, s);
+    default:
+      return run_attention_lanes<kCanonical, kDtE5m2>(a, rows, smem, s);
+  }
+}
+
+/// launch_attention (kvo/gpu/read.hpp) with bug F planted. F = kExpNoLog2e: the fast family's
+/// scale is sm_scale where sm_scale * log2(e) is meant (the kernels' exp2 then computes a base-2
+/// softmax); a planted bug runs in the fast family only (spec::Unsupported for kCanonical).
+template <ReadBug F>
+void launch_attention_t(const spec::ModelConfig& c, const spec::AttentionParams& p,
+                        const DeviceReadBatch& b, const DeviceAttention& d, ReadKernel kernel,
+                        void* stream) {
+  require(F == ReadBug::kNone || kernel == ReadKernel::kFast,
+          "attention: planted bugs live in the fast family only");
+  const std::int64_t hd = c.geometry.head_dim, nkv = c.geometry.num_kv_heads;
+  const std::int64_t group = p.num_q_heads / nkv;
+  require(hd % 8 == 0 && hd <= kMaxHeadDim,
+          "attention: head_dim must be a multiple of 8 and <= " + std::to_string(kMaxHeadDim));
+  require(group <= 64, "attention: more than 64 query heads per KV head");
+  require(d.slots >= 1 && d.slots < (1ll << 31), "attention: chunk slots out of range");
+  require(b.num_rows <= 65535 && p.num_q_heads <= 65535 && nkv <= 65535,
+          "attention: more than 65535 query rows or heads");
+  require(d.selection == nullptr || d.topk <= kMaxTopk,
+          "attention: topk above " + std::to_string(kMaxTopk));
+  const int sbp = next_pow2(p.sparse_block);
+  const int row_bytes = static_cast<int>(hd) * dtype_size(static_cast<int>(c.kv.cache_dtype));
+  const int tile =
+      static_cast<int>(std::min<std::int64_t>(p.sparse_block, kStageBytes / row_bytes));
+  const std::size_t smem = AttnSmem(static_cast<int>(group), static_cast<int>(hd), sbp,
+                                    static_cast<int>(p.sparse_block), tile, row_bytes)
+                               .total;
+  require(smem <= kMaxSmem, "attention: sparse_block x query heads per KV head too large");
+  if (b.num_rows == 0) return;
+  AttnArgs a{};
+  static_cast<BatchView&>(a) = batch_view(c, b);
+  a.k_cache = static_cast<const unsigned char*>(d.k_cache);
+  a.v_cache = static_cast<const unsigned char*>(d.v_cache);
+  a.q = static_cast<const unsigned char*>(d.q);
+  a.k_scale = d.k_scale;
+  a.v_scale = d.v_scale;
+  a.selection = d.selection;
+  a.ws = d.workspace;
+  a.out = static_cast<unsigned char*>(d.out);
+  a.nq = static_cast<int>(p.num_q_heads);
+  a.group = static_cast<int>(group);
+  a.sbp = sbp;
+  a.tile = tile;
+  a.out_dtype = static_cast<int>(p.out_dtype);
+  a.topk = d.topk;
+  a.slots = d.slots;
+  a.sb = p.sparse_block;
+  // The default scale fl(1 / fl(sqrt(hd))), on the host in IEEE arithmetic.
+  const float sm = p.sm_scale > 0.0f ? p.sm_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  const auto s = static_cast<cudaStream_t>(stream);
+  if constexpr (F == ReadBug::kNone) {  // planted bugs: the fast family only is instantiated
+    if (kernel == ReadKernel::kCanonical) {
+      a.sm = sm;
+      return dispatch_attention<true>(a, b.num_rows, smem, s);
+    }
+  }
+  a.sm = F == ReadBug::kExpNoLog2e ? sm : sm * kLog2e;
+  dispatch_attention<false>(a, b.num_rows, smem, s);
+}
+
+}  // namespace kvo::gpu::detail

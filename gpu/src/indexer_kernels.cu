@@ -1,0 +1,12 @@
+// The production indexer launcher: indexer_kernels.cuh without a planted bug.
+#include "indexer_kernels.cuh"
+
+namespace kvo::gpu {
+
+void launch_indexer_topk(const spec::ModelConfig& config, const spec::IndexerParams& params,
+                         const DeviceReadBatch& batch, const DeviceIndexer& ix, ReadKernel kernel,
+                         void* stream) {
+  detail::launch_indexer_topk_t<detail::ReadBug::kNone>(config, params, batch, ix, kernel, stream);
+}
+
+}  // namespace kvo::gpu

@@ -1,0 +1,36 @@
+// The host glue every read launcher shares (read_launch.cuh): the kernels' geometry and batch
+// views, and the limit check.
+#include "read_launch.cuh"
+
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::gpu::detail {
+
+ReadGeom make_geom(const spec::ModelConfig& c, std::int64_t max_blocks) {
+  return {c.geometry.num_blocks,
+          c.geometry.block_size,
+          c.geometry.num_kv_heads,
+          c.geometry.head_dim,
+          c.geometry.index_dim,
+          max_blocks,
+          static_cast<int>(c.layout),
+          static_cast<int>(c.kv.cache_dtype),
+          static_cast<int>(c.act_dtype),
+          static_cast<int>(c.index.layout),
+          static_cast<int>(c.index.flat_dtype),
+          c.kv.scale_mode == spec::ScaleMode::kNone ? 1 : 0,
+          c.kv.per_head_scale ? 1 : 0};
+}
+
+BatchView batch_view(const spec::ModelConfig& c, const DeviceReadBatch& b) {
+  return {make_geom(c, b.max_blocks), b.block_table,
+          reinterpret_cast<const long long*>(b.row_request),
+          reinterpret_cast<const long long*>(b.row_position),
+          reinterpret_cast<const long long*>(b.seq_lens)};
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw spec::Unsupported(what);
+}
+
+}  // namespace kvo::gpu::detail

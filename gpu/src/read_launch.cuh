@@ -1,0 +1,113 @@
+#pragma once
+/// \file read_launch.cuh
+/// What the read kernel families share (attention_kernels.cuh, indexer_kernels.cuh, topk.cuh):
+/// their limits, the batch view every kernel reads, shared-memory carving, row staging into shared
+/// memory, the host glue of a launch (geometry, limits, the shared-memory attribute), and the
+/// host-memory paths of read_host.cu with the launcher as a parameter (so that kvo_gpu_testing
+/// runs them over its planted-bug launchers).
+///
+/// Planted bugs (ReadBug) are template parameters of the launch templates; kvo_gpu instantiates
+/// ReadBug::kNone only, kvo_gpu_testing (gpu/testing/) the others.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvo/gpu/read.hpp"
+#include "launch.cuh"
+#include "read_common.cuh"
+
+namespace kvo::gpu::detail {
+
+/// A bug planted in the fast read family (kvo_gpu_testing's ReadFault); kNone in production.
+enum class ReadBug : std::uint8_t {
+  kNone,
+  kIgnoreLocal,  ///< indexer: the local (current) block is not forced
+  kExpNoLog2e,   ///< attention: exp2(s) where exp2(s * log2(e)) is meant (a base-2 softmax)
+};
+
+inline constexpr int kReadThreads = 256;   // attention chunk kernel: 8 warps
+inline constexpr int kScoreThreads = 512;  // indexer score kernel: 16 warps, half the latency
+inline constexpr int kMaxHeadDim = 256;    // 32 dot lanes of 8
+inline constexpr int kMaxTopk = 1024;
+inline constexpr std::size_t kMaxSmem = 200 * 1024;
+inline constexpr int kStageBytes = 32 * 1024;  // staged K (and as much V) token rows per chunk tile
+
+/// What every read kernel reads of the layer and the batch.
+struct BatchView {
+  ReadGeom g;
+  const int* table;           // [R, max_blocks]
+  const long long* row_req;   // [Tq]
+  const long long* row_pos;   // [Tq]
+  const long long* seq_lens;  // [R]
+};
+
+/// Hands out 16-byte-aligned sections of a shared-memory block, in order (byte offsets).
+struct SmemCarver {
+  std::size_t at = 0;
+  __host__ __device__ std::size_t take(std::size_t bytes) {
+    const std::size_t o = at;
+    at += (bytes + 15) / 16 * 16;
+    return o;
+  }
+};
+
+/// Stages rows i0 .. i0 + n - 1 of a chunk into dst [n][row_bytes] with asynchronous copies;
+/// off[i] is the byte offset of row i in `cache`. Every thread of the block takes part.
+__device__ inline void stage_rows(unsigned char* dst, const unsigned char* cache,
+                                  const long long* off, int i0, int n, int row_bytes, int unit) {
+  const int units = row_bytes / unit;
+  if ((units & (units - 1)) == 0) {  // the usual case: no division
+    const int shift = __ffs(units) - 1;
+    for (int e = threadIdx.x; e < n * units; e += blockDim.x) {
+      const int i = e >> shift, u = e & (units - 1);
+      cp_async(dst + i * row_bytes + u * unit, cache + off[i0 + i] + u * unit, unit);
+    }
+    return;
+  }
+  for (int e = threadIdx.x; e < n * units; e += blockDim.x) {
+    const int i = e / units, u = e % units;
+    cp_async(dst + i * row_bytes + u * unit, cache + off[i0 + i] + u * unit, unit);
+  }
+}
+
+/// The kernels' view of a layer's geometry and of a batch on the device.
+ReadGeom make_geom(const spec::ModelConfig& c, std::int64_t max_blocks);
+BatchView batch_view(const spec::ModelConfig& c, const DeviceReadBatch& b);
+
+/// Throws spec::Unsupported(what) unless ok.
+void require(bool ok, const std::string& what);
+
+/// Sets a kernel's dynamic shared memory limit to `bytes` (above 48 KiB, static shared memory
+/// included, a launch fails without it).
+template <class K>
+void allow_smem(K kernel, std::size_t bytes) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(bytes)),
+             "cudaFuncSetAttribute");
+}
+
+/// The public launchers' signatures (kvo/gpu/read.hpp), and the host-memory paths of read_host.cu
+/// over any launcher of that signature.
+using IndexerLaunch = void (*)(const spec::ModelConfig&, const spec::IndexerParams&,
+                               const DeviceReadBatch&, const DeviceIndexer&, ReadKernel, void*);
+using AttentionLaunch = void (*)(const spec::ModelConfig&, const spec::AttentionParams&,
+                                 const DeviceReadBatch&, const DeviceAttention&, ReadKernel, void*);
+
+std::vector<std::int32_t> indexer_topk_host_via(IndexerLaunch launch,
+                                                const spec::ModelConfig& config,
+                                                const spec::IndexerParams& params,
+                                                const spec::ReadBatch& batch,
+                                                const spec::HostTensor& index_q,
+                                                const spec::LayerCaches& caches, ReadKernel kernel);
+
+spec::HostTensor attention_host_via(
+    AttentionLaunch launch, const spec::ModelConfig& config, const spec::AttentionParams& params,
+    const spec::ReadBatch& batch, const spec::HostTensor& q, const spec::LayerCaches& caches,
+    const std::vector<float>& k_scale, const std::vector<float>& v_scale,
+    const std::vector<std::int32_t>& selection, std::int64_t topk, ReadKernel kernel);
+
+}  // namespace kvo::gpu::detail

@@ -1,0 +1,193 @@
+#pragma once
+/// \file topk.cuh
+/// The block top-k selection of the indexer (SPEC 5), kernel 2 of launch_indexer_topk: one CUDA
+/// block per (row, head) orders the logical blocks [0, n_valid) by (score descending, id
+/// ascending) as one 64-bit key per block (select_best: a tournament of warp sorts, a bitonic sort,
+/// or counted ranks, by size) and writes the first k_eff = min(topk, n_valid) ids ascending
+/// (canonical) or best first (fast), then -1 up to topk. Every way of selecting yields the same
+/// set: the keys are distinct.
+///
+/// Where n_valid comes from is a template argument: the indexer's batch (BatchNValid, instantiated
+/// in topk_kernels.cu) or a list per row (ListNValid: kvo_gpu_testing's launch_block_topk, which
+/// tests the selection alone).
+
+#include <cuda_runtime.h>
+
+#include "read_launch.cuh"
+
+namespace kvo::gpu::detail {
+
+inline constexpr int kTopkThreads = 1024;
+inline constexpr int kRanksPerThread = 16;
+inline constexpr int kMaxNValid = kTopkThreads * kRanksPerThread;
+inline constexpr int kKeyTile = 4096;  // keys sorted in shared memory (32 KiB)
+inline constexpr int kTourney = 16;    // k_eff up to this: the tournament top-k
+
+/// One selection launch: the scores of (row, head) are scores[(row * heads + head) * stride + j]
+/// for blocks j < n_valid(row) (never NaN); the ids go to ids[(row * heads + head) * topk + k].
+struct TopkArgs {
+  const float* scores;
+  int* ids;
+  long long heads, stride, topk;
+};
+
+/// n_valid of an indexer query row: 0 for a padded request, else pos / sparse_block + 1.
+struct BatchNValid {
+  const long long* row_req;   // [Tq]
+  const long long* row_pos;   // [Tq]
+  const long long* seq_lens;  // [R]
+  long long sb;
+  __device__ long long operator()(long long row) const {
+    const long long r = row_req[row], pos = row_pos[row];
+    return seq_lens[r] == 0 ? 0 : pos / sb + 1;
+  }
+};
+
+/// n_valid given per row.
+struct ListNValid {
+  const int* n_valid;  // [rows]
+  __device__ long long operator()(long long row) const { return n_valid[row]; }
+};
+
+/// (score descending, id ascending) as one unsigned key, larger is better. Scores are never NaN
+/// here (a NaN block scores -1e30); -0 and +0 are one score.
+__device__ inline unsigned long long rank_key(float s, long long id) {
+  unsigned bits = __float_as_uint(s == 0.0f ? 0.0f : s);
+  bits = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+  return (static_cast<unsigned long long>(bits) << 32) | (0xFFFFFFFFu - static_cast<unsigned>(id));
+}
+
+/// Sorts one key per lane descending across the warp (a bitonic network of xor shuffles).
+__device__ inline unsigned long long warp_sort_desc(unsigned long long v, int lane) {
+#pragma unroll
+  for (int k = 2; k <= 32; k *= 2) {
+#pragma unroll
+    for (int j = k / 2; j > 0; j /= 2) {
+      const unsigned long long o = __shfl_xor_sync(0xFFFFFFFFu, v, j);
+      const bool keep_max = ((lane & j) == 0) == ((lane & k) == 0);
+      v = keep_max ? (v > o ? v : o) : (v < o ? v : o);
+    }
+  }
+  return v;
+}
+
+/// Best first: the k_eff largest keys of blocks [0, n) into best[0, k_eff). k_eff <= 16 and up to
+/// kKeyTile blocks (decode with the MSA defaults): a tournament of warp sorts. Otherwise up to
+/// kKeyTile blocks: a bitonic sort of the keys in shared memory. More: each block's rank is counted
+/// against every other, tile by tile (quadratic, for small sparse blocks over long sequences).
+__device__ inline void select_best(const float* sc, long long n, long long k_eff,
+                                   unsigned long long* keys, int* best) {
+  if (n == 0) return;  // a padded row: nothing to select
+  if (k_eff <= kTourney && n <= kKeyTile) {
+    // Tournament: each warp sorts 32 candidates (a bitonic network in registers) and keeps the
+    // best 16; each round halves the field, alternating between the two halves of `keys`, until
+    // one sorted chunk remains. The first round reads the scores.
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    long long field = n;
+    const unsigned long long* in = nullptr;
+    unsigned long long* out = keys;
+    for (;;) {
+      const long long chunks = (field + 31) / 32;
+      for (long long c = warp; c < chunks; c += warps) {
+        const long long at = c * 32 + lane;
+        unsigned long long v = 0;  // below every real key
+        if (at < field) v = in == nullptr ? rank_key(sc[at], at) : in[at];
+        v = warp_sort_desc(v, lane);
+        if (lane < kTourney) out[c * kTourney + lane] = v;
+      }
+      __syncthreads();
+      if (chunks == 1) break;
+      field = chunks * kTourney;
+      in = out;
+      out = out == keys ? keys + kKeyTile / 2 : keys;
+    }
+    for (int e = threadIdx.x; e < k_eff; e += blockDim.x)
+      best[e] = static_cast<int>(0xFFFFFFFFu - static_cast<unsigned>(out[e]));
+    return;
+  }
+  if (n <= kKeyTile) {
+    const int width = next_pow2(n);
+    for (int e = threadIdx.x; e < width; e += blockDim.x) keys[e] = e < n ? rank_key(sc[e], e) : 0;
+    __syncthreads();
+    for (int k = 2; k <= width; k *= 2) {
+      for (int j = k / 2; j > 0; j /= 2) {
+        for (int i = threadIdx.x; i < width; i += blockDim.x) {
+          const int partner = i ^ j;
+          if (partner <= i) continue;
+          const unsigned long long x = keys[i], y = keys[partner];
+          if ((i & k) == 0 ? x < y : x > y) keys[i] = y, keys[partner] = x;  // descending
+        }
+        __syncthreads();
+      }
+    }
+    for (int e = threadIdx.x; e < k_eff; e += blockDim.x)
+      best[e] = static_cast<int>(0xFFFFFFFFu - static_cast<unsigned>(keys[e]));
+    return;
+  }
+  int rank[kRanksPerThread];
+  unsigned long long mine[kRanksPerThread];
+  for (int u = 0; u < kRanksPerThread; ++u) {
+    const long long jj = threadIdx.x + static_cast<long long>(u) * blockDim.x;
+    rank[u] = 0;
+    mine[u] = jj < n ? rank_key(sc[jj], jj) : 0;
+  }
+  for (long long t0 = 0; t0 < n; t0 += kKeyTile) {
+    __syncthreads();
+    for (long long e = threadIdx.x; e < kKeyTile && t0 + e < n; e += blockDim.x)
+      keys[e] = rank_key(sc[t0 + e], t0 + e);
+    __syncthreads();
+    const int m = static_cast<int>(n - t0 < kKeyTile ? n - t0 : kKeyTile);
+    for (int u = 0; u < kRanksPerThread; ++u) {
+      if (threadIdx.x + static_cast<long long>(u) * blockDim.x >= n) break;
+      int c = 0;
+      for (int e = 0; e < m; ++e) c += keys[e] > mine[u];
+      rank[u] += c;
+    }
+  }
+  for (int u = 0; u < kRanksPerThread; ++u) {
+    const long long jj = threadIdx.x + static_cast<long long>(u) * blockDim.x;
+    if (jj < n && rank[u] < k_eff) best[rank[u]] = static_cast<int>(jj);
+  }
+}
+
+/// Kernel 2 of the indexer: one CUDA block per (head, row); n_valid(row) blocks of scores.
+template <bool kCanonical, class NValid>
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkArgs a, NValid n_valid_of) {
+  __shared__ unsigned long long keys[kKeyTile];
+  __shared__ int best[kMaxTopk];
+  const long long grp = blockIdx.x, row = blockIdx.y;
+  int* out = a.ids + (row * a.heads + grp) * a.topk;
+  const long long n_valid = n_valid_of(row);
+  const long long k_eff = a.topk < n_valid ? a.topk : n_valid;
+  select_best(a.scores + (row * a.heads + grp) * a.stride, n_valid, k_eff, keys, best);
+  __syncthreads();
+  for (int e = threadIdx.x; e < k_eff; e += blockDim.x) {
+    if constexpr (kCanonical) {  // ascending ids
+      int at = 0;
+      for (int f = 0; f < k_eff; ++f) at += best[f] < best[e];
+      out[at] = best[e];
+    } else {
+      out[e] = best[e];  // best first
+    }
+  }
+  for (long long k = k_eff + threadIdx.x; k < a.topk; k += blockDim.x) out[k] = -1;
+}
+
+/// Launches topk_kernel over a grid of (heads, rows) on `s`.
+template <class NValid>
+void launch_topk(const TopkArgs& a, long long rows, const NValid& nv, bool canonical,
+                 cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(a.heads), static_cast<unsigned>(rows));
+  if (canonical) {
+    topk_kernel<true, NValid><<<grid, kTopkThreads, 0, s>>>(a, nv);
+  } else {
+    topk_kernel<false, NValid><<<grid, kTopkThreads, 0, s>>>(a, nv);
+  }
+  check_cuda(cudaGetLastError(), "topk_kernel launch");
+}
+
+/// The indexer's selection (topk_kernels.cu): launch_topk with BatchNValid.
+void launch_batch_topk(const TopkArgs& a, long long rows, const BatchNValid& nv, bool canonical,
+                       cudaStream_t s);
+
+}  // namespace kvo::gpu::detail

@@ -1,0 +1,321 @@
+#pragma once
+/// \file write_fused.cuh
+/// The fused layer write: ONE launch writes a layer's K, V and (sparse layers) index-K rows. The
+/// kernel and its launch template; write_fused.cu instantiates it for production (WriteBug::kNone),
+/// kvo_gpu_testing (gpu/testing/) with a planted bug.
+///
+/// Canonical order, per token t of the call (fp32 arithmetic correctly rounded, no contraction):
+///   slot = slot_mapping[t]; legacy_wrap: slot < 0 -> slot + capacity; slot < 0 -> nothing written;
+///   page = slot / bs, offset = slot - page * bs (once per token, into shared memory);
+///   K/V element (h, d): y = scale(x) (divide fl(x/s), mul_recip fl(x * fl(1/s)), none x);
+///     via_model_dtype: y = act(y); store cvt(y) at page*block + offset*token + h*head + d;
+///   index-K (through index_slot_mapping when separate): flat: cvt(x) (bf16, or fp8 e4m3 with the
+///     KV saturation mode); blockscale, per 128-group g: amax = max(max_i |x_i| (NaN ignored),
+///     1e-4), s = fl(amax / 448), ue8m0: s = 2^ceil by exponent bits; q_i = satfinite_e4m3(fl(x_i /
+///     s)), s stored as fp32 after the block's values.
+///
+/// Work split: a thread block owns a tile of consecutive tokens. Threads first issue the 16-byte
+/// source loads of their first items (which do not depend on the slot), then threads < tile compute
+/// each token's destination bases into shared memory, a barrier, then convert and store (8
+/// elements per item, one 8/16/32-byte store). Blockscale groups follow with 16 lanes per group
+/// and a shuffle max over the half warp.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kvo/spec/outcome.hpp"
+#include "launch.cuh"
+
+namespace kvo::gpu::detail {
+
+/// Items a thread keeps in flight between its loads and its stores (large calls; small calls use
+/// the 1-item instantiation, whose code path is short: a small call's time is its latency).
+inline constexpr int kUnroll = 4;
+
+/// A destination element base that means "write nothing" (padding, or a rejected slot).
+inline constexpr std::int64_t kSkip = -1;
+
+__device__ __forceinline__ std::int64_t load_slot(const void* slots, bool i64, std::int64_t t) {
+  return i64 ? static_cast<const std::int64_t*>(slots)[t]
+             : static_cast<std::int64_t>(static_cast<const std::int32_t*>(slots)[t]);
+}
+
+/// What one item (8 elements of one row) is: K, V or flat index-K, its head and chunk.
+struct ItemInfo {
+  std::uint32_t tt;   ///< token within the tile
+  std::uint32_t c;    ///< chunk of 8 within the K/V row (h * hd/8 + d/8) or the index row
+  std::int32_t part;  ///< 0 K, 1 V, 2 flat index-K, -1 none
+  float s;            ///< the K or V scale of its head
+};
+
+/// Page and in-page offset of a resolved slot >= 0: a multiply-high when every slot is below 2^31
+/// (FastDiv), else a 64-bit division. F = kOffsetPlusOne: the offset one further into the block.
+template <WriteBug F>
+__device__ __forceinline__ void page_offset(const FusedParams& p, std::int64_t slot,
+                                            std::int64_t& page, std::int64_t& off) {
+  page = p.bs_fast ? static_cast<std::int64_t>(p.bs_div.quo(static_cast<std::uint32_t>(slot)))
+                   : slot / p.block_size;
+  off = slot - page * p.block_size + (F == WriteBug::kOffsetPlusOne ? 1 : 0);
+}
+
+/// 16-bit activations: 4 blocks of 256 per SM (64 registers, no spill); f32 ones need more.
+/// F: the planted bug (kNone in production); kWrapNegativeSlots wraps -1 in strict mode too.
+template <DType A, DType C, int U, WriteBug F>
+__global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
+    fused_write_kernel(const FusedParams p) {
+  using Act = typename ActTraits<A>::T;
+  // Per token of the tile: element base of its (page, offset) in K and V (kSkip: nothing), and the
+  // index-K destination: flat element base, or blockscale byte offsets of values and scales.
+  __shared__ std::int64_t s_kv[kMaxTileTokens];
+  __shared__ std::int64_t s_ix[kMaxTileTokens];
+  __shared__ std::int64_t s_sc[kMaxTileTokens];
+
+  // Programmatic dependent launch: wait for the previous kernel of the stream (whose outputs may be
+  // this layer's inputs) before the first read; let the next one start launching early when this
+  // grid is resident at once (a large grid triggers at its end instead).
+  if (p.pdl) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (p.pdl_early) asm volatile("griddepcontrol.launch_dependents;");
+  }
+
+  const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * p.tile_tokens;
+  const std::int64_t left = p.num_tokens - t0;
+  const auto n_tok = static_cast<std::uint32_t>(left < p.tile_tokens ? left : p.tile_tokens);
+  const std::uint32_t ipt = p.items_per_token.div;
+  const std::uint32_t n_items = n_tok * ipt;
+  const std::int64_t row = static_cast<std::int64_t>(p.nkv) * p.hd;
+  const Act* k = static_cast<const Act*>(p.k);
+  const Act* v = static_cast<const Act*>(p.v);
+  const Act* ik = static_cast<const Act*>(p.index_k);
+  const bool wrap = p.legacy_wrap || F == WriteBug::kWrapNegativeSlots;
+
+  // Blockscale groups: 16 lanes per 128-group, 16 groups per pass; the first pass's loads are
+  // issued with the first K/V loads, before the barrier.
+  const std::uint32_t lane16 = threadIdx.x & 15u;
+  const std::uint32_t n_groups =
+      p.index_mode == IndexMode::kBlockScale ? n_tok * static_cast<std::uint32_t>(p.groups) : 0u;
+  auto group_src = [&](std::uint32_t gi, std::uint32_t& tt, std::uint32_t& g) {
+    tt = p.groups_div.quo(gi);
+    g = gi - tt * static_cast<std::uint32_t>(p.groups);
+    return ik + (t0 + tt) * p.idim + g * spec::kScaleGroup + lane16 * kVec;
+  };
+  RawItem<A> group_raw;
+  {
+    const std::uint32_t gi = threadIdx.x / 16;
+    std::uint32_t tt, g;
+    if (gi < n_groups) load_raw<A>(group_src(gi, tt, g), group_raw);
+  }
+
+  for (std::uint32_t base = 0; base < n_items; base += kThreads * U) {
+    ItemInfo info[U];
+    RawItem<A> raw[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const std::uint32_t j = base + threadIdx.x + u * kThreads;
+      info[u].part = -1;
+      if (j >= n_items) continue;
+      const std::uint32_t tt = p.items_per_token.quo(j);
+      const std::uint32_t r = j - tt * ipt;
+      const std::int64_t t = t0 + tt;
+      info[u].tt = tt;
+      if (r < static_cast<std::uint32_t>(p.kv_items)) {
+        const std::uint32_t kv = r >= p.row_items.div ? 1u : 0u;
+        const std::uint32_t c = r - kv * p.row_items.div;
+        info[u].part = static_cast<std::int32_t>(kv);
+        info[u].c = c;
+        const std::uint32_t h = p.per_head_scale ? p.head_items.quo(c) : 0u;
+        info[u].s = kv ? __ldg(p.v_scale + h) : __ldg(p.k_scale + h);
+        load_raw<A>((kv ? v : k) + t * row + c * kVec, raw[u]);
+      } else {
+        const std::uint32_t c = r - static_cast<std::uint32_t>(p.kv_items);
+        info[u].part = 2;
+        info[u].c = c;
+        load_raw<A>(ik + t * p.idim + c * kVec, raw[u]);
+      }
+    }
+    if (base == 0) {
+      // Page and offset once per token (block-uniform branch: base is the same for all threads).
+      if (threadIdx.x < n_tok) {
+        const std::int64_t t = t0 + threadIdx.x;
+        std::int64_t slot = load_slot(p.slots, p.slots_i64, t);
+        if (wrap && slot < 0) slot += p.capacity;
+        std::int64_t kv_base = kSkip;
+        if (slot >= 0) {
+          std::int64_t page, off;
+          page_offset<F>(p, slot, page, off);
+          kv_base = page * p.st.block + off * p.st.token;
+        }
+        s_kv[threadIdx.x] = kv_base;
+        std::int64_t ix = kSkip, sc = kSkip;
+        if (p.index_mode != IndexMode::kNone) {
+          std::int64_t islot =
+              p.index_slots == p.slots ? slot : load_slot(p.index_slots, p.slots_i64, t);
+          if (wrap && islot < 0) islot += p.capacity;
+          if (islot >= 0) {
+            std::int64_t page, off;
+            page_offset<F>(p, islot, page, off);
+            if (p.index_mode == IndexMode::kBlockScale) {
+              ix = page * p.index_block_bytes + off * p.idim;
+              sc = page * p.index_block_bytes + p.block_size * p.idim + off * p.groups * 4;
+            } else {
+              ix = (page * p.block_size + off) * p.idim;
+            }
+          }
+        }
+        s_ix[threadIdx.x] = ix;
+        s_sc[threadIdx.x] = sc;
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (info[u].part < 0) continue;
+      float x[kVec];
+      widen<A>(raw[u], x);
+      if (info[u].part == 2) {
+        const std::int64_t ix = s_ix[info[u].tt];
+        if (ix == kSkip) continue;
+        const std::int64_t e = ix + static_cast<std::int64_t>(info[u].c) * kVec;
+        if (p.index_mode == IndexMode::kFlatBf16) {
+          store8<DType::kBF16>(p.index_cache + e * 2, x, p.sat);
+        } else {
+          store8<DType::kFp8E4M3>(p.index_cache + e, x, p.sat);
+        }
+        continue;
+      }
+      const std::int64_t kvb = s_kv[info[u].tt];
+      if (kvb == kSkip) continue;
+      const std::uint32_t c = info[u].c;
+      const std::uint32_t h = p.head_items.quo(c);
+      const std::uint32_t d8 = c - h * p.head_items.div;
+      const std::int64_t e = kvb + h * p.st.head + d8 * kVec;
+      float y[kVec];
+      scale8<A>(x, y, p.scale_mode, info[u].s, p.via_model);
+      void* cache = info[u].part == 0 ? p.k_cache : p.v_cache;
+      store8<C>(static_cast<std::uint8_t*>(cache) + e * kBytes<C>, y, p.sat);
+    }
+  }
+
+  // Blockscale index-K: max over the half warp. The loop bound is block-uniform, so all 32 lanes of
+  // every warp reach each shuffle.
+  for (std::uint32_t gb = 0; gb < n_groups; gb += kThreads / 16) {
+    const std::uint32_t gi = gb + threadIdx.x / 16;
+    const bool active = gi < n_groups;
+    float x[kVec];
+    float amax = 0.0f;
+    std::uint32_t tt = 0, g = 0;
+    if (active) {
+      const Act* src = group_src(gi, tt, g);
+      if (gb != 0) load_raw<A>(src, group_raw);
+      widen<A>(group_raw, x);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) amax = fmaxf(amax, fabsf(x[i]));  // fmaxf drops NaN
+    }
+#pragma unroll
+    for (int m = 8; m >= 1; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, m));
+    if (!active) continue;
+    const std::int64_t ix = s_ix[tt];
+    if (ix == kSkip) continue;
+    amax = fmaxf(amax, spec::kBlockScaleAmaxFloor);
+    float s = __fdiv_rn(amax, spec::kFp8E4M3Max);
+    if (p.ue8m0) s = ue8m0_ceil(s);
+    float y[kVec];
+    divide8(x, y, s);
+    store8_e4m3_words(p.index_cache + ix + g * spec::kScaleGroup + lane16 * kVec, y);
+    if (lane16 == 0) *reinterpret_cast<float*>(p.index_cache + s_sc[tt] + g * 4) = s;
+  }
+  if (p.pdl && !p.pdl_early) asm volatile("griddepcontrol.launch_dependents;");
+}
+
+/// Launches one instantiation; with PDL through cudaLaunchKernelEx and the programmatic stream
+/// serialization attribute (captured into a graph as a programmatic edge). A planted bug has the
+/// kUnroll-item instantiation only (the 1-item one writes the same bytes, only sooner).
+template <DType A, DType C, WriteBug F>
+void launch_one(const FusedParams& p, dim3 grid, cudaStream_t stream) {
+  auto kernel = fused_write_kernel<A, C, kUnroll, F>;
+  if constexpr (F == WriteBug::kNone) {
+    if (p.small) kernel = fused_write_kernel<A, C, 1, F>;
+  }
+  if (!p.pdl) {
+    kernel<<<grid, kThreads, 0, stream>>>(p);
+    return;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&cfg, kernel, p), "cudaLaunchKernelEx(fused write)");
+}
+
+template <DType A, WriteBug F>
+void launch_for_act(const FusedParams& p, spec::DType cache, dim3 grid, cudaStream_t stream) {
+  switch (cache) {
+    case DType::kF32:
+      return launch_one<A, DType::kF32, F>(p, grid, stream);
+    case DType::kBF16:
+      return launch_one<A, DType::kBF16, F>(p, grid, stream);
+    case DType::kF16:
+      return launch_one<A, DType::kF16, F>(p, grid, stream);
+    case DType::kFp8E4M3:
+      return launch_one<A, DType::kFp8E4M3, F>(p, grid, stream);
+    case DType::kFp8E5M2:
+      return launch_one<A, DType::kFp8E5M2, F>(p, grid, stream);
+  }
+}
+
+/// launch_fused_write (kvo/gpu/write.hpp) with bug F planted. F = kSwapHndNhd: the kernel is
+/// given the strides of the layout with the token and head strides exchanged (HND for NHD, ...).
+template <WriteBug F>
+int launch_fused_write_t(const spec::ModelConfig& config, spec::LayerKind kind,
+                         const DeviceWriteInputs& in, const DeviceLayerCaches& caches, void* stream,
+                         bool pdl) {
+  FusedParams p = make_params(config, kind, in, caches);
+  if constexpr (F == WriteBug::kSwapHndNhd) {
+    // kv_part, folded into v_cache by make_params, is the same in both layouts of a pair.
+    const KvStrides swapped = kv_strides(config.geometry, spec::stride_swapped(config.layout));
+    p.st.block = swapped.block;
+    p.st.token = swapped.token;
+    p.st.head = swapped.head;
+  }
+  if (p.num_tokens == 0) return 0;
+  // Tile: enough tokens per block that each thread has a few items when the GPU is full, but no
+  // more than one pass over the GPU's threads would give it (small calls: more, smaller blocks).
+  const std::int64_t work = static_cast<std::int64_t>(p.items_per_token.div) +
+                            (p.index_mode == IndexMode::kBlockScale ? p.groups * 16 : 0);
+  const std::int64_t fill = static_cast<std::int64_t>(sm_count()) * 2048;
+  const std::int64_t per_thread = std::clamp<std::int64_t>(p.num_tokens * work / fill, 1, kUnroll);
+  p.tile_tokens = static_cast<std::int32_t>(
+      std::clamp<std::int64_t>(kThreads * per_thread / work, 1, kMaxTileTokens));
+  const std::int64_t blocks = (p.num_tokens + p.tile_tokens - 1) / p.tile_tokens;
+  if (blocks > 0x7FFFFFFF) throw spec::Unsupported("more than 2^31 - 1 thread blocks");
+  const dim3 grid(static_cast<unsigned>(blocks));
+  p.pdl = pdl;
+  p.small = per_thread == 1;
+  p.pdl_early = blocks <= 2 * static_cast<std::int64_t>(sm_count());
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (config.act_dtype) {
+    case DType::kF32:
+      launch_for_act<DType::kF32, F>(p, config.kv.cache_dtype, grid, s);
+      break;
+    case DType::kBF16:
+      launch_for_act<DType::kBF16, F>(p, config.kv.cache_dtype, grid, s);
+      break;
+    case DType::kF16:
+      launch_for_act<DType::kF16, F>(p, config.kv.cache_dtype, grid, s);
+      break;
+    default:
+      throw spec::InvalidInput("act_dtype", -1, std::string(spec::name_of(config.act_dtype)),
+                               "activations are f32, bf16 or fp16");
+  }
+  check_cuda(cudaGetLastError(), "launch of the fused write kernel");
+  return 1;
+}
+
+}  // namespace kvo::gpu::detail

@@ -1,0 +1,35 @@
+// kvo_gpu_testing: the host-memory write with a bug planted in the fused kernel
+// (launch_fused_write_t<F> of write_fused.cuh, instantiated here for the three bugs only).
+#include <string>
+
+#include "kvo/gpu/testing/faults.hpp"
+#include "kvo/spec/outcome.hpp"
+#include "write_fused.cuh"
+
+namespace kvo::gpu::testing {
+
+void write_layer_host_faulty(WriteFault fault, WritePath path, const spec::ModelConfig& config,
+                             const spec::LayerWrite& write, spec::LayerCaches& caches) {
+  using detail::WriteBug;
+  if (path != WritePath::kFused)
+    throw spec::Unsupported("planted write bugs live in the fused kernel only");
+  detail::FusedLaunch launch = nullptr;
+  switch (fault) {
+    case WriteFault::kWrapNegativeSlots:
+      launch = detail::launch_fused_write_t<WriteBug::kWrapNegativeSlots>;
+      break;
+    case WriteFault::kOffsetPlusOne:
+      launch = detail::launch_fused_write_t<WriteBug::kOffsetPlusOne>;
+      break;
+    case WriteFault::kSwapHndNhd:
+      launch = detail::launch_fused_write_t<WriteBug::kSwapHndNhd>;
+      break;
+  }
+  if (launch == nullptr) {
+    throw spec::InvalidInput("fault", -1, std::to_string(static_cast<int>(fault)),
+                             "not a WriteFault");
+  }
+  detail::write_layer_host_via(launch, path, config, write, caches);
+}
+
+}  // namespace kvo::gpu::testing

@@ -1,0 +1,123 @@
+#pragma once
+/// \file campaign.hpp
+/// The one campaign: subjects x ops over cases from a printed seed, behind `kvoracle check`, the
+/// mutation score, shrinking and explain. Each case is drawn and answered by the reference once per
+/// case kind (op_driver.hpp) and judged against every selected subject that implements the op;
+/// recording, sharding, fail-fast, the time budget and the reports (summary, JUnit, JSON) live here
+/// once. Failures keep the case seed and a one-line command that replays exactly that case.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvo/oracle/op_driver.hpp"
+#include "kvo/oracle/subject.hpp"
+#include "kvo/spec/op.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::oracle {
+
+struct CheckOptions {
+  std::uint64_t seed = 0x6B766F72ull;      ///< campaign seed
+  std::int64_t cases = 200;                ///< random cases
+  std::optional<std::uint64_t> case_seed;  ///< run exactly this one case instead
+  double time_budget_s = 0.0;              ///< stop drawing new cases after this long (0: none)
+  Overrides overrides;
+  std::vector<std::string> subjects;  ///< names; empty = every available subject
+  std::vector<spec::Op> ops = all_ops();
+  /// Sharding (GoogleTest's convention): case i runs when i % total_shards == shard_index.
+  std::int64_t total_shards = 1, shard_index = 0;
+  bool fail_fast = false;  ///< stop at the first case that does not pass
+};
+
+/// Reads GTEST_TOTAL_SHARDS and GTEST_SHARD_INDEX into the options (when both are set); throws
+/// InvalidInput when either is malformed or the index is out of range.
+void apply_shard_environment(CheckOptions& options);
+
+/// Throws InvalidInput naming `field`[i] = the first entry of `given` that is not in `known`
+/// ("unknown <what>; known: a|b|c").
+void require_known(const char* field, const char* what, const std::vector<std::string>& given,
+                   const std::vector<std::string>& known);
+
+/// One subject on one op: what a campaign or a replay judges. `skipped` says why it cannot run
+/// here (empty when it can).
+struct SubjectOp {
+  Subject* subject = nullptr;
+  spec::Op op = spec::Op::kWrite;
+  std::string skipped;
+};
+
+/// The pairs a run judges: for each op of `ops` in registry order, each subject (selected by
+/// `names`; empty selects all) that implements it, in list order. An unknown name, or a named
+/// subject that implements none of `ops`, is InvalidInput (otherwise a run would pass without
+/// having judged it).
+std::vector<SubjectOp> select_subject_ops(SubjectList& subjects,
+                                          const std::vector<std::string>& names,
+                                          const std::vector<spec::Op>& ops);
+
+/// One row of the summary: a subject on an op.
+struct SubjectSummary {
+  std::string name;
+  spec::Op op = spec::Op::kWrite;
+  std::string skipped;  ///< non-empty: not run, and why
+  std::int64_t cases = 0;
+  std::int64_t counts[5] = {0, 0, 0, 0, 0};   ///< per spec::Outcome
+  std::string first_failure;                  ///< full report of the first non-pass case
+  std::optional<std::uint64_t> failing_seed;  ///< the seed of that case
+
+  std::int64_t count(spec::Outcome o) const { return counts[static_cast<int>(o)]; }
+};
+
+struct CheckReport {
+  std::uint64_t seed = 0;
+  std::int64_t cases_run = 0;
+  std::int64_t bytes_compared = 0;
+  double seconds = 0.0;
+  std::vector<SubjectSummary> subjects;
+  spec::Outcome worst = spec::Outcome::kPass;
+
+  /// The one-screen summary printed by the CLI.
+  std::string summary() const;
+};
+
+/// The one-line command that replays case `case_seed` of `op` with the same overrides and subject.
+std::string repro_command(const CheckOptions& options, std::uint64_t case_seed,
+                          const std::string& subject, spec::Op op);
+
+using Progress = std::function<void(std::int64_t, std::int64_t)>;
+
+/// A campaign over `subjects` (selected by options.subjects; an unknown name, or a named subject
+/// that implements none of the ops asked, is InvalidInput). One row per (op, subject that
+/// implements it), in registry order then subject order; an unavailable subject's rows are
+/// skipped with the reason.
+class Campaign {
+ public:
+  Campaign(CheckOptions options, SubjectList& subjects);
+  /// Runs every case; `progress(done, total)` after each.
+  CheckReport run(const Progress& progress = {});
+
+ private:
+  struct Row {
+    Subject* subject;
+    spec::Op op;
+    std::size_t summary;  ///< index into report_.subjects
+  };
+  void record(const Row& row, const Verdict& verdict, std::int64_t index, std::uint64_t seed,
+              const std::string& what);
+
+  CheckOptions o_;
+  std::vector<Row> rows_;
+  CheckReport report_;
+};
+
+/// Campaign(options, subjects).run(progress).
+CheckReport run_check(const CheckOptions& options, SubjectList& subjects,
+                      const Progress& progress = {});
+
+/// The subject of that name in the list; InvalidInput naming the known ones when there is none.
+Subject& find_subject(SubjectList& subjects, const std::string& name);
+
+}  // namespace kvo::oracle

@@ -1,0 +1,37 @@
+#pragma once
+/// \file cpu_subjects.hpp
+/// The CPU subjects, which CPU-only CI diffs against the reference: the emulations of subjects/
+/// (cpu-fused, cpu-unfused, cpu-dense, cpu-naive-f32) as Subjects, with their planted bugs
+/// (modelled on real ones, anchors_kvcache.md 6), and canonical read mutants built on the
+/// reference.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kvo/oracle/subject.hpp"
+#include "kvo/subjects/cpu_dense.hpp"
+#include "kvo/subjects/cpu_read.hpp"
+
+namespace kvo::oracle {
+
+using subjects::DenseMutation;
+using subjects::ReadMutation;
+
+/// "cpu-naive-f32": float32 in the order a torch user writes it (sequential sums, std::exp, one
+/// softmax over all tokens, top-k by descending score with ties to the higher id): a foreign
+/// subject of the indexer and attention.
+std::unique_ptr<Subject> make_cpu_naive_subject(ReadMutation mutation = {},
+                                                std::string name = "cpu-naive-f32");
+
+/// A canonical read subject built from the reference with a planted bug (for exact-mode tests).
+std::unique_ptr<Subject> make_canonical_mutant(ReadMutation mutation, std::string name);
+
+/// "cpu-dense": the dense insert (SPEC 4) in the structure of a fused kernel, canonical.
+std::unique_ptr<Subject> make_cpu_dense_subject(DenseMutation mutation = {},
+                                                std::string name = "cpu-dense");
+
+/// Every CPU subject, in a fixed order: cpu-fused, cpu-unfused, cpu-dense, cpu-naive-f32.
+SubjectList make_cpu_subjects();
+
+}  // namespace kvo::oracle

@@ -1,0 +1,112 @@
+#pragma once
+/// \file op_driver.hpp
+/// The op registry: one driver per op of spec::Op (the shape of ggml's test_case and CUTLASS's
+/// testbed), and the only place that knows what an op's case is, how the reference answers it, how
+/// a subject runs it, how its answer is judged, how a failing case shrinks and how it is
+/// explained. The campaign (campaign.hpp), shrinking, explain, the mutants and replay go through
+/// these drivers and never through an op's name. Adding an op is one new driver source plus its
+/// line in op_registry.cpp.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvo/oracle/dense_case.hpp"
+#include "kvo/oracle/read_case.hpp"
+#include "kvo/oracle/subject.hpp"
+#include "kvo/oracle/write_case.hpp"
+#include "kvo/spec/op.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::oracle {
+
+/// Every dimension a user (or shrinking) fixes instead of drawing it. The write overrides also
+/// hold the dimensions shared with the read and dense cases (block size, head dim, KV heads,
+/// index dim, cache dtype, layouts, ...): each op's driver reads the fields its cases have.
+struct Overrides {
+  CaseOverrides write;
+  ReadOverrides read;
+  DenseOverrides dense;
+};
+
+/// One case of one op, drawn and answered by the reference once, then judged against every
+/// subject of the op. Drivers that share a case kind (indexer and attention) share the case.
+class PreparedCase {
+ public:
+  virtual ~PreparedCase() = default;
+  virtual std::uint64_t seed() const = 0;
+  /// One line: the configuration and sizes.
+  virtual std::string describe() const = 0;
+};
+
+/// One subject's answer to one case, judged.
+struct Verdict {
+  spec::Outcome outcome = spec::Outcome::kPass;
+  std::string report;                 ///< the SPEC 7 diff (a pass's too) or why it did not run
+  std::int64_t bytes_compared = 0;    ///< cache bytes compared (write ops)
+  std::optional<std::int64_t> query;  ///< the first differing query row (read ops)
+};
+
+/// One reduction tried while shrinking: fixes one dimension to a smaller value. `apply` returns
+/// false when the overrides already have it (nothing to try).
+struct Reduction {
+  std::string what;
+  std::function<bool(Overrides&)> apply;
+};
+
+class OpDriver {
+ public:
+  virtual ~OpDriver() = default;
+  virtual spec::Op op() const = 0;
+  /// Drivers with the same kind draw the same case from a seed (the campaign prepares it once).
+  virtual std::string_view case_kind() const = 0;
+  /// The case of `seed`, with the reference's answer. Throws spec::InvalidInput when the overrides
+  /// are inconsistent.
+  virtual std::unique_ptr<PreparedCase> prepare(std::uint64_t seed,
+                                                const Overrides& overrides) const = 0;
+  /// Runs the op of `subject` on the case and judges it: canonical subjects bit for bit, foreign
+  /// ones by their admissible sets (tie-aware top-k, bounded attention). What the subject throws
+  /// is classified (spec::Outcome), never folded into a pass.
+  virtual Verdict judge(Subject& subject, PreparedCase& c) const = 0;
+  /// The whole story of one case for `kvoracle explain`: the verdict with a longer report.
+  virtual Verdict explain(Subject& subject, PreparedCase& c) const = 0;
+  /// What shrinking tries, in order, for a failing case of this op.
+  virtual std::vector<Reduction> reductions() const = 0;
+  /// The command-line flags that reproduce the overrides this op's cases read.
+  virtual std::string flags(const Overrides& overrides) const = 0;
+};
+
+/// Every op's driver, in spec::Op order.
+const std::vector<const OpDriver*>& op_registry();
+const OpDriver& driver_of(spec::Op op);
+
+/// Every op, in registry order.
+std::vector<spec::Op> all_ops();
+/// Parses op names ("write", ...); an unknown one is InvalidInput naming `field`[i].
+std::vector<spec::Op> parse_ops(const std::vector<std::string>& names, const char* field = "ops");
+
+/// Runs `fn` (returning an Outcome) and classifies what it throws: InvalidInput on a valid case,
+/// Unsupported, anything else failed-to-run; `error` gets the reason.
+template <class Fn>
+spec::Outcome run_guarded(Fn&& fn, std::string& error) {
+  try {
+    return fn();
+  } catch (const spec::InvalidInput& e) {
+    error = std::string("rejected a valid case: ") + e.what();
+    return spec::Outcome::kInvalidInput;
+  } catch (const spec::Unsupported& e) {
+    error = std::string("unsupported: ") + e.what();
+    return spec::Outcome::kUnsupported;
+  } catch (const std::exception& e) {
+    error = std::string("failed to run: ") + e.what();
+    return spec::Outcome::kFailedToRun;
+  } catch (...) {
+    error = "failed to run: a non-standard exception";
+    return spec::Outcome::kFailedToRun;
+  }
+}
+
+}  // namespace kvo::oracle

@@ -1,0 +1,114 @@
+#include "kvo/oracle/cpu_subjects.hpp"
+
+#include "kvo/reference/layer_write.hpp"
+#include "kvo/subjects/cpu_write.hpp"
+
+namespace kvo::oracle {
+namespace {
+
+class NaiveSubject final : public Subject {
+ public:
+  NaiveSubject(ReadMutation m, std::string name) : m_(m), name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  bool implements(spec::Op op) const override {
+    return op == spec::Op::kIndexer || op == spec::Op::kAttention;
+  }
+  spec::Ordering ordering() const override { return spec::Ordering::kForeign; }
+  TopkOrder topk_order() const override { return TopkOrder::kDescendingScore; }
+  std::vector<std::int32_t> indexer(const ReadCase& c) override {
+    return subjects::naive_indexer(c.config, c.indexer, c.batch, c.index_q, c.caches, m_);
+  }
+  spec::HostTensor attention(const ReadCase& c, const reference::TopkSelection* sel) override {
+    return subjects::naive_attention(c.config, c.attention, c.batch, c.q, c.caches, c.k_scale,
+                                     c.v_scale, sel, m_);
+  }
+
+ private:
+  ReadMutation m_;
+  std::string name_;
+};
+
+class DenseSubject final : public Subject {
+ public:
+  DenseSubject(DenseMutation m, std::string name) : m_(m), name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  bool implements(spec::Op op) const override { return op == spec::Op::kDense; }
+  spec::HostTensor dense_insert(const spec::ModelConfig& c, const spec::DenseInsert& in,
+                                spec::LayerCaches& caches) override {
+    return subjects::dense_insert_fused(c, in, caches, m_);
+  }
+
+ private:
+  DenseMutation m_;
+  std::string name_;
+};
+
+/// The reference with one planted bug: the indexer's tie rule reversed (from the reference's own
+/// scores) or the local block unforced; attention with sm_scale applied twice.
+class CanonicalMutant final : public Subject {
+ public:
+  CanonicalMutant(ReadMutation m, std::string name) : m_(m), name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  bool implements(spec::Op op) const override {
+    return op == spec::Op::kIndexer || op == spec::Op::kAttention;
+  }
+
+  std::vector<std::int32_t> indexer(const ReadCase& c) override {
+    const reference::TopkSelection s =
+        reference::indexer_topk(c.config, c.indexer, c.batch, c.index_q, c.caches);
+    if (!m_.ties_to_higher_id) return s.ids;
+    std::vector<std::int32_t> ids;
+    for (std::int64_t q = 0; q < s.num_queries; ++q) {
+      for (std::int64_t g = 0; g < s.num_kv_heads; ++g) {
+        std::vector<float> scores;
+        for (std::int64_t j = 0; j < s.n_valid[static_cast<std::size_t>(q)]; ++j)
+          scores.push_back(s.score(q, g, j));
+        const auto row = subjects::select_topk(scores, s.topk, true, true);
+        ids.insert(ids.end(), row.begin(), row.end());
+      }
+    }
+    return ids;
+  }
+
+  spec::HostTensor attention(const ReadCase& c, const reference::TopkSelection* sel) override {
+    spec::AttentionParams p = c.attention;
+    if (m_.scale_twice) {
+      const float sm = reference::default_sm_scale(c.config.geometry.head_dim);
+      p.sm_scale = sm * sm;
+    }
+    return reference::attention(c.config, p, c.batch, c.q, c.caches, c.k_scale, c.v_scale, sel).out;
+  }
+
+ private:
+  ReadMutation m_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Subject> make_cpu_naive_subject(ReadMutation mutation, std::string name) {
+  return std::make_unique<NaiveSubject>(mutation, std::move(name));
+}
+
+std::unique_ptr<Subject> make_canonical_mutant(ReadMutation mutation, std::string name) {
+  return std::make_unique<CanonicalMutant>(mutation, std::move(name));
+}
+
+std::unique_ptr<Subject> make_cpu_dense_subject(DenseMutation mutation, std::string name) {
+  return std::make_unique<DenseSubject>(mutation, std::move(name));
+}
+
+SubjectList make_cpu_subjects() {
+  SubjectList out;
+  out.push_back(make_function_subject("cpu-fused", subjects::write_layer_fused));
+  out.push_back(make_function_subject(
+      "cpu-unfused",
+      [](const spec::ModelConfig& c, const spec::LayerWrite& w, spec::LayerCaches& caches) {
+        subjects::write_layer_unfused(c, w, caches);
+      }));
+  out.push_back(make_cpu_dense_subject());
+  out.push_back(make_cpu_naive_subject());
+  return out;
+}
+
+}  // namespace kvo::oracle

@@ -1,0 +1,256 @@
+// The test harness of the caches: guarded, poisoned allocation, the arena view and the inverse of
+// the SPEC 3 offsets.
+#include "kvo/oracle/harness.hpp"
+
+#include <array>
+#include <sstream>
+
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::oracle {
+namespace {
+
+using spec::BufferKind;
+using spec::KvLayout;
+
+/// Axes of a K/V tensor, outermost first, for the inverse. kKvDim is the packed last axis of
+/// extent 2*hd (K at d, V at hd + d); kKvAxis is the split layouts' axis of extent 2.
+enum class Axis { kBlock, kOffset, kHead, kDim, kKvDim, kKvAxis };
+struct LayoutAxes {
+  KvLayout layout;
+  std::array<Axis, 5> axes;
+  int rank;
+};
+constexpr std::array<LayoutAxes, 6> kLayoutAxes{{
+    {KvLayout::kNhd, {Axis::kBlock, Axis::kOffset, Axis::kHead, Axis::kDim}, 4},
+    {KvLayout::kHnd, {Axis::kBlock, Axis::kHead, Axis::kOffset, Axis::kDim}, 4},
+    {KvLayout::kPackedHnd, {Axis::kBlock, Axis::kHead, Axis::kOffset, Axis::kKvDim}, 4},
+    {KvLayout::kPackedNhd, {Axis::kBlock, Axis::kOffset, Axis::kHead, Axis::kKvDim}, 4},
+    {KvLayout::kSplitNhd, {Axis::kBlock, Axis::kKvAxis, Axis::kOffset, Axis::kHead, Axis::kDim}, 5},
+    {KvLayout::kSplitHnd, {Axis::kBlock, Axis::kKvAxis, Axis::kHead, Axis::kOffset, Axis::kDim}, 5},
+}};
+
+void check_range(std::int64_t v, std::int64_t n, const char* field) {
+  if (v < 0 || v >= n) {
+    throw spec::InvalidInput(field, -1, std::to_string(v),
+                             "outside [0, " + std::to_string(n) + ") for this configuration");
+  }
+}
+
+}  // namespace
+
+std::string ElementCoord::describe() const {
+  std::ostringstream s;
+  s << "buffer=" << spec::name_of(buffer) << " block=" << block << " offset=" << offset;
+  if (kv >= 0) s << " kv=" << (kv == 0 ? "K" : "V");
+  if (head >= 0) s << " head=" << head;
+  if (is_scale) {
+    s << " scale_group=" << group;
+  } else {
+    s << " dim=" << dim;
+  }
+  s << " byte_in_element=" << byte_in_element;
+  return s.str();
+}
+
+std::int64_t byte_offset(const reference::PagedCacheLayout& layout, const ElementCoord& c) {
+  const spec::ModelConfig& config = layout.config();
+  const auto& g = config.geometry;
+  check_range(c.block, g.num_blocks, "block");
+  check_range(c.offset, g.block_size, "offset");
+  if (c.buffer == BufferKind::kIndexK) {
+    if (c.is_scale) {
+      if (config.index.layout != spec::IndexLayout::kBlockScale) {
+        throw spec::InvalidInput("scale_group", -1, std::to_string(c.group),
+                                 "the flat index layout has no scales");
+      }
+      check_range(c.group, g.index_dim / spec::kScaleGroup, "scale_group");
+      check_range(c.byte_in_element, 4, "byte_in_element");
+      return layout.index_scale_byte(c.block, c.offset, c.group) + c.byte_in_element;
+    }
+    check_range(c.dim, g.index_dim, "dim");
+    check_range(c.byte_in_element, layout.element_bytes(c.buffer), "byte_in_element");
+    return layout.index_value_byte(c.block, c.offset, c.dim) + c.byte_in_element;
+  }
+  if (c.kv != 0 && c.kv != 1)
+    throw spec::InvalidInput("kv", -1, std::to_string(c.kv), "expected K (0) or V (1)");
+  if (layout.kv_buffer(c.kv) != c.buffer) {
+    throw spec::InvalidInput("buffer", -1, std::string(spec::name_of(c.buffer)),
+                             "layout " + std::string(spec::name_of(config.layout)) + " keeps " +
+                                 (c.kv == 0 ? "K" : "V") + " in buffer " +
+                                 std::string(spec::name_of(layout.kv_buffer(c.kv))));
+  }
+  check_range(c.head, g.num_kv_heads, "head");
+  check_range(c.dim, g.head_dim, "dim");
+  check_range(c.byte_in_element, layout.element_bytes(c.buffer), "byte_in_element");
+  return layout.kv_element(c.kv, c.block, c.offset, c.head, c.dim) *
+             layout.element_bytes(c.buffer) +
+         c.byte_in_element;
+}
+
+std::optional<ElementCoord> locate(const reference::PagedCacheLayout& layout, BufferKind buffer,
+                                   std::int64_t byte) {
+  if (byte < 0 || byte >= layout.buffer_bytes(buffer)) return std::nullopt;
+  const spec::ModelConfig& config = layout.config();
+  const auto& g = config.geometry;
+  ElementCoord c;
+  c.buffer = buffer;
+  if (buffer == BufferKind::kIndexK) {
+    if (config.index.layout == spec::IndexLayout::kBlockScale) {
+      const std::int64_t block_bytes = layout.blockscale_block_bytes();
+      c.block = byte / block_bytes;
+      std::int64_t in_block = byte % block_bytes;
+      const std::int64_t values = g.block_size * g.index_dim;
+      if (in_block < values) {
+        c.offset = in_block / g.index_dim;
+        c.dim = in_block % g.index_dim;
+      } else {
+        in_block -= values;
+        const std::int64_t groups = g.index_dim / spec::kScaleGroup;
+        c.is_scale = true;
+        c.byte_in_element = in_block % 4;
+        c.offset = (in_block / 4) / groups;
+        c.group = (in_block / 4) % groups;
+      }
+      return c;
+    }
+    const std::int64_t eb = layout.element_bytes(buffer);
+    c.byte_in_element = byte % eb;
+    std::int64_t e = byte / eb;
+    c.dim = e % g.index_dim;
+    e /= g.index_dim;
+    c.offset = e % g.block_size;
+    c.block = e / g.block_size;
+    return c;
+  }
+  if (layout.kv_buffer(0) != buffer && layout.kv_buffer(1) != buffer) return std::nullopt;
+  const std::int64_t eb = layout.element_bytes(buffer);
+  c.byte_in_element = byte % eb;
+  std::int64_t e = byte / eb;
+  const LayoutAxes& la = kLayoutAxes[static_cast<std::size_t>(config.layout)];
+  c.kv = buffer == BufferKind::kV ? 1 : 0;
+  for (int i = la.rank - 1; i >= 0; --i) {
+    switch (la.axes[static_cast<std::size_t>(i)]) {
+      case Axis::kBlock:
+        c.block = e;  // outermost
+        break;
+      case Axis::kOffset:
+        c.offset = e % g.block_size;
+        e /= g.block_size;
+        break;
+      case Axis::kHead:
+        c.head = e % g.num_kv_heads;
+        e /= g.num_kv_heads;
+        break;
+      case Axis::kDim:
+        c.dim = e % g.head_dim;
+        e /= g.head_dim;
+        break;
+      case Axis::kKvDim: {
+        const std::int64_t kd = e % (2 * g.head_dim);
+        e /= 2 * g.head_dim;
+        c.kv = kd < g.head_dim ? 0 : 1;
+        c.dim = kd % g.head_dim;
+        break;
+      }
+      case Axis::kKvAxis:
+        c.kv = static_cast<int>(e % 2);
+        e /= 2;
+        break;
+    }
+  }
+  return c;
+}
+
+std::int64_t arena_bytes(const reference::PagedCacheLayout& layout) {
+  std::int64_t total = 0;
+  for (spec::LayerKind kind : layout.config().layers) {
+    for (BufferKind b : layout.buffers(kind)) total += layout.buffer_bytes(b);
+  }
+  return total;
+}
+
+std::int64_t arena_offset(const reference::PagedCacheLayout& layout, const ArenaByte& where) {
+  const auto& layers = layout.config().layers;
+  check_range(where.layer, static_cast<std::int64_t>(layers.size()), "layer");
+  std::int64_t base = 0;
+  for (std::int64_t l = 0; l < where.layer; ++l) {
+    for (BufferKind b : layout.buffers(layers[static_cast<std::size_t>(l)]))
+      base += layout.buffer_bytes(b);
+  }
+  for (BufferKind b : layout.buffers(layers[static_cast<std::size_t>(where.layer)])) {
+    if (b == where.buffer) {
+      check_range(where.byte, layout.buffer_bytes(b), "byte");
+      return base + where.byte;
+    }
+    base += layout.buffer_bytes(b);
+  }
+  throw spec::InvalidInput(
+      "buffer", -1, std::string(spec::name_of(where.buffer)),
+      "layer " + std::to_string(where.layer) + " has no such buffer in this layout");
+}
+
+std::optional<ArenaByte> locate_arena(const reference::PagedCacheLayout& layout,
+                                      std::int64_t byte) {
+  if (byte < 0) return std::nullopt;
+  const auto& layers = layout.config().layers;
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    for (BufferKind b : layout.buffers(layers[l])) {
+      const std::int64_t n = layout.buffer_bytes(b);
+      if (byte < n) return ArenaByte{static_cast<std::int64_t>(l), b, byte};
+      byte -= n;
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
+std::uint64_t poison_word(std::uint64_t salt, std::uint64_t w) {
+  std::uint64_t z = salt + (w + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+std::uint8_t poison_byte(std::uint64_t salt, std::uint64_t i) {
+  return static_cast<std::uint8_t>(poison_word(salt, i / 8) >> (8 * (i % 8)));
+}
+
+std::uint64_t poison_salt(std::int64_t layer, BufferKind buffer) {
+  return (static_cast<std::uint64_t>(layer) << 8 | static_cast<std::uint64_t>(buffer)) *
+         0xD1B54A32D192ED03ull;
+}
+
+spec::LayerCaches make_layer_caches(const reference::PagedCacheLayout& layout, std::int64_t layer,
+                                    spec::LayerKind kind) {
+  spec::LayerCaches caches;
+  caches.kind = kind;
+  for (BufferKind b : layout.buffers(kind)) {
+    spec::CacheBuffer buf;
+    buf.kind = b;
+    buf.guard_bytes = spec::kGuardBytes;
+    buf.storage.resize(static_cast<std::size_t>(layout.buffer_bytes(b) + 2 * spec::kGuardBytes));
+    const std::uint64_t salt = poison_salt(layer, b);
+    for (std::size_t i = 0; i < buf.storage.size(); i += 8) {
+      const std::uint64_t word = poison_word(salt, i / 8);  // poison_byte(salt, i + j) for j < 8
+      for (std::size_t j = 0; j < 8 && i + j < buf.storage.size(); ++j) {
+        buf.storage[i + j] = static_cast<std::uint8_t>(word >> (8 * j));
+      }
+    }
+    caches.buffers.push_back(std::move(buf));
+  }
+  return caches;
+}
+
+std::vector<spec::LayerCaches> make_model_caches(const reference::PagedCacheLayout& layout) {
+  std::vector<spec::LayerCaches> out;
+  const auto& layers = layout.config().layers;
+  out.reserve(layers.size());
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    out.push_back(make_layer_caches(layout, static_cast<std::int64_t>(l), layers[l]));
+  }
+  return out;
+}
+
+}  // namespace kvo::oracle

@@ -1,0 +1,104 @@
+#pragma once
+/// \file read_rules.hpp
+/// The rules of SPEC 5 that the bit-exact reference (read_path.hpp) and the float64 truth
+/// (kvo/truth/truth.hpp) both follow, written once so that the two cannot drift apart: which
+/// logical blocks a query sees (n_valid), the forced init and local block scores, the NaN block
+/// rule (per index head), the group reduce over a KV head's index heads, and the addressing of
+/// query rows and of the [Tq, nkv, max_blocks] score table. Templates on the score type: float in
+/// the reference, double in the truth.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "kvo/spec/read.hpp"
+
+namespace kvo::reference {
+
+/// Forced block scores (SPEC 5): init blocks outrank local blocks, which outrank every real score.
+inline constexpr float kInitBlockScore = 1e30f;
+inline constexpr float kLocalBlockScore = 1e29f;
+/// The block score of one index head when one of the block's token scores is NaN.
+inline constexpr float kNanBlockScore = -1e30f;
+
+/// Position of every query row: request and position p (SPEC 5: p = seq_len - q_len + j).
+struct QueryRow {
+  std::int64_t request = 0;
+  std::int64_t position = 0;
+};
+/// The query rows of a batch in order, request by request.
+std::vector<QueryRow> query_rows(const spec::ReadBatch& batch);
+
+/// SPEC 5: the logical blocks a query at position p sees, n_valid = floor(p / sparse_block) + 1.
+constexpr std::int64_t n_valid_blocks(std::int64_t position, std::int64_t sparse_block) {
+  return position / sparse_block + 1;
+}
+
+/// Logical blocks per row of a score table: the largest n_valid over the rows (0 without rows).
+std::int64_t max_valid_blocks(const std::vector<QueryRow>& rows, std::int64_t sparse_block);
+
+/// Row of (query row q, head h) in a [Tq, heads, dim] input tensor (index_q, q).
+constexpr std::int64_t head_row(std::int64_t q, std::int64_t h, std::int64_t num_heads) {
+  return q * num_heads + h;
+}
+
+/// Index of the group score of (query row q, KV head g, logical block j) in a
+/// [Tq, nkv, max_blocks] table (TopkSelection::scores, the truth's scores).
+constexpr std::size_t score_index(std::int64_t q, std::int64_t g, std::int64_t j,
+                                  std::int64_t num_kv_heads, std::int64_t max_blocks) {
+  return static_cast<std::size_t>((q * num_kv_heads + g) * max_blocks + j);
+}
+
+/// The forced score of logical block j of a row with n_valid blocks, or nothing: j < init_blocks
+/// gets kInitBlockScore, j >= n_valid - local_blocks gets kLocalBlockScore (local overrides init).
+constexpr std::optional<float> forced_block_score(std::int64_t j, std::int64_t n_valid,
+                                                  const spec::IndexerParams& params) {
+  if (j >= n_valid - params.local_blocks) return kLocalBlockScore;
+  if (j < params.init_blocks) return kInitBlockScore;
+  return std::nullopt;
+}
+
+/// The running maximum of SPEC 5: comparison `>` in the order values are added, so the first
+/// maximum wins (and a NaN added first stays until a larger value comes).
+template <class T>
+class FirstMax {
+ public:
+  void add(T x) {
+    if (!any_ || x > best_) best_ = x;
+    any_ = true;
+  }
+  bool empty() const { return !any_; }
+  T value() const { return best_; }
+
+ private:
+  T best_{};
+  bool any_ = false;
+};
+
+/// SPEC 5 block score S(h, q, j) of ONE index head: the max of its token scores over the block's
+/// valid tokens (add them in ascending t); kNanBlockScore when one of them is NaN. The NaN rule
+/// belongs to the head, never to its KV group: the group's score is the max over its heads'
+/// block scores (GroupScore).
+template <class T>
+class HeadBlockScore {
+ public:
+  void add(T token_score) {
+    nan_ = nan_ || std::isnan(token_score);
+    max_.add(token_score);
+  }
+  bool has_nan() const { return nan_; }
+  T value() const { return nan_ ? static_cast<T>(kNanBlockScore) : max_.value(); }
+
+ private:
+  FirstMax<T> max_;
+  bool nan_ = false;
+};
+
+/// SPEC 5 group reduce (`max`): score(q, g, j) = the max over the index heads h of KV head g of
+/// their block scores, ascending h, first maximum wins.
+template <class T>
+using GroupScore = FirstMax<T>;
+
+}  // namespace kvo::reference

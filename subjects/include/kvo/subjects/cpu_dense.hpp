@@ -1,0 +1,27 @@
+#pragma once
+/// \file cpu_dense.hpp
+/// cpu-dense: the dense-layer fused insert (SPEC 4: Gemma RMSNorm + partial NeoX RoPE of q and k,
+/// then the insert of k and v) in the structure of a fused kernel (32 lanes per head vector, a
+/// shuffle-down tree, one stride descriptor), written apart from the reference and bit-identical
+/// to it. Bugs can be planted (DenseMutation), each one a real engine's confusion.
+
+#include "kvo/spec/config.hpp"
+#include "kvo/spec/dense_insert.hpp"
+#include "kvo/spec/write.hpp"
+
+namespace kvo::subjects {
+
+/// Bugs that can be planted in the CPU dense insert.
+struct DenseMutation {
+  bool gptj_rope = false;           ///< interleaved pairs (2i, 2i+1) where NeoX is declared
+  bool norm_without_one = false;    ///< y = x * r * w (Llama) where Gemma's (1 + w) is declared
+  bool eps_outside_sqrt = false;    ///< r = 1 / (sqrt(ms) + eps)
+  bool fp8_store_unscaled = false;  ///< K/V stored with scale 1 whatever the scales say
+};
+
+/// Inserts k and v into `caches` (guards included) and returns q_out [T, nq, hd]. Validates the
+/// whole call first and writes nothing on bad input.
+spec::HostTensor dense_insert_fused(const spec::ModelConfig& config, const spec::DenseInsert& in,
+                                    spec::LayerCaches& caches, const DenseMutation& mutation = {});
+
+}  // namespace kvo::subjects

@@ -1,0 +1,50 @@
+#pragma once
+/// \file cpu_read.hpp
+/// cpu-naive-f32: the indexer with block top-k and attention in float32 the way a torch user
+/// writes them (sequential sums without fma, std::exp, one softmax over all visible tokens, top-k
+/// by descending score with ties to the higher id, ids best first): a foreign implementation,
+/// judged against the float64 truth and the tie-aware rules. Bugs can be planted (ReadMutation),
+/// each modelled on a real one (anchors_kvcache.md 6).
+
+#include <cstdint>
+#include <vector>
+
+#include "kvo/reference/read_path.hpp"
+#include "kvo/spec/config.hpp"
+#include "kvo/spec/read.hpp"
+#include "kvo/spec/write.hpp"
+
+namespace kvo::subjects {
+
+/// Bugs that can be planted in the CPU read subjects.
+struct ReadMutation {
+  bool no_causal_mask = false;      ///< attention reads the whole selected block, future tokens too
+  std::int64_t n_valid_offset = 0;  ///< the indexer's n_valid off by this much
+  bool ignore_local = false;        ///< local blocks not forced
+  bool ties_to_higher_id = false;   ///< canonical scores, but equal scores won by the higher id
+  bool scale_twice = false;         ///< sm_scale applied twice
+};
+
+/// Top-k ids [Tq, nkv, topk] of the batch's query rows, each row best first, then -1.
+std::vector<std::int32_t> naive_indexer(const spec::ModelConfig& config,
+                                        const spec::IndexerParams& params,
+                                        const spec::ReadBatch& batch,
+                                        const spec::HostTensor& index_q,
+                                        const spec::LayerCaches& caches,
+                                        const ReadMutation& mutation = {});
+
+/// Attention [Tq, nq, hd] in params.out_dtype over `selection` (null: every visible token).
+spec::HostTensor naive_attention(const spec::ModelConfig& config,
+                                 const spec::AttentionParams& params, const spec::ReadBatch& batch,
+                                 const spec::HostTensor& q, const spec::LayerCaches& caches,
+                                 const std::vector<float>& k_scale,
+                                 const std::vector<float>& v_scale,
+                                 const reference::TopkSelection* selection,
+                                 const ReadMutation& mutation = {});
+
+/// Top-k of one row of block scores: descending score; `higher_wins` breaks ties by the higher id,
+/// otherwise the lower; ids ascending when `ascending`, else best first; padded with -1 to topk.
+std::vector<std::int32_t> select_topk(const std::vector<float>& scores, std::int64_t topk,
+                                      bool higher_wins, bool ascending);
+
+}  // namespace kvo::subjects

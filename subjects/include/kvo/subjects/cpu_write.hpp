@@ -1,0 +1,61 @@
+#pragma once
+/// \file cpu_write.hpp
+/// CPU emulations of the two write kernels of SPEC 4, written independently of the reference's
+/// write and judged against it like any other subject (registered as `cpu-fused` and
+/// `cpu-unfused`); all three must give identical bytes for every valid input:
+///  - write_layer_fused: the fused kernel's structure (page and offset once per token, one stride
+///    descriptor per layout, K, V and index-K in one pass);
+///  - write_layer_unfused: the pre-fusion torch path (per tensor: division, remainder, index cast,
+///    then an index_put through a strided view of the cache; 12 ops on a sparse layer, 8 on a
+///    dense).
+/// Each validates the whole call first (spec::validate_write, reference::check_layer_caches) and
+/// writes nothing on bad input.
+
+#include <cstdint>
+
+#include "kvo/spec/config.hpp"
+#include "kvo/spec/types.hpp"
+#include "kvo/spec/write.hpp"
+
+namespace kvo::subjects {
+
+/// Element strides of a K/V cache in the fused kernels' terms: element(b, o, h, kv, d) =
+/// b*block + o*token + h*head + kv*kv_part + d, the innermost dimension contiguous (kv_part 0 where
+/// K and V are separate tensors).
+struct KvStrides {
+  std::int64_t block, token, head, kv_part;
+};
+KvStrides kv_strides(const spec::CacheGeometry& geometry, spec::KvLayout layout);
+
+/// The K and V bases of a layer's caches with their strides, as a fused kernel holds them: K of
+/// (slot, h) at k + (token_offset(slot) + h*strides.head) elements, V at v + (token_offset(slot) +
+/// h*strides.head + v_part).
+struct KvView {
+  std::uint8_t* k = nullptr;
+  std::uint8_t* v = nullptr;  ///< == k where K and V share one tensor
+  KvStrides strides{0, 0, 0, 0};
+  std::int64_t v_part = 0;  ///< strides.kv_part where K and V share one tensor, else 0
+  std::int64_t block_size = 1;
+
+  /// Element offset of a (resolved, non-negative) slot's token: page and in-page offset once.
+  std::int64_t token_offset(std::int64_t slot) const {
+    const std::int64_t page = slot / block_size;
+    return page * strides.block + (slot - page * block_size) * strides.token;
+  }
+};
+/// Throws spec::InvalidInput when `caches` lacks the layout's K/V buffers.
+KvView kv_view(const spec::ModelConfig& config, spec::LayerCaches& caches);
+
+/// The slot a token writes: legacy_wrap sends a negative slot to slot + capacity; otherwise the
+/// slot itself (negative: padding, nothing written).
+std::int64_t resolve_slot(std::int64_t slot, std::int64_t capacity, spec::SlotMode mode);
+
+/// The CPU model of the fused one-launch kernel.
+void write_layer_fused(const spec::ModelConfig& config, const spec::LayerWrite& write,
+                       spec::LayerCaches& caches);
+
+/// The CPU model of the unfused path. Returns the number of tensor ops (launches) it modelled.
+int write_layer_unfused(const spec::ModelConfig& config, const spec::LayerWrite& write,
+                        spec::LayerCaches& caches);
+
+}  // namespace kvo::subjects

@@ -1,0 +1,130 @@
+// The oracle's cache harness (kvo/oracle/harness.hpp, moved out of reference/): the inverse of the
+// SPEC 3 offsets (locate) by hand and as a property over random configurations, the checked
+// forward offset, the model arena, guards and poison.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include "kvo/oracle/harness.hpp"
+#include "kvo/reference/paged_cache.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::oracle {
+namespace {
+
+using reference::PagedCacheLayout;
+using spec::BufferKind;
+using spec::KvLayout;
+
+// nb = 2 blocks, bs = 3, nkv = 2 heads, hd = 8 (as in test_paged_cache.cpp).
+spec::ModelConfig tiny(KvLayout layout) {
+  spec::ModelConfig c;
+  c.layers = {spec::LayerKind::kSparse};
+  c.geometry = {2, 3, 2, 8, 256};
+  c.layout = layout;
+  return c;
+}
+
+TEST(Harness, LocateNamesScaleBytes) {
+  spec::ModelConfig c = tiny(KvLayout::kNhd);
+  c.index.layout = spec::IndexLayout::kBlockScale;
+  const PagedCacheLayout layout(c);
+  const auto coord = locate(layout, BufferKind::kIndexK, 792 + 768 + 20 + 3);
+  ASSERT_TRUE(coord.has_value());
+  EXPECT_TRUE(coord->is_scale);
+  EXPECT_EQ(coord->block, 1);
+  EXPECT_EQ(coord->offset, 2);
+  EXPECT_EQ(coord->group, 1);
+  EXPECT_EQ(coord->byte_in_element, 3);
+  EXPECT_FALSE(locate(layout, BufferKind::kIndexK, 2 * 792).has_value());
+  EXPECT_FALSE(locate(layout, BufferKind::kKv, 0).has_value());  // nhd has no single KV tensor
+}
+
+TEST(Harness, ByteOffsetRejectsCoordinatesOutsideTheGeometry) {
+  const PagedCacheLayout layout(tiny(KvLayout::kNhd));
+  ElementCoord c;
+  c.buffer = BufferKind::kK;
+  c.kv = 0;
+  c.block = 2;  // nb = 2
+  c.offset = 0;
+  c.head = 0;
+  c.dim = 0;
+  try {
+    byte_offset(layout, c);
+    FAIL() << "expected InvalidInput";
+  } catch (const spec::InvalidInput& e) {
+    EXPECT_EQ(e.field(), "block");
+    EXPECT_EQ(e.value(), "2");
+  }
+  c.block = 0;
+  c.buffer = BufferKind::kV;  // kv = 0 lives in K
+  EXPECT_THROW(byte_offset(layout, c), spec::InvalidInput);
+}
+
+TEST(Harness, ArenaIsLayerMajor) {
+  spec::ModelConfig c = tiny(KvLayout::kNhd);
+  c.layers = spec::parse_layer_mix("DS");
+  const PagedCacheLayout layout(c);
+  const std::int64_t kv = layout.buffer_bytes(BufferKind::kK);
+  const std::int64_t idx = layout.buffer_bytes(BufferKind::kIndexK);
+  EXPECT_EQ(arena_bytes(layout), 4 * kv + idx);
+  EXPECT_EQ(arena_offset(layout, {1, BufferKind::kV, 7}), 3 * kv + 7);
+  const auto at = locate_arena(layout, 4 * kv + 5);
+  ASSERT_TRUE(at.has_value());
+  EXPECT_EQ(at->layer, 1);
+  EXPECT_EQ(at->buffer, BufferKind::kIndexK);
+  EXPECT_EQ(at->byte, 5);
+  EXPECT_FALSE(locate_arena(layout, 4 * kv + idx).has_value());
+  EXPECT_THROW(arena_offset(layout, {0, BufferKind::kIndexK, 0}),
+               spec::InvalidInput);  // dense layer
+}
+
+TEST(Harness, BuffersArePoisonedWithGuards) {
+  const PagedCacheLayout layout(tiny(KvLayout::kPackedHnd));
+  const spec::LayerCaches caches = make_layer_caches(layout, 3, spec::LayerKind::kSparse);
+  ASSERT_EQ(caches.buffers.size(), 2u);
+  for (const spec::CacheBuffer& b : caches.buffers) {
+    EXPECT_EQ(b.guard_bytes, spec::kGuardBytes);
+    EXPECT_EQ(b.body_bytes(), layout.buffer_bytes(b.kind));
+    const std::uint64_t salt = poison_salt(3, b.kind);
+    int distinct = 0;
+    for (std::size_t i = 0; i < b.storage.size(); ++i) {
+      ASSERT_EQ(b.storage[i], poison_byte(salt, i)) << i;
+      distinct += i > 0 && b.storage[i] != b.storage[i - 1];
+    }
+    EXPECT_GT(distinct, static_cast<int>(b.storage.size() / 2));  // not a constant fill
+  }
+  EXPECT_NE(poison_salt(0, BufferKind::kK), poison_salt(1, BufferKind::kK));
+}
+
+// The inverse of every byte offset is the coordinate it came from, in every layout.
+RC_GTEST_PROP(Harness, LocateInvertsByteOffset, ()) {
+  spec::ModelConfig c;
+  c.layers = {spec::LayerKind::kSparse};
+  c.geometry.num_blocks = *rc::gen::inRange<std::int64_t>(1, 5);
+  c.geometry.block_size = *rc::gen::inRange<std::int64_t>(1, 20);
+  c.geometry.num_kv_heads = *rc::gen::inRange<std::int64_t>(1, 4);
+  c.geometry.head_dim = 8 * *rc::gen::inRange<std::int64_t>(1, 4);
+  c.layout = *rc::gen::element(KvLayout::kNhd, KvLayout::kHnd, KvLayout::kPackedHnd,
+                               KvLayout::kPackedNhd, KvLayout::kSplitNhd, KvLayout::kSplitHnd);
+  c.kv.cache_dtype =
+      *rc::gen::element(spec::DType::kBF16, spec::DType::kFp8E4M3, spec::DType::kF32);
+  c.index.layout = *rc::gen::element(spec::IndexLayout::kFlat, spec::IndexLayout::kBlockScale);
+  c.geometry.index_dim = c.index.layout == spec::IndexLayout::kBlockScale
+                             ? 128 * *rc::gen::inRange<std::int64_t>(1, 3)
+                             : 8 * *rc::gen::inRange<std::int64_t>(1, 5);
+  const PagedCacheLayout layout(c);
+  for (BufferKind b : layout.buffers(spec::LayerKind::kSparse)) {
+    std::vector<bool> seen(static_cast<std::size_t>(layout.buffer_bytes(b)), false);
+    for (std::int64_t byte = 0; byte < layout.buffer_bytes(b); ++byte) {
+      const auto coord = locate(layout, b, byte);
+      RC_ASSERT(coord.has_value());
+      const std::int64_t back = byte_offset(layout, *coord);
+      RC_ASSERT(back == byte);
+      seen[static_cast<std::size_t>(back)] = true;
+    }
+    for (bool s : seen) RC_ASSERT(s);
+  }
+}
+
+}  // namespace
+}  // namespace kvo::oracle

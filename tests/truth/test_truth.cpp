@@ -1,0 +1,179 @@
+// The float64 truth of the read side: it follows the reference's rules (read_rules.hpp), the
+// per-head NaN rule of SPEC 5 included, and the canonical float32 results stay within the bounds
+// it derives.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kvo/oracle/harness.hpp"
+#include "kvo/oracle/read_case.hpp"
+#include "kvo/reference/layer_write.hpp"
+#include "kvo/reference/numbers.hpp"
+#include "kvo/reference/paged_cache.hpp"
+#include "kvo/reference/read_path.hpp"
+#include "kvo/reference/read_rules.hpp"
+#include "kvo/spec/read.hpp"
+#include "kvo/truth/truth.hpp"
+
+namespace kvo::truth {
+namespace {
+
+using reference::AttentionResult;
+using reference::TopkSelection;
+using spec::Ordering;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+spec::HostTensor f32_tensor(std::vector<std::int64_t> shape, const std::vector<float>& v) {
+  spec::HostTensor t;
+  t.dtype = spec::DType::kF32;
+  t.shape = std::move(shape);
+  t.bytes.resize(v.size() * 4);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    reference::store_code(reference::bits_of(v[i]), spec::DType::kF32, &t.bytes[i * 4]);
+  return t;
+}
+
+/// One request of 8 tokens in a sparse layer (one KV head, index_dim 8, flat bf16 index-K, page
+/// size 4), read by one query at position 7 with two index heads per KV head; sparse_block 4, so
+/// n_valid = 2 and, with no init and no local blocks, both block scores are real ones.
+struct NanCase {
+  spec::ModelConfig config;
+  spec::ReadBatch batch;
+  spec::LayerCaches caches;
+  spec::IndexerParams params{2, 4, 2, 0, 0};
+  spec::HostTensor index_q;
+};
+
+/// index-K rows ik[t] (dims 0 and 1; the others 0) and the two heads' index-Q rows (dims 0 and 1).
+NanCase nan_case(const std::vector<std::pair<float, float>>& ik, std::pair<float, float> head0,
+                 std::pair<float, float> head1) {
+  NanCase n;
+  spec::ModelConfig& c = n.config;
+  c.layers = {spec::LayerKind::kSparse};
+  c.act_dtype = spec::DType::kF32;
+  c.geometry = {4, 4, 1, 8, 8};
+  c.kv.cache_dtype = spec::DType::kBF16;
+  c.layout = spec::KvLayout::kHnd;
+  const reference::PagedCacheLayout layout(c);
+  n.caches = oracle::make_layer_caches(layout, 0, spec::LayerKind::kSparse);
+  n.batch.max_blocks = 2;
+  n.batch.block_table = {3, 1};  // pages out of order: the reader must use the table
+  n.batch.seq_lens = {8};
+  n.batch.query_start_loc = {0, 1};
+  spec::LayerWrite w;
+  w.kind = spec::LayerKind::kSparse;
+  std::vector<float> kv, ix;
+  for (std::int64_t t = 0; t < 8; ++t) {
+    w.slots.slots.push_back(n.batch.block_table[static_cast<std::size_t>(t / 4)] * 4 + t % 4);
+    for (int d = 0; d < 8; ++d) {
+      const auto& row = ik[static_cast<std::size_t>(t)];
+      ix.push_back(d == 0 ? row.first : d == 1 ? row.second : 0.0f);
+      kv.push_back(1.0f);
+    }
+  }
+  w.k = f32_tensor({8, 1, 8}, kv);
+  w.v = f32_tensor({8, 1, 8}, kv);
+  w.index_k = f32_tensor({8, 8}, ix);
+  w.k_scale = w.v_scale = {1.0f};
+  reference::write_layer(c, w, n.caches);
+  std::vector<float> q(16, 0.0f);
+  q[0] = head0.first, q[1] = head0.second, q[8] = head1.first, q[9] = head1.second;
+  n.index_q = f32_tensor({1, 2, 8}, q);
+  return n;
+}
+
+// SPEC 5: the NaN rule is per index head. Head 0 has a NaN token score in block 0 (0 * inf) and
+// scores 1 in block 1; head 1 scores -inf on that token, and 6 and 2 elsewhere. Head 0's block 0 is
+// the NaN block score, so the KV group's block 0 is max(-1e30, 6) = 6 in the reference, and must be
+// in the truth too (a truth that flags NaN per KV group gives -1e30).
+TEST(IndexerTruth, NanRuleIsPerIndexHeadAsInTheReference) {
+  const std::vector<std::pair<float, float>> ik{{0, 3}, {kInf, 0}, {0, 1}, {0, 2},
+                                                {0, 1}, {0, 1},    {0, 1}, {0, 1}};
+  const NanCase n = nan_case(ik, {0, 1}, {-1, 2});
+  const TopkSelection ref =
+      reference::indexer_topk(n.config, n.params, n.batch, n.index_q, n.caches);
+  ASSERT_EQ(ref.score(0, 0, 0), 6.0f);  // max(head 0: NaN block -1e30, head 1: 6)
+  ASSERT_EQ(ref.score(0, 0, 1), 2.0f);  // max(1, 2)
+  for (Ordering o : {Ordering::kCanonical, Ordering::kForeign}) {
+    const ScoreTruth truth = indexer_truth(n.config, n.params, n.batch, n.index_q, n.caches, o);
+    for (std::int64_t j = 0; j < 2; ++j) {
+      const std::size_t at = reference::score_index(0, 0, j, 1, ref.max_blocks);
+      EXPECT_EQ(truth.scores[at], static_cast<double>(ref.score(0, 0, j)))
+          << "block " << j << ", " << spec::name_of(o);
+    }
+  }
+}
+
+// A head whose index-Q row is NaN has the NaN block score in every block; its group takes the
+// other head's scores, with that head's (finite) bound.
+TEST(IndexerTruth, NanQueryHeadLeavesTheOtherHeadsScoresAndBounds) {
+  const std::vector<std::pair<float, float>> ik{{1, 3}, {1, 0}, {1, 1}, {1, 2},
+                                                {1, 1}, {2, 1}, {1, 1}, {1, 1}};
+  const NanCase n = nan_case(ik, {NAN, 1}, {1, 2});
+  const TopkSelection ref =
+      reference::indexer_topk(n.config, n.params, n.batch, n.index_q, n.caches);
+  const ScoreTruth truth =
+      indexer_truth(n.config, n.params, n.batch, n.index_q, n.caches, Ordering::kCanonical);
+  EXPECT_EQ(ref.score(0, 0, 0), 7.0f);  // 1 + 2 * 3
+  EXPECT_EQ(ref.score(0, 0, 1), 4.0f);  // 2 + 2 * 1
+  for (std::int64_t j = 0; j < 2; ++j) {
+    const std::size_t at = reference::score_index(0, 0, j, 1, ref.max_blocks);
+    EXPECT_EQ(truth.scores[at], static_cast<double>(ref.score(0, 0, j))) << "block " << j;
+    EXPECT_TRUE(std::isfinite(truth.bound[at])) << "block " << j;
+    EXPECT_GT(truth.bound[at], 0.0) << "block " << j;
+  }
+}
+
+// The reference's group block scores stay within the truth's derived bound (forced blocks exact).
+RC_GTEST_PROP(IndexerTruth, ReferenceBlockScoresAreWithinTheDerivedBound, ()) {
+  const auto seed = *rc::gen::arbitrary<std::uint64_t>();
+  oracle::ReadOverrides o;
+  o.max_seq_len = 400;
+  const oracle::ReadCase rc = oracle::make_read_case(seed, o);
+  const TopkSelection s =
+      reference::indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+  const ScoreTruth truth =
+      indexer_truth(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches, Ordering::kCanonical);
+  for (std::int64_t q = 0; q < s.num_queries; ++q) {
+    for (std::int64_t g = 0; g < s.num_kv_heads; ++g) {
+      for (std::int64_t j = 0; j < s.n_valid[static_cast<std::size_t>(q)]; ++j) {
+        const std::size_t at = reference::score_index(q, g, j, s.num_kv_heads, s.max_blocks);
+        RC_ASSERT(std::fabs(static_cast<double>(s.score(q, g, j)) - truth.scores[at]) <=
+                  truth.bound[at]);
+      }
+    }
+  }
+}
+
+// The canonical path stays within its derived bound of the float64 truth, on random and adversarial
+// (large score spreads, V with a large common offset) cases, dense and sparse.
+RC_GTEST_PROP(AttentionTruth, CanonicalAttentionIsWithinTheDerivedBound, ()) {
+  const auto seed = *rc::gen::arbitrary<std::uint64_t>();
+  oracle::ReadOverrides o;
+  o.max_seq_len = 300;
+  const oracle::ReadCase rc = oracle::make_read_case(seed, o);
+  const TopkSelection sel =
+      reference::indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+  for (const TopkSelection* s : {static_cast<const TopkSelection*>(nullptr), &sel}) {
+    const AttentionResult got = reference::attention(rc.config, rc.attention, rc.batch, rc.q,
+                                                     rc.caches, rc.k_scale, rc.v_scale, s);
+    const AttentionTruth truth = attention_truth(rc.config, rc.attention, rc.batch, rc.q, rc.caches,
+                                                 rc.k_scale, rc.v_scale, s, Ordering::kCanonical);
+    for (std::size_t i = 0; i < got.out_f32.size(); ++i) {
+      const double err = std::fabs(static_cast<double>(got.out_f32[i]) - truth.out[i]);
+      if (!(err <= truth.bound[i])) {
+        RC_FAIL("element " + std::to_string(i) + ": got " + std::to_string(got.out_f32[i]) +
+                ", truth " + std::to_string(truth.out[i]) + ", |err| " + std::to_string(err) +
+                " > bound " + std::to_string(truth.bound[i]) + "; case " + rc.describe());
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvo::truth
