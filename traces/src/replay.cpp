@@ -275,8 +275,8 @@ std::string ReplayReport::summary() const {
   std::ostringstream s;
   for (const ReplaySubjectResult& r : subjects) {
     const bool write = r.op == spec::Op::kWrite || r.op == spec::Op::kDense;
-    s << "  " << r.name
-      << (r.op == spec::Op::kWrite ? "" : " " + std::string(spec::name_of(r.op))) << ": ";
+    s << "  " << r.name << (r.op == spec::Op::kWrite ? "" : " " + std::string(spec::name_of(r.op)))
+      << ": ";
     if (!r.note.empty() && r.layer_writes == 0 && r.outcome == spec::Outcome::kPass) {
       s << "skipped (" << r.note << ")\n";
       continue;
