@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include "../common/tiny.hpp"
 #include "kvo/oracle/harness.hpp"
 #include "kvo/reference/paged_cache.hpp"
 #include "kvo/spec/outcome.hpp"
@@ -15,14 +16,7 @@ using reference::PagedCacheLayout;
 using spec::BufferKind;
 using spec::KvLayout;
 
-// nb = 2 blocks, bs = 3, nkv = 2 heads, hd = 8 (as in test_paged_cache.cpp).
-spec::ModelConfig tiny(KvLayout layout) {
-  spec::ModelConfig c;
-  c.layers = {spec::LayerKind::kSparse};
-  c.geometry = {2, 3, 2, 8, 256};
-  c.layout = layout;
-  return c;
-}
+using testing::tiny;  // nb = 2 blocks, bs = 3, nkv = 2 heads, hd = 8
 
 TEST(Harness, LocateNamesScaleBytes) {
   spec::ModelConfig c = tiny(KvLayout::kNhd);

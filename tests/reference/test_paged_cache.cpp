@@ -2,6 +2,7 @@
 // sizes. The inverse, guards and poison belong to the oracle's harness (test_harness.cpp).
 #include <gtest/gtest.h>
 
+#include "../common/tiny.hpp"
 #include "kvo/reference/paged_cache.hpp"
 #include "kvo/spec/outcome.hpp"
 
@@ -11,14 +12,7 @@ namespace {
 using spec::BufferKind;
 using spec::KvLayout;
 
-// nb = 2 blocks, bs = 3, nkv = 2 heads, hd = 8.
-spec::ModelConfig tiny(KvLayout layout) {
-  spec::ModelConfig c;
-  c.layers = {spec::LayerKind::kSparse};
-  c.geometry = {2, 3, 2, 8, 256};
-  c.layout = layout;
-  return c;
-}
+using testing::tiny;  // nb = 2 blocks, bs = 3, nkv = 2 heads, hd = 8
 
 struct HandOffset {
   KvLayout layout;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 
+#include "../common/tiny.hpp"
 #include "kvo/oracle/harness.hpp"
 #include "kvo/oracle/read_case.hpp"
 #include "kvo/reference/layer_write.hpp"
@@ -18,15 +19,7 @@
 namespace kvo::reference {
 namespace {
 
-spec::HostTensor f32_tensor(std::vector<std::int64_t> shape, const std::vector<float>& v) {
-  spec::HostTensor t;
-  t.dtype = spec::DType::kF32;
-  t.shape = std::move(shape);
-  t.bytes.resize(v.size() * 4);
-  for (std::size_t i = 0; i < v.size(); ++i)
-    store_code(bits_of(v[i]), spec::DType::kF32, &t.bytes[i * 4]);
-  return t;
-}
+using testing::f32_tensor;
 
 /// One request (or several) written into a sparse layer: nkv 1, head_dim 8, index_dim 8 (flat
 /// bf16), bf16 K/V cache, f32 activations; page size `bs`. Token t of request r: index-K dim 0 =

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/tiny.hpp"
 #include "kvo/oracle/harness.hpp"
 #include "kvo/oracle/read_case.hpp"
 #include "kvo/reference/layer_write.hpp"
@@ -28,15 +29,7 @@ using spec::Ordering;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-spec::HostTensor f32_tensor(std::vector<std::int64_t> shape, const std::vector<float>& v) {
-  spec::HostTensor t;
-  t.dtype = spec::DType::kF32;
-  t.shape = std::move(shape);
-  t.bytes.resize(v.size() * 4);
-  for (std::size_t i = 0; i < v.size(); ++i)
-    reference::store_code(reference::bits_of(v[i]), spec::DType::kF32, &t.bytes[i * 4]);
-  return t;
-}
+using testing::f32_tensor;
 
 /// One request of 8 tokens in a sparse layer (one KV head, index_dim 8, flat bf16 index-K, page
 /// size 4), read by one query at position 7 with two index heads per KV head; sparse_block 4, so
