@@ -45,8 +45,8 @@ class DenseDriver final : public OpDriver {
   Verdict explain(Subject& subject, PreparedCase& pc) const override {
     auto& c = static_cast<DensePrepared&>(pc);
     std::ostringstream s;
-    s << "case seed 0x" << std::hex << c.dc.seed << std::dec << ": " << c.dc.describe()
-      << "\nsubject " << subject.name() << ", op dense\n  slot_mapping:";
+    explain_header(s, c, subject, op());
+    s << "  slot_mapping:";
     for (std::int64_t slot : c.dc.in.kv.slots.slots) s << " " << slot;
     s << "\n  positions:";
     for (std::int64_t p : c.dc.in.positions) s << " " << p;
@@ -57,12 +57,8 @@ class DenseDriver final : public OpDriver {
       v.report = s.str();
       return v;
     }
-    const CacheDiff d =
-        diff_layer_caches(c.layout, 0, c.expected, actual, &c.dc.in.kv, kExplainSamples);
-    if (!d.equal()) {
-      picture_layer(s, c.layout, c.dc.config, c.dc.in.kv, c.expected, actual);
-      list_samples(s, d);
-    }
+    const CacheDiff d = explain_layer(s, c.layout, 0, c.dc.config, c.dc.in.kv, c.expected, actual);
+    if (!d.equal()) list_samples(s, d);
     v.report = s.str();
     return v;
   }

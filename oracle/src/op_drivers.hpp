@@ -26,6 +26,17 @@ Verdict run_on_copy(const Caches& poisoned, Caches* keep, Fn&& subject_run) {
   return v;
 }
 
+/// The first lines of an explanation: the case (seed and sizes), the subject with how it is judged,
+/// and the op.
+inline void explain_header(std::ostringstream& s, const PreparedCase& c, const Subject& subject,
+                           spec::Op op) {
+  s << "case seed 0x" << std::hex << c.seed() << std::dec << ": " << c.describe() << "\nsubject "
+    << subject.name() << " ("
+    << (subject.ordering() == spec::Ordering::kCanonical ? "canonical: exact"
+                                                         : "foreign: bounded, tie-aware")
+    << "), op " << spec::name_of(op) << "\n";
+}
+
 /// Appends the verdict to an explanation: its diff, or why the subject did not complete. True when
 /// the subject ran (pass or mismatch), so that the details of its answer may follow.
 inline bool explain_verdict(std::ostringstream& s, const Verdict& v) {

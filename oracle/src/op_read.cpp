@@ -46,17 +46,13 @@ class ReadDriver final : public OpDriver {
 
   Verdict judge(Subject& subject, PreparedCase& pc) const override {
     const ReadVerdict r = judge_read(subject, op_, static_cast<ReadPrepared&>(pc).expectation);
-    return {r.outcome, r.report, 0, r.query};
+    return {r.outcome, r.report, 0};
   }
 
   Verdict explain(Subject& subject, PreparedCase& pc) const override {
     const ReadCase& rc = static_cast<ReadPrepared&>(pc).rc;
     std::ostringstream s;
-    s << "case seed 0x" << std::hex << rc.seed << std::dec << ": " << rc.describe() << "\nsubject "
-      << subject.name() << " ("
-      << (subject.ordering() == spec::Ordering::kCanonical ? "canonical: exact"
-                                                           : "foreign: bounded, tie-aware")
-      << "), op " << spec::name_of(op_) << "\n";
+    explain_header(s, pc, subject, op_);
     for (std::int64_t q = 0, rq = 0; rq < rc.batch.num_requests(); ++rq) {
       const auto at = static_cast<std::size_t>(rq);
       s << "  request " << rq << ": seq_len " << rc.batch.seq_lens[at] << ", queries "

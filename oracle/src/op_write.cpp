@@ -44,8 +44,7 @@ class WriteDriver final : public OpDriver {
   Verdict explain(Subject& subject, PreparedCase& pc) const override {
     auto& c = static_cast<WritePrepared&>(pc);
     std::ostringstream s;
-    s << "case seed 0x" << std::hex << c.wc.seed << std::dec << ": " << c.wc.describe()
-      << "\nsubject " << subject.name() << ", op write\n";
+    explain_header(s, c, subject, op());
     for (std::size_t r = 0; r < c.wc.requests.size(); ++r) {
       s << "  request " << r << ": context " << c.wc.requests[r].context << ", "
         << c.wc.requests[r].q_len << " new tokens, blocks";
@@ -63,12 +62,8 @@ class WriteDriver final : public OpDriver {
     }
     CacheDiff all;
     for (std::size_t l = 0; l < c.wc.writes.size(); ++l) {
-      const CacheDiff d = diff_layer_caches(c.layout, static_cast<std::int64_t>(l), c.expected[l],
-                                            actual[l], &c.wc.writes[l], kExplainSamples);
-      all.merge(d);
-      if (d.equal()) continue;
-      s << "layer " << l << " (" << spec::name_of(c.wc.writes[l].kind) << "):\n";
-      picture_layer(s, c.layout, c.wc.config, c.wc.writes[l], c.expected[l], actual[l]);
+      all.merge(explain_layer(s, c.layout, static_cast<std::int64_t>(l), c.wc.config,
+                              c.wc.writes[l], c.expected[l], actual[l]));
     }
     list_samples(s, all);
     v.report = s.str();

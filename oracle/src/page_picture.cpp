@@ -63,9 +63,13 @@ void picture(std::ostringstream& s, const reference::PagedCacheLayout& layout,
 
 }  // namespace
 
-void picture_layer(std::ostringstream& s, const reference::PagedCacheLayout& layout,
-                   const spec::ModelConfig& config, const spec::LayerWrite& write,
-                   const spec::LayerCaches& expected, const spec::LayerCaches& actual) {
+CacheDiff explain_layer(std::ostringstream& s, const reference::PagedCacheLayout& layout,
+                        std::int64_t layer, const spec::ModelConfig& config,
+                        const spec::LayerWrite& write, const spec::LayerCaches& expected,
+                        const spec::LayerCaches& actual) {
+  CacheDiff d = diff_layer_caches(layout, layer, expected, actual, &write, kExplainSamples);
+  if (d.equal()) return d;
+  s << "layer " << layer << " (" << spec::name_of(write.kind) << "):\n";
   for (const spec::CacheBuffer& e : expected.buffers) {
     const spec::CacheBuffer& a = *actual.find(e.kind);
     if (e.storage == a.storage) continue;
@@ -74,6 +78,7 @@ void picture_layer(std::ostringstream& s, const reference::PagedCacheLayout& lay
                                      : write.slots;
     picture(s, layout, e, a, targets(config, m));
   }
+  return d;
 }
 
 void list_samples(std::ostringstream& s, const CacheDiff& diff) {

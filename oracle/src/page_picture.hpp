@@ -15,11 +15,13 @@ namespace kvo::oracle {
 /// Up to this many differing elements are decoded in an explanation.
 inline constexpr std::size_t kExplainSamples = 12;
 
-/// For one layer whose caches differ: per buffer, one row per block involved and one character per
-/// offset (o written as expected, X targeted but wrong, ! not targeted but changed, . untouched).
-void picture_layer(std::ostringstream& s, const reference::PagedCacheLayout& layout,
-                   const spec::ModelConfig& config, const spec::LayerWrite& write,
-                   const spec::LayerCaches& expected, const spec::LayerCaches& actual);
+/// Diffs layer `layer` (up to kExplainSamples elements described) and, when it differs, appends
+/// "layer L (kind):" and, per buffer, one row per block involved and one character per offset (o
+/// written as expected, X targeted but wrong, ! not targeted but changed, . untouched).
+CacheDiff explain_layer(std::ostringstream& s, const reference::PagedCacheLayout& layout,
+                        std::int64_t layer, const spec::ModelConfig& config,
+                        const spec::LayerWrite& write, const spec::LayerCaches& expected,
+                        const spec::LayerCaches& actual);
 
 /// The diff's first differing elements decoded, one line each.
 void list_samples(std::ostringstream& s, const CacheDiff& diff);

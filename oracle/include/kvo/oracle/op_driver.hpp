@@ -45,9 +45,8 @@ class PreparedCase {
 /// One subject's answer to one case, judged.
 struct Verdict {
   spec::Outcome outcome = spec::Outcome::kPass;
-  std::string report;                 ///< the SPEC 7 diff (a pass's too) or why it did not run
-  std::int64_t bytes_compared = 0;    ///< cache bytes compared (write ops)
-  std::optional<std::int64_t> query;  ///< the first differing query row (read ops)
+  std::string report;               ///< the SPEC 7 diff (a pass's too) or why it did not run
+  std::int64_t bytes_compared = 0;  ///< cache bytes compared (the ops that write caches)
 };
 
 /// One reduction tried while shrinking: fixes one dimension to a smaller value. `apply` returns
