@@ -9,7 +9,9 @@
 #include "commands.hpp"
 #include "kvo/gpu/device.hpp"
 #include "kvo/oracle/campaign.hpp"
+#include "kvo/oracle/detect.hpp"
 #include "kvo/oracle/mutants.hpp"
+#include "kvo/oracle/read_judge.hpp"
 #include "kvo/oracle/report_files.hpp"
 #include "kvo/oracle/shrink.hpp"
 #include "options.hpp"
@@ -26,6 +28,7 @@ struct CheckFlags {
   std::string junit, json;
   bool no_shrink = false;
   bool list_ops = false, list_subjects = false;
+  bool detect_modes = false;
   oracle::CheckOptions options;
 };
 
@@ -65,6 +68,26 @@ int list_subjects(const oracle::SubjectList& subjects) {
   return spec::kExitPass;
 }
 
+/// --detect-modes: which modes each named subject implements (SPEC 7), one report per op.
+int detect_modes(const CheckFlags& f, oracle::SubjectList& subjects) {
+  const oracle::CheckOptions& o = f.options;
+  if (o.subjects.empty()) {
+    throw spec::InvalidInput("detect-modes", -1, "no --subject",
+                             "name the subject(s) whose modes to detect");
+  }
+  std::printf("kvoracle check --detect-modes: seed 0x%016llX, %s\n",
+              static_cast<unsigned long long>(o.seed),
+              o.case_seed ? "1 case (--case-seed)" : (std::to_string(o.cases) + " cases").c_str());
+  spec::Outcome worst = spec::Outcome::kPass;
+  for (const std::string& name : o.subjects) {
+    for (const oracle::DetectResult& r : oracle::detect_modes(o, subjects, name)) {
+      std::cout << r.report() << std::flush;
+      worst = spec::worst(worst, r.outcome());
+    }
+  }
+  return spec::exit_status(worst);
+}
+
 int run_check_verb(CheckFlags& f) {
   oracle::CheckOptions& o = f.options;
   auto subjects = oracle::make_subjects();
@@ -75,6 +98,15 @@ int run_check_verb(CheckFlags& f) {
   o.subjects = split_list(f.subjects);
   if (!f.ops.empty()) o.ops = oracle::parse_ops(split_list(f.ops));
   oracle::add_named_mutants(o.subjects, subjects);
+  // --profile judges foreign attention under another bound: on a canonical subject it is bad input.
+  if (const auto profile = o.overrides.read.profile) {
+    for (const oracle::SubjectOp& so : oracle::select_subject_ops(subjects, o.subjects, o.ops)) {
+      const std::string problem = oracle::profile_override_problem(*so.subject, profile);
+      if (so.op == spec::Op::kAttention && so.skipped.empty() && !problem.empty())
+        throw spec::InvalidInput("profile", -1, std::string(spec::name_of(*profile)), problem);
+    }
+  }
+  if (f.detect_modes) return detect_modes(f, subjects);
   oracle::apply_shard_environment(o);
   if (f.total_shards) o.total_shards = *f.total_shards;
   if (f.shard_index) o.shard_index = *f.shard_index;
@@ -153,6 +185,9 @@ void add_check(CLI::App& app, int& status) {
                 "print the op registry (each op and the subjects that implement it) and exit");
   cmd->add_flag("--list-subjects", flags->list_subjects,
                 "print every subject of this build with its ops and ordering, and exit");
+  cmd->add_flag("--detect-modes", flags->detect_modes,
+                "with --subject: run the subject against every combination of the contract's "
+                "modes and print those it matches on every case (SPEC 7)");
   add_case_flags(*cmd, flags->options.overrides);
   cmd->callback([flags, &status] { status = run_check_verb(*flags); });
 }

@@ -43,11 +43,13 @@ struct QuantArgs {
   std::string scale;
   std::string scale_mode;
   std::string via;
+  std::string scale_act;
   std::string format = "table";
   std::vector<std::string> values;
   CLI::Option* scale_opt = nullptr;
   CLI::Option* scale_mode_opt = nullptr;
   CLI::Option* via_opt = nullptr;
+  CLI::Option* scale_act_opt = nullptr;
 };
 
 /// One value's text and where it came from, for error messages.
@@ -208,6 +210,23 @@ void run_quant(const QuantArgs& a, int& status) {
   DType act = DType::kF32;
   q.via_model_dtype = a.via_opt->count() > 0;
   if (q.via_model_dtype) act = parse_choice<DType>("--via-model-dtype", a.via, kActivations);
+  q.scale_in_model_dtype = a.scale_act_opt->count() > 0;
+  if (q.scale_in_model_dtype) {
+    const DType scale_act =
+        parse_choice<DType>("--scale-in-model-dtype", a.scale_act, kActivations);
+    if (q.scale_mode == ScaleMode::kNone) {
+      throw InvalidInput("--scale-in-model-dtype", -1, a.scale_act,
+                         "rounds the scale, but scale mode none applies none (give --scale)");
+    }
+    if (q.via_model_dtype && scale_act != act) {
+      throw InvalidInput("--scale-in-model-dtype", -1, a.scale_act,
+                         "the activation dtype is " + a.via +
+                             " (--via-model-dtype): one model "
+                             "dtype rounds both");
+    }
+    act = scale_act;
+  }
+  const bool approx = q.scale_mode == ScaleMode::kDivApprox;
   if (a.format != "table" && a.format != "bits") {
     throw InvalidInput("--format", -1, a.format, "expected table|bits");
   }
@@ -230,17 +249,23 @@ void run_quant(const QuantArgs& a, int& status) {
       out += " scale=" + shortest(scale) + " (" + hex32(reference::bits_of(scale)) + ")";
     }
     if (q.via_model_dtype) out += " via_model_dtype=" + std::string(spec::name_of(act));
+    if (q.scale_in_model_dtype) {
+      const float used = reference::effective_scale(scale, q, act);
+      out += " scale_in_model_dtype=" + std::string(spec::name_of(act)) + " (scale used " +
+             shortest(used) + " = " + hex32(reference::bits_of(used)) + ")";
+    }
     out += '\n';
     append_padded(out, "input", kValueWidth);
     append_padded(out, "input_bits", kBitsWidth);
     if (show_scaled) append_padded(out, "scaled_bits", kBitsWidth);
     if (q.via_model_dtype) append_padded(out, "rounded_bits", kBitsWidth);
     append_padded(out, "code", kCodeWidth);
-    out += "decoded\n";
+    out += approx ? "decoded  admissible (div_approx: quotients within 2 ulp)\n" : "decoded\n";
     for (const float x : values) {
       append_padded(out, shortest(x), kValueWidth);
       append_padded(out, hex32(reference::bits_of(x)), kBitsWidth);
-      const float scaled = reference::apply_scale(x, scale, q.scale_mode);
+      const float scaled =
+          reference::apply_scale(x, reference::effective_scale(scale, q, act), q.scale_mode);
       if (show_scaled) append_padded(out, hex32(reference::bits_of(scaled)), kBitsWidth);
       if (q.via_model_dtype) {
         append_padded(out, hex32(reference::bits_of(reference::round_to(scaled, act))), kBitsWidth);
@@ -248,6 +273,15 @@ void run_quant(const QuantArgs& a, int& status) {
       const std::uint32_t code = reference::quantize_kv(x, scale, q, act);
       append_padded(out, hex_prefixed(code, digits), kCodeWidth);
       out += shortest(reference::decode(code, q.cache_dtype));
+      if (approx) {
+        out += "  {";
+        const auto codes = reference::admissible_kv_codes(x, scale, q, act);
+        for (std::size_t i = 0; i < codes.size(); ++i) {
+          if (i) out += ", ";
+          out += hex_prefixed(codes[i], digits);
+        }
+        out += '}';
+      }
       out += '\n';
     }
   }
@@ -273,6 +307,11 @@ void add_quant(CLI::App& app, int& status) {
   args->via_opt = sub->add_option(
       "--via-model-dtype", args->via,
       "Round the scaled value to this activation type first: " + std::string(kActivations));
+  args->scale_act_opt = sub->add_option(
+      "--scale-in-model-dtype", args->scale_act,
+      "Round the scale itself to this activation type first (torch's promotion of a 0-dim "
+      "scale): " +
+          std::string(kActivations));
   sub->add_option("--format", args->format,
                   "table (default) or bits (the code in hex, one a line)");
   sub->add_option("VALUES", args->values,

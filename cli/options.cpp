@@ -1,12 +1,6 @@
 #include "options.hpp"
 
-#include <algorithm>
-#include <cctype>
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-
-#include "kvo/spec/outcome.hpp"
+#include "kvo/oracle/campaign.hpp"
 
 namespace kvo::cli {
 namespace {
@@ -43,6 +37,8 @@ void add_model_flags(CLI::App& app, oracle::CaseOverrides& o) {
   add_enum_option(app, "--sat", o.saturation, "fp8 saturation");
   add_enum_option(app, "--scale-mode", o.scale_mode, "KV scale mode");
   add_enum_option(app, "--index-layout", o.index_layout, "index-K cache layout");
+  add_enum_option(app, "--blockscale-scale", o.blockscale_scale,
+                  "index-K block scale: amax / 448 (divide) or amax * fl(1/448) (mul_recip)");
   add_enum_option(app, "--slot-mode", o.slot_mode, "meaning of negative slots");
   add_enum_option(app, "--slot-type", o.slot_type, "slot mapping storage type");
   add_enum_option(app, "--allocator", o.allocator, "how the step's blocks are handed out");
@@ -50,6 +46,8 @@ void add_model_flags(CLI::App& app, oracle::CaseOverrides& o) {
            "one KV scale per head instead of per tensor");
   add_bool(app, "--via-model-dtype", o.via_model_dtype,
            "round the scaled value to the activation dtype first");
+  add_bool(app, "--scale-in-model-dtype", o.scale_in_model_dtype,
+           "round the KV scale to the activation dtype before scaling (torch's promotion)");
   add_bool(app, "--ue8m0", o.ue8m0, "power-of-two index-K block scales");
   add_bool(app, "--separate-index-slots", o.separate_index_slots,
            "index-K through its own slot mapping");
@@ -69,6 +67,9 @@ void add_read_flags(CLI::App& app, oracle::ReadOverrides& r) {
            "indexer/attention: large score spreads and offsets");
   add_bool(app, "--tied-scores", r.tied_scores,
            "indexer: zero index-Q, so every unforced block ties");
+  add_enum_option(app, "--profile", r.profile,
+                  "attention: judge foreign subjects under this arithmetic profile instead of "
+                  "their declared one");
 }
 
 void add_case_flags(CLI::App& app, oracle::Overrides& o) {
@@ -78,29 +79,7 @@ void add_case_flags(CLI::App& app, oracle::Overrides& o) {
 }
 
 std::uint64_t parse_u64(const std::string& text, const char* field) {
-  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
-  const std::string digits = text.substr(hex ? 2 : 0);
-  // Every character a digit of the base: strtoull alone would take "12ab", " 7", "-1" or text with
-  // an embedded NUL (found by fuzz/fuzz_seed.cpp).
-  const bool well_formed =
-      !digits.empty() && std::all_of(digits.begin(), digits.end(), [hex](char ch) {
-        return hex ? std::isxdigit(static_cast<unsigned char>(ch)) != 0
-                   : std::isdigit(static_cast<unsigned char>(ch)) != 0;
-      });
-  errno = 0;
-  const unsigned long long v =
-      well_formed ? std::strtoull(digits.c_str(), nullptr, hex ? 16 : 10) : 0;
-  if (!well_formed || errno == ERANGE) {
-    std::string shown;
-    for (char ch : text) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\x%02X", static_cast<unsigned char>(ch));
-      shown += (ch >= 0x20 && ch < 0x7F) ? std::string(1, ch) : std::string(escaped);
-    }
-    throw spec::InvalidInput(field, -1, "\"" + shown + "\"",
-                             "expected a 64-bit unsigned value, decimal or 0x-hex");
-  }
-  return static_cast<std::uint64_t>(v);
+  return oracle::parse_u64(text, field);  // one rule for seeds: the flags and the test helper's
 }
 
 }  // namespace kvo::cli

@@ -34,7 +34,7 @@ CLI::Option* add_enum_option(CLI::App& app, const std::string& flag, std::option
 void add_model_flags(CLI::App& app, oracle::CaseOverrides& overrides);
 
 /// The read-side flags (--sparse-block, --topk, --group-size, --max-seq-len, --read-requests,
-/// --index-heads-per-kv, --adversarial, --tied-scores) of `check` and `explain`.
+/// --index-heads-per-kv, --adversarial, --tied-scores, --profile) of `check` and `explain`.
 void add_read_flags(CLI::App& app, oracle::ReadOverrides& overrides);
 
 /// Every flag that fixes a dimension of some op's cases: the model and read flags above, and the

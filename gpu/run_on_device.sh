@@ -118,6 +118,25 @@ done
 # 3c. The mutation score with the CUDA mutants (bugs planted in the fused kernel) included.
 timeout 90 "$BIN/kvoracle" mutants --cases 200 >"$LOGS/kvoracle_mutants.txt" 2>&1
 echo "exit $?" >>"$LOGS/kvoracle_mutants.txt"
+# 3d. The real-kernel modes (SPEC 2, 7): div_approx (div.full.f32) judged by admissible sets; mode
+# detection of the CUDA subjects told a mode; the flash attention under its profile and under fp32.
+modes() {  # label, then the kvoracle arguments
+  local label=$1
+  shift
+  timeout 90 "$BIN/kvoracle" "$@" --no-shrink >>"$LOGS/kvoracle_modes.txt" 2>&1
+  echo "exit $? $label" >>"$LOGS/kvoracle_modes.txt"
+}
+modes div_approx check --subject cuda-fused,cuda-unfused --ops write --scale-mode div_approx --cases 300
+modes detect_told_mul_recip check --subject cuda-fused --detect-modes --ops write --cases 100 \
+  --scale-mode mul_recip --kv-dtype bf16
+modes detect_told_div_approx check --subject cuda-fused,cuda-unfused --detect-modes --ops write \
+  --cases 100 --scale-mode div_approx --kv-dtype bf16
+modes detect_dense_div_approx check --subject cuda-dense-qknorm-rope --detect-modes --ops dense \
+  --cases 60 --scale-mode div_approx --kv-dtype bf16
+modes flash_bf16_p check --subject cuda-flash-bf16 --ops attention --cases 300
+modes flash_under_fp32 check --subject cuda-flash-bf16 --ops attention --cases 300 --profile fp32
+modes detect_profiles check --subject cuda-flash-bf16,cuda-fast,cuda-canonical --detect-modes \
+  --ops attention --cases 100
 
 # 4. Short table, last.
 {
@@ -135,6 +154,9 @@ echo "exit $?" >>"$LOGS/kvoracle_mutants.txt"
   grep -E '^exit|result' "$LOGS/kvoracle_replay.txt"
   echo "kvoracle mutants --cases 200:"
   grep -E '^cuda-|^killed|exit' "$LOGS/kvoracle_mutants.txt"
+  echo "real-kernel modes (div_approx, mode detection, flash profiles):"
+  grep -E '^cuda-[a-z0-9-]+ +(write|dense|attention) |^mode detection|^  per mode|^  no combination|^exit' \
+    "$LOGS/kvoracle_modes.txt"
   python3 - "$OUT/bench_read.json" <<'PY'
 import json, sys
 try:

@@ -1,4 +1,5 @@
-// The production attention launcher: attention_kernels.cuh without a planted bug.
+// The production attention launchers (canonical and fast; flash): attention_kernels.cuh without a
+// planted bug.
 #include "attention_kernels.cuh"
 
 namespace kvo::gpu {
@@ -12,6 +13,11 @@ void launch_attention(const spec::ModelConfig& config, const spec::AttentionPara
                       const DeviceReadBatch& batch, const DeviceAttention& a, ReadKernel kernel,
                       void* stream) {
   detail::launch_attention_t<detail::ReadBug::kNone>(config, params, batch, a, kernel, stream);
+}
+
+void launch_flash_attention(const spec::ModelConfig& config, const spec::AttentionParams& params,
+                            const DeviceReadBatch& batch, const DeviceAttention& a, void* stream) {
+  detail::launch_flash_attention_t<spec::AttentionBug::kNone>(config, params, batch, a, stream);
 }
 
 }  // namespace kvo::gpu

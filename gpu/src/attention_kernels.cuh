@@ -1,7 +1,7 @@
 #pragma once
 /// \file attention_kernels.cuh
-/// The attention kernels, canonical and fast (kvo/gpu/read.hpp says what each family promises),
-/// and their launch template; attention_kernels.cu instantiates it for production.
+/// The attention kernels, canonical, fast and flash (kvo/gpu/read.hpp says what each family
+/// promises), and their launch templates; attention_kernels.cu instantiates them for production.
 ///
 /// Kernel 1 has one CUDA block per (query row, KV head, chunk slot) and computes, for each query
 /// head of the KV head's group, the chunk's (m, l, o[hd]) of SPEC 6.3 into a workspace; kernel 2
@@ -37,12 +37,12 @@ struct AttnArgs : BatchView {
   const float* k_scale;
   const float* v_scale;
   const int* selection;  // null: dense
-  float* ws;             // [Tq, nq, slots, hd + 2]: m, l, o
+  float* ws;             // [Tq, nq, slots, hd + 2]: m, l, o (not used by the flash family)
   unsigned char* out;    // [Tq, nq, hd]
   int nq, group, sbp, out_dtype;
   int tile;  // tokens per staged tile
   long long topk, slots, sb;
-  float sm;  // canonical: sm_scale; fast: sm_scale * log2(e) (or sm_scale under kExpNoLog2e)
+  float sm;  // canonical: sm_scale; fast and flash: sm_scale * log2(e) (kExpNoLog2e: sm_scale)
 };
 
 /// The logical block of chunk slot `slot` of row `row` for KV head `kvh`, or -1 when the slot is
@@ -275,6 +275,21 @@ __global__ void __launch_bounds__(kReadThreads) attention_chunk_kernel(AttnArgs 
   }
 }
 
+/// Element i of the output [Tq, nq, hd] := y rounded to the output dtype (NaN: 0x7FFF in 16 bits).
+__device__ inline void store_out(const AttnArgs& a, long long i, float y) {
+  unsigned char* dst = a.out + i * dtype_size(a.out_dtype);
+  unsigned code;
+  if (a.out_dtype == kDtF32) {
+    code = __float_as_uint(y);
+  } else if (a.out_dtype == kDtBf16) {
+    code = isnan(y) ? 0x7FFFu : __bfloat16_as_ushort(__float2bfloat16_rn(y));
+  } else {
+    code = isnan(y) ? 0x7FFFu : __half_as_ushort(__float2half_rn(y));
+  }
+  for (int b = 0; b < dtype_size(a.out_dtype); ++b)
+    dst[b] = static_cast<unsigned char>(code >> (8 * b));
+}
+
 /// Kernel 2 of attention: one CUDA block per (row, query head), thread d per output dim. The
 /// chunk order is found in parallel (a sparse slot's position is the number of selected blocks
 /// below its own), and each thread loads eight chunks' partial results before combining them, so
@@ -341,17 +356,7 @@ __global__ void attention_combine_kernel(AttnArgs a) {
   }
   float y = 0.0f;
   if (n_chunks > 0) y = kCanonical ? __fdiv_rn(big_o, big_l) : __fdividef(big_o, big_l);
-  unsigned char* dst = a.out + ((row * a.nq + hq) * a.g.head_dim + d) * dtype_size(a.out_dtype);
-  unsigned code;
-  if (a.out_dtype == kDtF32) {
-    code = __float_as_uint(y);
-  } else if (a.out_dtype == kDtBf16) {
-    code = isnan(y) ? 0x7FFFu : __bfloat16_as_ushort(__float2bfloat16_rn(y));
-  } else {
-    code = isnan(y) ? 0x7FFFu : __half_as_ushort(__float2half_rn(y));
-  }
-  for (int i = 0; i < dtype_size(a.out_dtype); ++i)
-    dst[i] = static_cast<unsigned char>(code >> (8 * i));
+  store_out(a, (row * a.nq + hq) * a.g.head_dim + d, y);
 }
 
 template <bool kCanonical, int KvDt, int L>
@@ -460,6 +465,265 @@ void launch_attention_t(const spec::ModelConfig& c, const spec::AttentionParams&
   }
   a.sm = F == ReadBug::kExpNoLog2e ? sm : sm * kLog2e;
   dispatch_attention<false>(a, b.num_rows, smem, s);
+}
+
+// The flash family (kvo/gpu/read.hpp: flash_attention_host), FlashAttention's arithmetic without
+// tensor cores: one CUDA block of kFlashThreads per (query row, KV head) runs the row's tokens,
+// chunk by chunk as the selection lists them, through kFlashTile-token tiles. Per tile:
+//   K'      the tile's K rows dequantized and rounded to bf16 (the operands of a tensor-core QK^T);
+//   s       raw dots q'.k' by fp32 fma, one warp per token with lanes over the dims, xor butterfly;
+//   softmax one warp per query head: m' = max(m, tile max); a = ex2((m - m') c); p = ex2(fma(s, c,
+//           -fl(m' c))) with c = fl(sm_scale log2(e)) (scale_apply_exp2); L = L a + sum of p in
+//           fp32; P rounded to bf16 (what the P.V tensor-core product reads);
+//   V'      the tile's V rows in K's place, rounded to bf16;
+//   O       O a + sum_i p'_i v'_i by fp32 fma, one thread per (head, dim), in shared memory;
+// and at the end out = O * rcp.approx(L) (+0 for a row without tokens). Bug B (spec::AttentionBug)
+// is planted by kvo_gpu_testing only.
+
+inline constexpr int kFlashThreads = 128;  // 4 warps
+inline constexpr int kFlashTile = 64;      // tokens per tile (FlashAttention's kBlockN)
+
+/// Shared-memory sections of the flash kernel (byte offsets, 16-byte aligned): q' [group][hd]
+/// floats, O [group][hd] floats, scores then P' [group][kFlashTile] floats, per query head m, L and
+/// the tile's rescale a [3][group] floats, the tile's K and V row byte offsets [2][kFlashTile]
+/// long long, and the tile's K' then V' rows [kFlashTile][hd] bf16.
+struct FlashSmem {
+  std::size_t q = 0, o = 0, p = 0, mla = 0, rows = 0, kv = 0, total = 0;
+  __host__ __device__ FlashSmem(int group, int hd) {
+    SmemCarver c;
+    q = c.take(static_cast<std::size_t>(group) * hd * 4);
+    o = c.take(static_cast<std::size_t>(group) * hd * 4);
+    p = c.take(static_cast<std::size_t>(group) * kFlashTile * 4);
+    mla = c.take(static_cast<std::size_t>(3) * group * 4);
+    rows = c.take(static_cast<std::size_t>(2) * kFlashTile * 8);
+    kv = c.take(static_cast<std::size_t>(kFlashTile) * hd * 2);
+    total = c.at;
+  }
+};
+
+/// The flash kernel's shared memory, carved.
+struct FlashView {
+  float* q;           // [group][hd]
+  float* o;           // [group][hd]
+  float* p;           // [group][kFlashTile]
+  float* m;           // [group]
+  float* l;           // [group]
+  float* a;           // [group]
+  long long* koff;    // [kFlashTile]
+  long long* voff;    // [kFlashTile]
+  __nv_bfloat16* kv;  // [kFlashTile][hd]
+};
+
+/// n cache rows (byte offsets off[i] into `cache`, dtype Dt) into dst [n][hd] bf16: dequantized
+/// (times `scale` when `scaled`, rounded as the reference's read) and rounded to bf16.
+template <int Dt>
+__device__ inline void stage_bf16_rows(__nv_bfloat16* dst, const unsigned char* cache,
+                                       const long long* off, int n, int hd, bool scaled,
+                                       float scale) {
+  constexpr int eb = Dt == kDtF32 ? 4 : Dt <= kDtF16 ? 2 : 1;
+  const int pairs = hd / 2;
+  for (int e = threadIdx.x; e < n * pairs; e += blockDim.x) {
+    const int i = e / pairs, dp = e % pairs;
+    float2 v = load2<Dt>(cache + off[i] + 2 * dp * eb);
+    if (scaled) v = make_float2(__fmul_rn(v.x, scale), __fmul_rn(v.y, scale));
+    reinterpret_cast<__nv_bfloat162*>(dst)[i * pairs + dp] = __floats2bfloat162_rn(v.x, v.y);
+  }
+}
+
+/// One tile of n tokens (their row offsets in s.koff, s.voff) through the online softmax of every
+/// query head of the group (see above). Ends with the block synchronised.
+template <int KvDt>
+__device__ void flash_tile(const AttnArgs& a, const FlashView& s, int n, float ks, float vs) {
+  const int hd = static_cast<int>(a.g.head_dim), group = a.group;
+  const bool scaled = !a.g.scale_none;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  stage_bf16_rows<KvDt>(s.kv, a.k_cache, s.koff, n, hd, scaled, ks);
+  __syncthreads();
+  for (int i = warp; i < n; i += warps) {
+    float k[kMaxHeadDim / 32];
+#pragma unroll
+    for (int u = 0; u < kMaxHeadDim / 32; ++u) {
+      const int d = lane + 32 * u;
+      k[u] = d < hd ? __bfloat162float(s.kv[i * hd + d]) : 0.0f;
+    }
+    for (int h = 0; h < group; ++h) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kMaxHeadDim / 32; ++u) {
+        const int d = lane + 32 * u;
+        if (d < hd) acc = fmaf(s.q[h * hd + d], k[u], acc);
+      }
+      for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, off);
+      if (lane == 0) s.p[h * kFlashTile + i] = acc;
+    }
+  }
+  __syncthreads();
+  const float c = a.sm;  // sm_scale * log2(e)
+  for (int h = warp; h < group; h += warps) {
+    float* p = s.p + h * kFlashTile;
+    const float x0 = lane < n ? p[lane] : -INFINITY;
+    const float x1 = lane + 32 < n ? p[lane + 32] : -INFINITY;
+    const float m_old = s.m[h];
+    const float m_new = fmaxf(m_old, warp_max(fmaxf(x0, x1)));
+    // FlashAttention's Check_inf: a maximum of -inf scales as 0 (m = -inf before the first tile,
+    // so a = 0 there).
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float rescale = fast_exp2((m_old - m_use) * c);
+    const float m_scaled = m_use * c;
+    const float p0 = lane < n ? fast_exp2(fmaf(x0, c, -m_scaled)) : 0.0f;
+    const float p1 = lane + 32 < n ? fast_exp2(fmaf(x1, c, -m_scaled)) : 0.0f;
+    float sum = p0 + p1;
+    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, off);
+    if (lane < n) p[lane] = bf16_value(p0);
+    if (lane + 32 < n) p[lane + 32] = bf16_value(p1);
+    __syncwarp();  // every lane has read m[h] before lane 0 replaces it
+    if (lane == 0) {
+      s.l[h] = s.l[h] * rescale + sum;
+      s.m[h] = m_new;
+      s.a[h] = rescale;
+    }
+  }
+  stage_bf16_rows<KvDt>(s.kv, a.v_cache, s.voff, n, hd, scaled, vs);  // the scores are done
+  __syncthreads();
+  for (int e = threadIdx.x; e < group * hd; e += blockDim.x) {
+    const int h = e / hd, d = e % hd;
+    const float* p = s.p + h * kFlashTile;
+    float acc = s.o[e] * s.a[h];
+    for (int i = 0; i < n; ++i) acc = fmaf(p[i], __bfloat162float(s.kv[i * hd + d]), acc);
+    s.o[e] = acc;
+  }
+  __syncthreads();
+}
+
+template <int KvDt, spec::AttentionBug B>
+__global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(AttnArgs a) {
+  extern __shared__ float4 smem4[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(smem4);
+  const long long kvh = blockIdx.x, row = blockIdx.y;
+  const ReadGeom& g = a.g;
+  const int hd = static_cast<int>(g.head_dim), group = a.group;
+  const FlashSmem lay(group, hd);
+  FlashView s;
+  s.q = reinterpret_cast<float*>(smem + lay.q);
+  s.o = reinterpret_cast<float*>(smem + lay.o);
+  s.p = reinterpret_cast<float*>(smem + lay.p);
+  s.m = reinterpret_cast<float*>(smem + lay.mla);
+  s.l = s.m + group;
+  s.a = s.l + group;
+  s.koff = reinterpret_cast<long long*>(smem + lay.rows);
+  s.voff = s.koff + kFlashTile;
+  s.kv = reinterpret_cast<__nv_bfloat16*>(smem + lay.kv);
+  constexpr int eb = KvDt == kDtF32 ? 4 : KvDt <= kDtF16 ? 2 : 1;
+  const long long r = a.row_req[row], pos = a.row_pos[row];
+  const long long kvh_v = B == spec::AttentionBug::kNeighbourV ? (kvh + 1) % g.nkv : kvh;
+  const int ab = dtype_size(g.act_dtype);
+  for (int e = threadIdx.x; e < group * hd; e += blockDim.x) {
+    const long long hq = kvh * group + e / hd;
+    s.q[e] = bf16_value(load_act(a.q + ((row * a.nq + hq) * hd + e % hd) * ab, g.act_dtype));
+    s.o[e] = 0.0f;
+  }
+  for (int h = threadIdx.x; h < group; h += blockDim.x) s.m[h] = -INFINITY, s.l[h] = 0.0f;
+  __syncthreads();
+  const float ks = g.scale_none ? 1.0f : a.k_scale[g.per_head_scale ? kvh : 0];
+  const float vs = g.scale_none ? 1.0f : a.v_scale[g.per_head_scale ? kvh_v : 0];
+  const long long n_valid = a.seq_lens[r] == 0 ? 0 : pos / a.sb + 1;
+  const long long slots = n_valid == 0 ? 0 : a.selection == nullptr ? n_valid : a.slots;
+  const int* table_row = a.table + r * g.max_blocks;
+  // Fill tiles with the chunks' visible tokens, in selection order, across chunk boundaries.
+  int fill = 0;
+  for (long long slot = 0; slot < slots; ++slot) {
+    const long long j = chunk_of(a, row, kvh, slot, n_valid);
+    if (j < 0) continue;
+    const long long first = j * a.sb;
+    long long count = pos - first + 1 < a.sb ? pos - first + 1 : a.sb;
+    if constexpr (B == spec::AttentionBug::kDropChunkLast) --count;
+    for (long long done = 0; done < count;) {
+      const int take =
+          static_cast<int>(kFlashTile - fill < count - done ? kFlashTile - fill : count - done);
+      for (int i = threadIdx.x; i < take; i += blockDim.x) {
+        const long long t = first + done + i, b = table_row[t / g.block_size];
+        const long long o = t % g.block_size;
+        s.koff[fill + i] = kv_offset(g, 0, b, o, kvh, 0) * eb;
+        s.voff[fill + i] = kv_offset(g, 1, b, o, kvh_v, 0) * eb;
+      }
+      fill += take;
+      done += take;
+      if (fill == kFlashTile) {
+        __syncthreads();
+        flash_tile<KvDt>(a, s, fill, ks, vs);
+        fill = 0;
+      }
+    }
+  }
+  if (fill > 0) {
+    __syncthreads();
+    flash_tile<KvDt>(a, s, fill, ks, vs);
+  }
+  for (int e = threadIdx.x; e < group * hd; e += blockDim.x) {
+    const int h = e / hd;
+    const float l = s.l[h];
+    const float y = l > 0.0f ? s.o[e] * fast_rcp(l) : 0.0f;  // a row without tokens is +0
+    store_out(a, (row * a.nq + kvh * group + h) * hd + e % hd, y);
+  }
+}
+
+template <int KvDt, spec::AttentionBug B>
+void run_flash(const AttnArgs& a, std::int64_t rows, std::size_t smem, cudaStream_t s) {
+  allow_smem(flash_attention_kernel<KvDt, B>, smem);
+  flash_attention_kernel<KvDt, B>
+      <<<dim3(static_cast<unsigned>(a.g.nkv), static_cast<unsigned>(rows)), kFlashThreads, smem,
+         s>>>(a);
+  check_cuda(cudaGetLastError(), "flash_attention_kernel launch");
+}
+
+/// launch_flash_attention (kvo/gpu/read.hpp) with bug B planted (kNone in production).
+template <spec::AttentionBug B>
+void launch_flash_attention_t(const spec::ModelConfig& c, const spec::AttentionParams& p,
+                              const DeviceReadBatch& b, const DeviceAttention& d, void* stream) {
+  const std::int64_t hd = c.geometry.head_dim, nkv = c.geometry.num_kv_heads;
+  const std::int64_t group = p.num_q_heads / nkv;
+  require(
+      hd % 8 == 0 && hd <= kMaxHeadDim,
+      "flash attention: head_dim must be a multiple of 8 and <= " + std::to_string(kMaxHeadDim));
+  require(group <= 64, "flash attention: more than 64 query heads per KV head");
+  require(d.slots >= 1 && d.slots < (1ll << 31), "flash attention: chunk slots out of range");
+  require(b.num_rows <= 65535 && nkv <= 65535,
+          "flash attention: more than 65535 query rows or KV heads");
+  const std::size_t smem = FlashSmem(static_cast<int>(group), static_cast<int>(hd)).total;
+  require(smem <= kMaxSmem, "flash attention: query heads per KV head x head_dim too large");
+  if (b.num_rows == 0) return;
+  AttnArgs a{};
+  static_cast<BatchView&>(a) = batch_view(c, b);
+  a.k_cache = static_cast<const unsigned char*>(d.k_cache);
+  a.v_cache = static_cast<const unsigned char*>(d.v_cache);
+  a.q = static_cast<const unsigned char*>(d.q);
+  a.k_scale = d.k_scale;
+  a.v_scale = d.v_scale;
+  a.selection = d.selection;
+  a.out = static_cast<unsigned char*>(d.out);
+  a.nq = static_cast<int>(p.num_q_heads);
+  a.group = static_cast<int>(group);
+  a.out_dtype = static_cast<int>(p.out_dtype);
+  a.topk = d.topk;
+  a.slots = d.slots;
+  a.sb = p.sparse_block;
+  // sm_scale * log2(e) on the host in IEEE arithmetic, as FlashAttention's softmax_scale_log2.
+  float sm = p.sm_scale > 0.0f ? p.sm_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  if constexpr (B == spec::AttentionBug::kScaleOff) sm = sm * spec::kScaleOffFactor;
+  a.sm = sm * kLog2e;
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (a.g.kv_dtype) {
+    case kDtF32:
+      return run_flash<kDtF32, B>(a, b.num_rows, smem, s);
+    case kDtBf16:
+      return run_flash<kDtBf16, B>(a, b.num_rows, smem, s);
+    case kDtF16:
+      return run_flash<kDtF16, B>(a, b.num_rows, smem, s);
+    case kDtE4m3:
+      return run_flash<kDtE4m3, B>(a, b.num_rows, smem, s);
+    default:
+      return run_flash<kDtE5m2, B>(a, b.num_rows, smem, s);
+  }
 }
 
 }  // namespace kvo::gpu::detail

@@ -2,9 +2,9 @@
 /// \file convert.cuh
 /// Device-side number conversions of SPEC 2 (fp8_spec.md sections 2-4), written for the kernels
 /// with CUDA's own intrinsics: loads of 8 activation elements widened to fp32 (exact), the scale
-/// (IEEE __fdiv_rn / __fmul_rn, no contraction), the optional rounding to the activation dtype,
-/// and the single RNE cast to the cache dtype under each saturation mode. Nothing here is shared
-/// with reference/ (SPEC principle 3).
+/// (IEEE __fdiv_rn / __fmul_rn, no contraction; div_approx's div.full.f32), the optional rounding
+/// to the activation dtype, and the single RNE cast to the cache dtype under each saturation mode.
+/// Nothing here is shared with reference/ (SPEC principle 3).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -148,14 +148,14 @@ __device__ __forceinline__ bool range_ok_x(float x) {
 }
 
 /// fl(x_i / s) for 8 elements: by multiply (s a power of two), by the reciprocal with corrections
-/// (every operand in range), else by __fdiv_rn. Returns true when every x was in range (so finite:
-/// no NaN to pass through).
-__device__ __forceinline__ bool divide8(const float (&x)[kVec], float (&y)[kVec], float s) {
+/// (every operand in range), else by __fdiv_rn. A NaN x goes through __fdiv_rn or a multiply and
+/// comes out as the GPU's canonical NaN 0x7FFFFFFF, which is SPEC 2's NaN through arithmetic.
+__device__ __forceinline__ void divide8(const float (&x)[kVec], float (&y)[kVec], float s) {
   const float r = __fdiv_rn(1.0f, s);
   if (is_pow2_normal(s)) {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) y[i] = __fmul_rn(x[i], r);
-    return false;
+    return;
   }
   bool ok = range_ok_s(s);
 #pragma unroll
@@ -163,42 +163,77 @@ __device__ __forceinline__ bool divide8(const float (&x)[kVec], float (&y)[kVec]
   if (ok) {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) y[i] = div_by_recip(x[i], s, r);
-    return true;
+    return;
   }
 #pragma unroll
   for (int i = 0; i < kVec; ++i) y[i] = __fdiv_rn(x[i], s);
-  return false;
+}
+
+/// The approximate fp32 division Triton emits for `/` on fp32 operands: PTX div.full.f32 (full
+/// range, within 2 ulp, not IEEE; SPEC 2's div_approx, judged by admissible sets). Deliberately
+/// not __fdividef (div.approx.f32, wrong for |s| > 2^126), not __fdiv_rn and not divide8's
+/// corrected reciprocal, which are all correctly rounded or differently approximate.
+__device__ __forceinline__ float div_full(float x, float s) {
+  float q;
+  asm("div.full.f32 %0, %1, %2;" : "=f"(q) : "f"(x), "f"(s));
+  return q;
+}
+
+/// The scale as the scaling sees it (SPEC 2 scale_in_model_dtype): s, or s rounded to the
+/// activation dtype A (RNE) and widened back, as torch's type promotion of a 0-dim or Python-float
+/// scale does before `x / s`. Applied once per scale, before any mode's arithmetic.
+template <DType A>
+__device__ __forceinline__ float effective_scale(float s, bool scale_in_model) {
+  return scale_in_model ? round_to_act<A>(s) : s;
+}
+
+/// One element scaled by SPEC 2's mode with the effective scale s: divide fl(x / s) (__fdiv_rn),
+/// mul_recip fl(x * fl(1 / s)), div_approx div.full.f32, none x. A NaN out of the arithmetic is
+/// the GPU's canonical NaN; with none, x (and its NaN sign) passes as it is.
+__device__ __forceinline__ float scale1(float x, ScaleMode mode, float s) {
+  switch (mode) {
+    case ScaleMode::kDivide:
+      return __fdiv_rn(x, s);
+    case ScaleMode::kMulRecip:
+      return __fmul_rn(x, __fdiv_rn(1.0f, s));
+    case ScaleMode::kDivApprox:
+      return div_full(x, s);
+    case ScaleMode::kNone:
+      break;
+  }
+  return x;
 }
 
 /// The scaled values of SPEC 2 for 8 elements of one head, then (via_model_dtype) the rounding to
-/// the activation dtype A: divide fl(x / s); mul_recip fl(x * fl(1 / s)); none x. Correctly
-/// rounded intrinsics, no contraction; the mode is branched on once per 8 elements.
+/// the activation dtype A. s is the effective scale (effective_scale). Correctly rounded
+/// intrinsics, no contraction, except div_approx's div.full.f32; the mode is branched on once per
+/// 8 elements.
 /// - divide: divide8 (a power of two by multiply, else the corrected reciprocal or __fdiv_rn).
-/// - NaN: s is finite and > 0 (validated), so only a NaN x gives a NaN. The GPU's arithmetic
-///   returns the canonical NaN 0x7FFFFFFF (sign dropped) where the CPU reference (x86/Arm)
-///   propagates the input NaN, quieted, sign kept; the sign shows in the torch saturation mode
-///   (0xFF for -NaN) and in f32 caches, so a NaN passes through as the CPU's quieted input.
+/// - div_approx: div.full.f32 on every element, never divide8's exact paths.
+/// - NaN: whatever the GPU's arithmetic gives (the canonical NaN 0x7FFFFFFF, sign dropped), which
+///   is what SPEC 2 and the reference say; with none the input NaN reaches the cast unchanged (the
+///   torch saturation mode then keeps its sign: fp8_code_soft).
 template <DType A>
 __device__ __forceinline__ void scale8(const float (&x)[kVec], float (&y)[kVec], ScaleMode mode,
                                        float s, bool via_model) {
-  if (mode == ScaleMode::kNone) {
+  switch (mode) {
+    case ScaleMode::kNone:
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) y[i] = x[i];
-  } else {
-    bool finite = false;
-    if (mode == ScaleMode::kMulRecip) {
+      for (int i = 0; i < kVec; ++i) y[i] = x[i];
+      break;
+    case ScaleMode::kDivide:
+      divide8(x, y, s);
+      break;
+    case ScaleMode::kMulRecip: {
       const float r = __fdiv_rn(1.0f, s);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) y[i] = __fmul_rn(x[i], r);
-    } else {
-      finite = divide8(x, y, s);
+      break;
     }
-    if (!finite) {
+    case ScaleMode::kDivApprox:
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        if (isnan(x[i])) y[i] = __uint_as_float(__float_as_uint(x[i]) | 0x00400000u);
-      }
-    }
+      for (int i = 0; i < kVec; ++i) y[i] = div_full(x[i], s);
+      break;
   }
   if (via_model) {
 #pragma unroll
@@ -283,6 +318,17 @@ __device__ __forceinline__ void store8_e4m3_words(std::uint8_t* dst, const float
 __device__ __forceinline__ float ue8m0_ceil(float s) {
   const std::uint32_t u = __float_as_uint(s);
   return __uint_as_float((((u >> 23) & 0xFFu) + ((u & 0x7FFFFFu) != 0u ? 1u : 0u)) << 23);
+}
+
+/// The index-K block scale of one 128-group (SPEC 2): amax floored at 1e-4, then fl(amax / 448)
+/// (vLLM, TensorRT-LLM) or fl(amax * fl(1 / 448)) (blockscale_scale mul_recip: SGLang, DeepSeek's
+/// reference), then (ue8m0) rounded up to a power of two.
+__device__ __forceinline__ float blockscale_scale(float amax, bool mul_recip, bool ue8m0) {
+  amax = fmaxf(amax, spec::kBlockScaleAmaxFloor);
+  float s = mul_recip ? __fmul_rn(amax, __fdiv_rn(1.0f, spec::kFp8E4M3Max))
+                      : __fdiv_rn(amax, spec::kFp8E4M3Max);
+  if (ue8m0) s = ue8m0_ceil(s);
+  return s;
 }
 
 /// Quotient by a fixed divisor through a multiply-high (Granlund-Montgomery, as CUTLASS's

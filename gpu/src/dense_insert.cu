@@ -9,7 +9,8 @@
 //   (i, i + rot/2), i < rot/2: fma(y_i, c, -fl(y_j * s)), fma(y_j, c, fl(y_i * s)), the partner
 //   read from the warp's shared row (pre-rotation values).
 // q: rounded to the activation dtype into q_out [T, nq, hd]; k (normed, rotated) and v (as is): the
-// SPEC 4 insert (scale, via_model_dtype, cast) at the slot's page and offset; padding skipped.
+// SPEC 4 insert (scale by the mode with s, or s rounded to the activation dtype under
+// scale_in_model_dtype; via_model_dtype; cast) at the slot's page and offset; padding skipped.
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -42,7 +43,7 @@ struct DenseParams {
   std::int64_t tokens, block_size, capacity;
   std::int32_t nq, nkv, rot;
   float eps;
-  bool slots_i64, legacy_wrap, per_head_scale, via_model;
+  bool slots_i64, legacy_wrap, per_head_scale, via_model, scale_in_model;
   ScaleMode scale_mode;
   Saturation sat;
 };
@@ -147,17 +148,15 @@ __global__ void __launch_bounds__(kWarps * 32) dense_insert_kernel(const DensePa
   if (p.legacy_wrap && slot < 0) slot += p.capacity;
   if (slot < 0) return;
   const std::int64_t page = slot / p.block_size, off = slot - page * p.block_size;
-  const float s = (kind == 1 ? p.k_scale : p.v_scale)[p.per_head_scale ? h : 0];
+  const float s = effective_scale<A>((kind == 1 ? p.k_scale : p.v_scale)[p.per_head_scale ? h : 0],
+                                     p.scale_in_model);
   std::uint8_t* cache = kind == 1 ? p.k_cache : p.v_cache;
   const std::int64_t base = page * p.st.block + off * p.st.token + h * p.st.head + lane * E;
 #pragma unroll
   for (int i = 0; i < E; ++i) {
-    float v = y[i];
-    if (p.scale_mode != ScaleMode::kNone) {
-      const float x = v;
-      v = p.scale_mode == ScaleMode::kDivide ? __fdiv_rn(x, s) : __fmul_rn(x, __fdiv_rn(1.0f, s));
-      if (isnan(x)) v = __uint_as_float(__float_as_uint(x) | 0x00400000u);
-    }
+    // NaN: the norm and rope arithmetic and the scaling return the GPU's canonical NaN, as SPEC 2
+    // says; only scale none hands a V input NaN to the cast as it is.
+    float v = scale1(y[i], p.scale_mode, s);
     if (p.via_model) v = round_to_act<A>(v);
     store1<C>(cache + (base + i) * kBytes<C>, v, p.sat);
   }
@@ -274,6 +273,7 @@ spec::HostTensor dense_insert_host(const spec::ModelConfig& c, const spec::Dense
   p.legacy_wrap = c.slot_mode == spec::SlotMode::kLegacyWrap;
   p.per_head_scale = c.kv.per_head_scale;
   p.via_model = c.kv.via_model_dtype;
+  p.scale_in_model = c.kv.scale_in_model_dtype;
   p.scale_mode = c.kv.scale_mode;
   p.sat = c.kv.saturation;
   spec::HostTensor q_out;

@@ -23,6 +23,11 @@ enum class WriteBug : std::uint8_t {
   kWrapNegativeSlots,  ///< a padding slot -1 wraps to the last slot, as torch indexing does
   kOffsetPlusOne,      ///< K/V/index rows land one offset further into the block
   kSwapHndNhd,         ///< the kernel uses the HND strides for an NHD cache and vice versa
+  /// div_approx: each K/V element stores the code one step beyond its admissible set (outside
+  /// cvt of every quotient within 2 ulp); other scale modes as in production.
+  kDivApproxOneCodeBeyond,
+  kE4m3IntoE5m2,          ///< an fp8_e5m2 cache receives e4m3 codes (vLLM's Triton wrapper)
+  kTruncDivNegativeSlot,  ///< slot -1 -> page 0, offset -1 (Triton's truncating // and %)
 };
 
 /// How the index-K row of a sparse layer is stored.
@@ -62,7 +67,9 @@ struct FusedParams {
   bool legacy_wrap = false;
   bool per_head_scale = false;
   bool via_model = false;
+  bool scale_in_model = false;  ///< K/V scales rounded to the activation dtype first
   bool ue8m0 = false;
+  bool blockscale_mul_recip = false;  ///< index-K block scale fl(amax * fl(1/448))
   ScaleMode scale_mode = ScaleMode::kNone;
   Saturation sat = Saturation::kSatFinite;
   IndexMode index_mode = IndexMode::kNone;

@@ -1,9 +1,10 @@
 #pragma once
 /// \file read_common.cuh
 /// What the read kernels share: the layer geometry, element decoding (exact: every cache dtype's
-/// value is a float32), SPEC 3 offsets, the canonical exp of SPEC 6.2, the fast hardware exp2, and
-/// the dot engine that both the indexer and attention use.
+/// value is a float32), SPEC 3 offsets, the canonical exp of SPEC 6.2, the fast hardware exp2 and
+/// reciprocal, bf16 rounding, and the dot engine that both the indexer and attention use.
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -172,6 +173,17 @@ __device__ inline float fast_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+
+/// The special-function unit's 1 / x (within 1 ulp, subnormals flushed): the flash family's
+/// final normalisation, as FlashAttention compiled with --use_fast_math does it.
+__device__ inline float fast_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/// x rounded to bf16 (round to nearest even) and widened back: the flash family's operands and P.
+__device__ inline float bf16_value(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 constexpr float kLog2e = 1.4426950408889634f;
 

@@ -1,9 +1,11 @@
 // Host entry points of the read side (kvo/gpu/read.hpp): validate on the host, copy the caches and
 // inputs to the device, run a launcher (attention_kernels.cu, indexer_kernels.cu, or one of
-// kvo_gpu_testing's with a planted bug), copy the result back.
+// kvo_gpu_testing's with a planted bug), copy the result back. Every attention family shares one
+// host path (attention_host_common).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -127,6 +129,17 @@ spec::HostTensor attention_host(const spec::ModelConfig& c, const spec::Attentio
                                     selection, topk, kernel);
 }
 
+spec::HostTensor flash_attention_host(const spec::ModelConfig& c, const spec::AttentionParams& p,
+                                      const spec::ReadBatch& b, const spec::HostTensor& q,
+                                      const spec::LayerCaches& caches,
+                                      const std::vector<float>& k_scale,
+                                      const std::vector<float>& v_scale,
+                                      const std::vector<std::int32_t>& selection,
+                                      std::int64_t topk) {
+  return detail::flash_attention_host_via(launch_flash_attention, c, p, b, q, caches, k_scale,
+                                          v_scale, selection, topk);
+}
+
 std::vector<std::int32_t> detail::indexer_topk_host_via(
     IndexerLaunch launch, const spec::ModelConfig& c, const spec::IndexerParams& p,
     const spec::ReadBatch& b, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
@@ -154,11 +167,22 @@ std::vector<std::int32_t> detail::indexer_topk_host_via(
   return ids;
 }
 
-spec::HostTensor detail::attention_host_via(
-    AttentionLaunch launch, const spec::ModelConfig& c, const spec::AttentionParams& p,
-    const spec::ReadBatch& b, const spec::HostTensor& q, const spec::LayerCaches& caches,
-    const std::vector<float>& k_scale, const std::vector<float>& v_scale,
-    const std::vector<std::int32_t>& selection, std::int64_t topk, ReadKernel kernel) {
+namespace {
+
+/// What a launch of an attention family gets: the query rows and the call's device buffers.
+using RunAttention = std::function<void(const DeviceReadBatch&, const DeviceAttention&)>;
+
+/// The host-memory attention path of every family: validates on the host, copies the caches and
+/// inputs to the device, runs `run`, copies the output back. `workspace`: the family combines
+/// per-chunk partial results (attention_workspace_floats); the flash family does not.
+spec::HostTensor attention_host_common(const RunAttention& run, bool workspace,
+                                       const spec::ModelConfig& c, const spec::AttentionParams& p,
+                                       const spec::ReadBatch& b, const spec::HostTensor& q,
+                                       const spec::LayerCaches& caches,
+                                       const std::vector<float>& k_scale,
+                                       const std::vector<float>& v_scale,
+                                       const std::vector<std::int32_t>& selection,
+                                       std::int64_t topk) {
   Rows rows(c, b);
   spec::validate_attention(c, p);
   spec::validate_scales(c, k_scale, "k_scale");
@@ -209,7 +233,7 @@ spec::HostTensor detail::attention_host_via(
   Dev<unsigned char> d_k(k_body), d_v(v_body), d_q(q.bytes), d_out(out.bytes.size());
   Dev<std::int32_t> d_sel(selection);
   Dev<float> d_ks(k_scale), d_vs(v_scale);
-  Dev<float> d_ws(attention_workspace_floats(tq, p.num_q_heads, hd, slots));
+  Dev<float> d_ws(workspace ? attention_workspace_floats(tq, p.num_q_heads, hd, slots) : 0);
   DeviceAttention a;
   a.k_cache = d_k.ptr;
   a.v_cache = one_tensor ? d_k.ptr : d_v.ptr;
@@ -221,10 +245,34 @@ spec::HostTensor detail::attention_host_via(
   a.slots = slots;
   a.workspace = d_ws.ptr;
   a.out = d_out.ptr;
-  launch(c, p, rows.dev, a, kernel, nullptr);
+  run(rows.dev, a);
   check_cuda(cudaMemcpy(out.bytes.data(), d_out.ptr, out.bytes.size(), cudaMemcpyDeviceToHost),
              "attention");
   return out;
+}
+
+}  // namespace
+
+spec::HostTensor detail::attention_host_via(
+    AttentionLaunch launch, const spec::ModelConfig& c, const spec::AttentionParams& p,
+    const spec::ReadBatch& b, const spec::HostTensor& q, const spec::LayerCaches& caches,
+    const std::vector<float>& k_scale, const std::vector<float>& v_scale,
+    const std::vector<std::int32_t>& selection, std::int64_t topk, ReadKernel kernel) {
+  const RunAttention run = [&](const DeviceReadBatch& rows, const DeviceAttention& a) {
+    launch(c, p, rows, a, kernel, nullptr);
+  };
+  return attention_host_common(run, true, c, p, b, q, caches, k_scale, v_scale, selection, topk);
+}
+
+spec::HostTensor detail::flash_attention_host_via(
+    FlashLaunch launch, const spec::ModelConfig& c, const spec::AttentionParams& p,
+    const spec::ReadBatch& b, const spec::HostTensor& q, const spec::LayerCaches& caches,
+    const std::vector<float>& k_scale, const std::vector<float>& v_scale,
+    const std::vector<std::int32_t>& selection, std::int64_t topk) {
+  const RunAttention run = [&](const DeviceReadBatch& rows, const DeviceAttention& a) {
+    launch(c, p, rows, a, nullptr);
+  };
+  return attention_host_common(run, false, c, p, b, q, caches, k_scale, v_scale, selection, topk);
 }
 
 }  // namespace kvo::gpu

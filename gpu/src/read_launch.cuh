@@ -110,4 +110,14 @@ spec::HostTensor attention_host_via(
     const std::vector<float>& k_scale, const std::vector<float>& v_scale,
     const std::vector<std::int32_t>& selection, std::int64_t topk, ReadKernel kernel);
 
+/// The flash family's launcher signature (launch_flash_attention), and its host-memory path.
+using FlashLaunch = void (*)(const spec::ModelConfig&, const spec::AttentionParams&,
+                             const DeviceReadBatch&, const DeviceAttention&, void*);
+
+spec::HostTensor flash_attention_host_via(
+    FlashLaunch launch, const spec::ModelConfig& config, const spec::AttentionParams& params,
+    const spec::ReadBatch& batch, const spec::HostTensor& q, const spec::LayerCaches& caches,
+    const std::vector<float>& k_scale, const std::vector<float>& v_scale,
+    const std::vector<std::int32_t>& selection, std::int64_t topk);
+
 }  // namespace kvo::gpu::detail

@@ -7,12 +7,15 @@
 /// Canonical order, per token t of the call (fp32 arithmetic correctly rounded, no contraction):
 ///   slot = slot_mapping[t]; legacy_wrap: slot < 0 -> slot + capacity; slot < 0 -> nothing written;
 ///   page = slot / bs, offset = slot - page * bs (once per token, into shared memory);
-///   K/V element (h, d): y = scale(x) (divide fl(x/s), mul_recip fl(x * fl(1/s)), none x);
+///   K/V element (h, d): s' = s, or act(s) with scale_in_model_dtype; y = scale(x) (divide
+///     fl(x/s'), mul_recip fl(x * fl(1/s')), div_approx div.full.f32(x, s'), none x);
 ///     via_model_dtype: y = act(y); store cvt(y) at page*block + offset*token + h*head + d;
 ///   index-K (through index_slot_mapping when separate): flat: cvt(x) (bf16, or fp8 e4m3 with the
 ///     KV saturation mode); blockscale, per 128-group g: amax = max(max_i |x_i| (NaN ignored),
-///     1e-4), s = fl(amax / 448), ue8m0: s = 2^ceil by exponent bits; q_i = satfinite_e4m3(fl(x_i /
-///     s)), s stored as fp32 after the block's values.
+///     1e-4), s = fl(amax / 448) or (blockscale_scale mul_recip) fl(amax * fl(1/448)), ue8m0: s =
+///     2^ceil by exponent bits; q_i = satfinite_e4m3(fl(x_i / s)), s stored as fp32 after the
+///     block's values.
+///   NaN: what the GPU's arithmetic gives (canonical 0x7FFFFFFF); scale none passes x as it is.
 ///
 /// Work split: a thread block owns a tile of consecutive tokens. Threads first issue the 16-byte
 /// source loads of their first items (which do not depend on the slot), then threads < tile compute
@@ -23,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <string>
 
 #include "kvo/spec/outcome.hpp"
@@ -34,8 +38,9 @@ namespace kvo::gpu::detail {
 /// the 1-item instantiation, whose code path is short: a small call's time is its latency).
 inline constexpr int kUnroll = 4;
 
-/// A destination element base that means "write nothing" (padding, or a rejected slot).
-inline constexpr std::int64_t kSkip = -1;
+/// A destination element base that means "write nothing" (padding, or a rejected slot). No real
+/// base is this negative, not even the one-token-before-page-0 base of kTruncDivNegativeSlot.
+inline constexpr std::int64_t kSkip = INT64_MIN;
 
 __device__ __forceinline__ std::int64_t load_slot(const void* slots, bool i64, std::int64_t t) {
   return i64 ? static_cast<const std::int64_t*>(slots)[t]
@@ -60,12 +65,101 @@ __device__ __forceinline__ void page_offset(const FusedParams& p, std::int64_t s
   off = slot - page * p.block_size + (F == WriteBug::kOffsetPlusOne ? 1 : 0);
 }
 
+/// Page and offset of a padding slot < 0 under kTruncDivNegativeSlot: Triton's integer `//` and
+/// `%` truncate toward zero, so slot -1 becomes page 0, offset -1: a write one token stride before
+/// the first element of page 0 (into the guard band, or into the neighbouring head's or K's last
+/// token in layouts whose token stride is not the outermost-but-one), exactly as the real kernel.
+__device__ __forceinline__ void page_offset_truncated(const FusedParams& p, std::int64_t slot,
+                                                      std::int64_t& page, std::int64_t& off) {
+  page = slot / p.block_size;  // C++ division truncates toward zero, as Triton's does
+  off = slot - page * p.block_size;
+}
+
+/// kDivApproxOneCodeBeyond's helpers: the cache code of y under `sat` (one element, the store's
+/// own conversion), the value of a finite code, and the sign bit and largest finite magnitude of
+/// the code of dtype C (sign-magnitude codes: magnitude + 1 is the next value away from zero).
+template <DType C>
+__device__ std::uint32_t code_of(float y, Saturation sat) {
+  if constexpr (C == DType::kF32) {
+    return __float_as_uint(y);
+  } else if constexpr (C == DType::kBF16) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(y));
+  } else if constexpr (C == DType::kF16) {
+    return __half_as_ushort(__float2half_rn(y));
+  } else {
+    return sat == Saturation::kSatFinite
+               ? static_cast<std::uint32_t>(__nv_cvt_float_to_fp8(y, __NV_SATFINITE, kFp8Kind<C>))
+               : fp8_code_soft<C>(y, sat);
+  }
+}
+template <DType C>
+__device__ float value_of(std::uint32_t code) {
+  if constexpr (C == DType::kF32) {
+    return __uint_as_float(code);
+  } else if constexpr (C == DType::kBF16) {
+    return __uint_as_float(code << 16);
+  } else if constexpr (C == DType::kF16) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(code)));
+  } else {
+    return __half2float(
+        __half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), kFp8Kind<C>)));
+  }
+}
+template <DType C>
+inline constexpr std::uint32_t kSignBit = C == DType::kF32
+                                              ? 0x80000000u
+                                              : (C == DType::kBF16 || C == DType::kF16 ? 0x8000u
+                                                                                       : 0x80u);
+template <DType C>
+inline constexpr std::uint32_t kMaxFiniteMagnitude = C == DType::kF32       ? 0x7F7FFFFFu
+                                                     : C == DType::kBF16    ? 0x7F7Fu
+                                                     : C == DType::kF16     ? 0x7BFFu
+                                                     : C == DType::kFp8E5M2 ? 0x7Bu
+                                                                            : 0x7Eu;
+
+/// kDivApproxOneCodeBeyond: a value whose cache code lies one code outside div_approx's admissible
+/// set for x / s (SPEC 2: the codes of cvt(act?(y)) for every fp32 y within 2 ulp of the correctly
+/// rounded quotient q, never across zero). Rounding and the cast are monotone, so that set is the
+/// contiguous run of codes from code(toward) to code(away), toward and away being q moved 2 ulp
+/// toward zero (stopping short of it) and away from it (up to infinity). The planted code is
+/// code(away) one magnitude further from zero, or, when that is no finite code (satfinite's max,
+/// infinity, NaN), code(toward) one magnitude closer to zero. A zero quotient has the single code
+/// of zero, so the smallest subnormal of its sign lies beyond it. Every element but a NaN quotient
+/// (and a set that spans all finite codes, which 2 ulp never does) is moved off its set, by one
+/// code: an oracle whose sets were one code too wide would let it pass.
+template <DType A, DType C>
+__device__ float one_code_beyond(float x, float s, bool via_model, Saturation sat) {
+  const float q = __fdiv_rn(x, s);
+  if (isnan(q)) return q;
+  float away = q, toward = q;
+  if (!isinf(q) && q != 0.0f) {
+    for (int i = 0; i < 2; ++i) {
+      away = nextafterf(away, copysignf(__int_as_float(0x7F800000), q));
+      const float t = nextafterf(toward, 0.0f);
+      if (t != 0.0f) toward = t;
+    }
+  }
+  auto code = [&](float y) { return code_of<C>(via_model ? round_to_act<A>(y) : y, sat); };
+  const std::uint32_t hi = code(away), lo = code(toward);
+  std::uint32_t out = hi;
+  if ((hi & ~kSignBit<C>) < kMaxFiniteMagnitude<C>) {
+    out = hi + 1u;
+  } else if ((lo & ~kSignBit<C>) >= 1u && (lo & ~kSignBit<C>) <= kMaxFiniteMagnitude<C> + 1u) {
+    out = lo - 1u;
+  }
+  return value_of<C>(out);
+}
+
 /// 16-bit activations: 4 blocks of 256 per SM (64 registers, no spill); f32 ones need more.
 /// F: the planted bug (kNone in production); kWrapNegativeSlots wraps -1 in strict mode too.
 template <DType A, DType C, int U, WriteBug F>
 __global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
     fused_write_kernel(const FusedParams p) {
   using Act = typename ActTraits<A>::T;
+  // The K/V element type the stores encode: C, except that kE4m3IntoE5m2 writes e4m3 codes into
+  // an e5m2 cache (vLLM's Triton wrapper maps every "fp8*" cache dtype to the platform's e4m3).
+  constexpr DType kStored =
+      F == WriteBug::kE4m3IntoE5m2 && C == DType::kFp8E5M2 ? DType::kFp8E4M3 : C;
   // Per token of the tile: element base of its (page, offset) in K and V (kSkip: nothing), and the
   // index-K destination: flat element base, or blockscale byte offsets of values and scales.
   __shared__ std::int64_t s_kv[kMaxTileTokens];
@@ -126,7 +220,8 @@ __global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
         info[u].part = static_cast<std::int32_t>(kv);
         info[u].c = c;
         const std::uint32_t h = p.per_head_scale ? p.head_items.quo(c) : 0u;
-        info[u].s = kv ? __ldg(p.v_scale + h) : __ldg(p.k_scale + h);
+        info[u].s =
+            effective_scale<A>(kv ? __ldg(p.v_scale + h) : __ldg(p.k_scale + h), p.scale_in_model);
         load_raw<A>((kv ? v : k) + t * row + c * kVec, raw[u]);
       } else {
         const std::uint32_t c = r - static_cast<std::uint32_t>(p.kv_items);
@@ -146,6 +241,10 @@ __global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
           std::int64_t page, off;
           page_offset<F>(p, slot, page, off);
           kv_base = page * p.st.block + off * p.st.token;
+        } else if constexpr (F == WriteBug::kTruncDivNegativeSlot) {
+          std::int64_t page, off;
+          page_offset_truncated(p, slot, page, off);
+          kv_base = page * p.st.block + off * p.st.token;
         }
         s_kv[threadIdx.x] = kv_base;
         std::int64_t ix = kSkip, sc = kSkip;
@@ -153,9 +252,13 @@ __global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
           std::int64_t islot =
               p.index_slots == p.slots ? slot : load_slot(p.index_slots, p.slots_i64, t);
           if (wrap && islot < 0) islot += p.capacity;
-          if (islot >= 0) {
+          if (islot >= 0 || F == WriteBug::kTruncDivNegativeSlot) {
             std::int64_t page, off;
-            page_offset<F>(p, islot, page, off);
+            if (islot >= 0) {
+              page_offset<F>(p, islot, page, off);
+            } else {
+              page_offset_truncated(p, islot, page, off);
+            }
             if (p.index_mode == IndexMode::kBlockScale) {
               ix = page * p.index_block_bytes + off * p.idim;
               sc = page * p.index_block_bytes + p.block_size * p.idim + off * p.groups * 4;
@@ -193,8 +296,15 @@ __global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
       const std::int64_t e = kvb + h * p.st.head + d8 * kVec;
       float y[kVec];
       scale8<A>(x, y, p.scale_mode, info[u].s, p.via_model);
+      if constexpr (F == WriteBug::kDivApproxOneCodeBeyond) {
+        if (p.scale_mode == ScaleMode::kDivApprox) {
+#pragma unroll
+          for (int i = 0; i < kVec; ++i)
+            y[i] = one_code_beyond<A, C>(x[i], info[u].s, p.via_model, p.sat);
+        }
+      }
       void* cache = info[u].part == 0 ? p.k_cache : p.v_cache;
-      store8<C>(static_cast<std::uint8_t*>(cache) + e * kBytes<C>, y, p.sat);
+      store8<kStored>(static_cast<std::uint8_t*>(cache) + e * kBytes<C>, y, p.sat);
     }
   }
 
@@ -218,9 +328,7 @@ __global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
     if (!active) continue;
     const std::int64_t ix = s_ix[tt];
     if (ix == kSkip) continue;
-    amax = fmaxf(amax, spec::kBlockScaleAmaxFloor);
-    float s = __fdiv_rn(amax, spec::kFp8E4M3Max);
-    if (p.ue8m0) s = ue8m0_ceil(s);
+    const float s = blockscale_scale(amax, p.blockscale_mul_recip, p.ue8m0);
     float y[kVec];
     divide8(x, y, s);
     store8_e4m3_words(p.index_cache + ix + g * spec::kScaleGroup + lane16 * kVec, y);

@@ -130,7 +130,9 @@ FusedParams make_params(const spec::ModelConfig& c, spec::LayerKind kind,
   p.legacy_wrap = c.slot_mode == spec::SlotMode::kLegacyWrap;
   p.per_head_scale = c.kv.per_head_scale;
   p.via_model = c.kv.via_model_dtype;
+  p.scale_in_model = c.kv.scale_in_model_dtype;
   p.ue8m0 = c.index.ue8m0;
+  p.blockscale_mul_recip = c.index.blockscale_scale == spec::BlockScaleFormula::kMulRecip;
   p.scale_mode = c.kv.scale_mode;
   p.sat = c.kv.saturation;
   if (!sparse) {
@@ -325,9 +327,21 @@ void detail::write_layer_host_via(FusedLaunch fused, WritePath path, const spec:
   const std::vector<std::uint8_t> index_slots =
       separate ? slot_bytes(idx_slots) : std::vector<std::uint8_t>{};
 
-  // 2. One arena: caches (guards included), inputs, scales, workspace.
+  // 2. One arena: caches (guards included), inputs, scales, workspace. The caches start one token
+  // row into it: a kernel that turns slot -1 into page 0, offset -1 (Triton's truncating // and %;
+  // kvo_gpu_testing's kTruncDivNegativeSlot) writes up to one token stride before the first
+  // buffer's body, and that write must stay in memory this call owns, as a real engine's cache
+  // neighbour would, rather than fault the context.
+  const std::int64_t kv_token_bytes =
+      detail::kv_strides(c.geometry, c.layout).token *
+      static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+  const std::int64_t index_token_bytes =
+      c.geometry.index_dim * (c.index.layout == spec::IndexLayout::kFlat
+                                  ? static_cast<std::int64_t>(spec::dtype_bytes(c.index.flat_dtype))
+                                  : 1);
   std::vector<std::size_t> cache_off;
-  std::size_t total = 0;
+  std::size_t total =
+      round_up(static_cast<std::size_t>(std::max(kv_token_bytes, index_token_bytes)));
   for (const spec::CacheBuffer& b : caches.buffers) {
     cache_off.push_back(total);
     total += round_up(b.storage.size());

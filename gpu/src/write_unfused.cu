@@ -7,7 +7,8 @@
 //                                                          index from the end, as torch does)
 //   op 4  cache_view[block_idx, offset] = values.to(cache dtype)   (the scatter, index_put)
 // 12 launches on a sparse layer, 8 on a dense one. The scatter quantizes with the same canonical
-// order as the fused kernel (convert.cuh), so the bytes are identical.
+// order as the fused kernel (convert.cuh), so the bytes are identical (div_approx included: both
+// paths use the same div.full.f32 instruction).
 #include <cuda_runtime.h>
 
 #include "kvo/spec/outcome.hpp"
@@ -83,7 +84,8 @@ __global__ void __launch_bounds__(kThreads)
   float x[kVec];
   load8<A>(static_cast<const Act*>(src) + t * p.nkv * p.hd + c * kVec, x);
   float y[kVec];
-  scale8<A>(x, y, p.scale_mode, scale[p.per_head_scale ? h : 0], p.via_model);
+  scale8<A>(x, y, p.scale_mode,
+            effective_scale<A>(scale[p.per_head_scale ? h : 0], p.scale_in_model), p.via_model);
   const std::int64_t e = block64[t] * p.st.block + o * p.st.token + h * p.st.head + d8 * kVec;
   store8<C>(static_cast<std::uint8_t*>(dst) + e * kBytes<C>, y, p.sat);
 }
@@ -138,9 +140,7 @@ __global__ void __launch_bounds__(kThreads)
   if (!active) return;
   const std::int64_t o = offset64[t];
   if (o == kMasked) return;
-  amax = fmaxf(amax, spec::kBlockScaleAmaxFloor);
-  float s = __fdiv_rn(amax, spec::kFp8E4M3Max);
-  if (p.ue8m0) s = ue8m0_ceil(s);
+  const float s = blockscale_scale(amax, p.blockscale_mul_recip, p.ue8m0);
   float y[kVec];
   divide8(x, y, s);
   const std::int64_t block_start = block64[t] * p.index_block_bytes;

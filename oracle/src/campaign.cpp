@@ -1,6 +1,8 @@
 #include "kvo/oracle/campaign.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +42,32 @@ void apply_shard_environment(CheckOptions& o) {
         "GTEST_SHARD_INDEX", -1, std::to_string(o.shard_index),
         "must be in [0, GTEST_TOTAL_SHARDS = " + std::to_string(o.total_shards) + ")");
   }
+}
+
+std::uint64_t parse_u64(const std::string& text, const char* field) {
+  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const std::string digits = text.substr(hex ? 2 : 0);
+  // Every character a digit of the base: strtoull alone would take "12ab", " 7", "-1" or text with
+  // an embedded NUL (found by fuzz/fuzz_seed.cpp).
+  const bool well_formed =
+      !digits.empty() && std::all_of(digits.begin(), digits.end(), [hex](char ch) {
+        return hex ? std::isxdigit(static_cast<unsigned char>(ch)) != 0
+                   : std::isdigit(static_cast<unsigned char>(ch)) != 0;
+      });
+  errno = 0;
+  const unsigned long long v =
+      well_formed ? std::strtoull(digits.c_str(), nullptr, hex ? 16 : 10) : 0;
+  if (!well_formed || errno == ERANGE) {
+    std::string shown;
+    for (char ch : text) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02X", static_cast<unsigned char>(ch));
+      shown += (ch >= 0x20 && ch < 0x7F) ? std::string(1, ch) : std::string(escaped);
+    }
+    throw spec::InvalidInput(field, -1, "\"" + shown + "\"",
+                             "expected a 64-bit unsigned value, decimal or 0x-hex");
+  }
+  return static_cast<std::uint64_t>(v);
 }
 
 std::string repro_command(const CheckOptions& o, std::uint64_t seed, const std::string& subject,

@@ -28,6 +28,26 @@ class NaiveSubject final : public Subject {
   std::string name_;
 };
 
+/// A flash-style attention under its declared profile (subjects::flash_attention).
+class FlashSubject final : public Subject {
+ public:
+  FlashSubject(std::string name, spec::AttentionProfile profile, spec::AttentionBug bug)
+      : name_(std::move(name)), profile_(profile), bug_(bug) {}
+  std::string name() const override { return name_; }
+  bool implements(spec::Op op) const override { return op == spec::Op::kAttention; }
+  spec::Ordering ordering() const override { return spec::Ordering::kForeign; }
+  spec::AttentionProfile attention_profile() const override { return profile_; }
+  spec::HostTensor attention(const ReadCase& c, const reference::TopkSelection* sel) override {
+    return subjects::flash_attention(c.config, c.attention, c.batch, c.q, c.caches, c.k_scale,
+                                     c.v_scale, sel, profile_, bug_);
+  }
+
+ private:
+  std::string name_;
+  spec::AttentionProfile profile_;
+  spec::AttentionBug bug_;
+};
+
 class DenseSubject final : public Subject {
  public:
   DenseSubject(DenseMutation m, std::string name) : m_(m), name_(std::move(name)) {}
@@ -90,6 +110,11 @@ std::unique_ptr<Subject> make_cpu_naive_subject(ReadMutation mutation, std::stri
   return std::make_unique<NaiveSubject>(mutation, std::move(name));
 }
 
+std::unique_ptr<Subject> make_cpu_flash_subject(std::string name, spec::AttentionProfile profile,
+                                                spec::AttentionBug bug) {
+  return std::make_unique<FlashSubject>(std::move(name), profile, bug);
+}
+
 std::unique_ptr<Subject> make_canonical_mutant(ReadMutation mutation, std::string name) {
   return std::make_unique<CanonicalMutant>(mutation, std::move(name));
 }
@@ -108,6 +133,8 @@ SubjectList make_cpu_subjects() {
       }));
   out.push_back(make_cpu_dense_subject());
   out.push_back(make_cpu_naive_subject());
+  out.push_back(make_cpu_flash_subject("cpu-flash-bf16", spec::AttentionProfile::kBf16P));
+  out.push_back(make_cpu_flash_subject("cpu-flash-fp16", spec::AttentionProfile::kFp16P));
   return out;
 }
 

@@ -3,6 +3,7 @@
 // cuda-canonical and cuda-fast, through kvo::gpu's read host API. All validate on the host before
 // any copy or launch and turn CUDA errors into spec::FailedToRun. Planted faults come from
 // kvo_gpu_testing, never from the production launchers.
+// Attention alone: cuda-flash-bf16, the flash family (FlashAttention's arithmetic, profile bf16_p).
 #include <memory>
 #include <optional>
 #include <string>
@@ -94,6 +95,35 @@ class CudaReadSubject final : public Subject {
   std::optional<gpu::testing::ReadFault> fault_;
 };
 
+/// The flash family (kvo/gpu/read.hpp: flash_attention_host), attention only, foreign, profile
+/// bf16_p; `fault` plants one of its bugs (a kFlash ReadFault).
+class CudaFlashSubject final : public Subject {
+ public:
+  CudaFlashSubject(std::string name, std::optional<gpu::testing::ReadFault> fault = std::nullopt)
+      : name_(std::move(name)), fault_(fault) {}
+  std::string name() const override { return name_; }
+  std::string unavailable_reason() const override { return no_device_reason(); }
+  bool implements(spec::Op op) const override { return op == spec::Op::kAttention; }
+  spec::Ordering ordering() const override { return spec::Ordering::kForeign; }
+  spec::AttentionProfile attention_profile() const override {
+    return spec::AttentionProfile::kBf16P;
+  }
+  spec::HostTensor attention(const ReadCase& c, const reference::TopkSelection* sel) override {
+    const std::vector<std::int32_t> ids = sel != nullptr ? sel->ids : std::vector<std::int32_t>{};
+    const std::int64_t topk = sel != nullptr ? sel->topk : 0;
+    if (fault_.has_value()) {
+      return gpu::testing::flash_attention_host_faulty(*fault_, c.config, c.attention, c.batch, c.q,
+                                                       c.caches, c.k_scale, c.v_scale, ids, topk);
+    }
+    return gpu::flash_attention_host(c.config, c.attention, c.batch, c.q, c.caches, c.k_scale,
+                                     c.v_scale, ids, topk);
+  }
+
+ private:
+  std::string name_;
+  std::optional<gpu::testing::ReadFault> fault_;
+};
+
 /// The dense-layer fused insert kernel (kvo/gpu/write.hpp), canonical.
 class CudaDenseSubject final : public Subject {
  public:
@@ -115,6 +145,7 @@ SubjectList make_cuda_subjects() {
   out.push_back(std::make_unique<CudaDenseSubject>());
   out.push_back(std::make_unique<CudaReadSubject>("cuda-canonical", gpu::ReadKernel::kCanonical));
   out.push_back(std::make_unique<CudaReadSubject>("cuda-fast", gpu::ReadKernel::kFast));
+  out.push_back(std::make_unique<CudaFlashSubject>("cuda-flash-bf16"));
   return out;
 }
 
@@ -124,10 +155,28 @@ std::unique_ptr<Subject> make_cuda_read_fault_subject(const std::string& name,
   return std::make_unique<CudaReadSubject>(name, gpu::ReadKernel::kFast, fault);
 }
 
+/// The flash family with a planted bug (for the mutation catalogue).
+std::unique_ptr<Subject> make_cuda_flash_fault_subject(const std::string& name,
+                                                       gpu::testing::ReadFault fault) {
+  return std::make_unique<CudaFlashSubject>(name, fault);
+}
+
 /// The fused kernel with a planted bug (for the mutation catalogue).
 std::unique_ptr<Subject> make_cuda_fault_subject(const std::string& name,
                                                  gpu::testing::WriteFault fault) {
   return std::make_unique<CudaWriteSubject>(name, gpu::WritePath::kFused, fault);
+}
+
+std::unique_ptr<Subject> make_cuda_div_approx_beyond_subject(const std::string& name) {
+  return make_cuda_fault_subject(name, gpu::testing::WriteFault::kDivApproxOneCodeBeyond);
+}
+
+std::unique_ptr<Subject> make_cuda_e4m3_into_e5m2_subject(const std::string& name) {
+  return make_cuda_fault_subject(name, gpu::testing::WriteFault::kE4m3IntoE5m2);
+}
+
+std::unique_ptr<Subject> make_cuda_trunc_div_negative_slot_subject(const std::string& name) {
+  return make_cuda_fault_subject(name, gpu::testing::WriteFault::kTruncDivNegativeSlot);
 }
 
 }  // namespace kvo::oracle

@@ -97,6 +97,14 @@ DenseCase make_case_impl(std::uint64_t seed, const CaseOverrides& o, const Dense
   c.kv.scale_mode = fixed_or(o.scale_mode, pick<spec::ScaleMode>(rng));
   c.kv.per_head_scale = fixed_or(o.per_head_scale, rng.chance(1, 2));
   c.kv.via_model_dtype = fixed_or(o.via_model_dtype, rng.chance(1, 4));
+  // The modes added later draw from their own stream, so every older seed keeps its case.
+  reference::SplitMix64 later_modes(reference::mix64(seed ^ 0x4D0DE5ull));
+  c.kv.scale_in_model_dtype =
+      fixed_or(o.scale_in_model_dtype,
+               c.kv.scale_mode != spec::ScaleMode::kNone && later_modes.chance(1, 6));
+  if (c.kv.scale_in_model_dtype && c.kv.scale_mode == spec::ScaleMode::kNone && !o.scale_mode)
+    c.kv.scale_mode = spec::ScaleMode::kDivide;  // a drawn scale mode yields to the override
+  c.slot_mode = fixed_or(o.slot_mode, spec::SlotMode::kStrict);
   c.slot_type =
       fixed_or(o.slot_type, rng.chance(1, 2) ? spec::SlotType::kI32 : spec::SlotType::kI64);
   spec::DenseInsert& in = ic.in;

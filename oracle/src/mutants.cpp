@@ -6,6 +6,7 @@
 
 #include "kvo/oracle/cpu_subjects.hpp"
 #include "kvo/reference/layer_write.hpp"
+#include "kvo/subjects/cpu_write.hpp"
 #ifdef KVO_HAVE_CUDA
 #include "kvo/gpu/testing/faults.hpp"
 #include "kvo/oracle/cuda_subjects.hpp"
@@ -116,6 +117,40 @@ std::vector<Mutant> build_catalogue() {
                                m.kv.saturation = spec::Saturation::kTorch;
                              reference::write_layer(m, w, out);
                            }));
+  // The real kernels' findings (peer_findings.md), planted in the fused CPU model.
+  const auto fused_mutant = [](std::string name, std::string models, CaseOverrides o,
+                               subjects::WriteMutation mutation) {
+    return write_mutant(std::move(name), std::move(models), std::move(o),
+                        [mutation](const auto& cfg, const auto& w, auto& out) {
+                          subjects::write_layer_fused_mutated(cfg, w, out, mutation);
+                        });
+  };
+  CaseOverrides exact_division;
+  exact_division.scale_mode = spec::ScaleMode::kDivide;
+  c.push_back(fused_mutant("approx-division-where-exact",
+                           "Triton's `/` (div.full.f32, 2 ulp) in a kernel that promises exact "
+                           "division (vLLM's Triton vs CUDA KV write)",
+                           exact_division, subjects::WriteMutation::kApproxDivision));
+  CaseOverrides e5m2;
+  e5m2.kv_dtype = spec::DType::kFp8E5M2;
+  c.push_back(fused_mutant("e4m3-into-e5m2",
+                           "vLLM's Triton KV write: every fp8 cache dtype mapped to e4m3, so e4m3 "
+                           "codes land in an fp8_e5m2 cache",
+                           e5m2, subjects::WriteMutation::kE4m3IntoE5m2));
+  CaseOverrides strict_slots;
+  strict_slots.slot_mode = spec::SlotMode::kStrict;
+  c.push_back(fused_mutant("truncating-minus-one",
+                           "TRT-LLM fused_write_layer_caches without the slot < 0 check, SGLang's "
+                           "Triton fp8 write: -1 // bs = 0, -1 % bs = -1 write before page 0",
+                           strict_slots, subjects::WriteMutation::kTruncatingMinusOne));
+  CaseOverrides blockscale_nan;
+  blockscale_nan.index_layout = spec::IndexLayout::kBlockScale;
+  blockscale_nan.edge_values = true;
+  blockscale_nan.layers = "S";
+  c.push_back(fused_mutant("blockscale-nan-to-min",
+                           "SGLang's DeepSeek index-K quantizer: a NaN element clamped to -448 "
+                           "instead of the NaN code 0x7F",
+                           blockscale_nan, subjects::WriteMutation::kBlockscaleNanToMin));
   CaseOverrides divide = fp8_16bit_act;
   c.push_back(write_mutant("multiply-not-divide",
                            "FlashInfer's convention in a vLLM-convention kernel: x * s, not x / s",
@@ -199,6 +234,19 @@ std::vector<Mutant> build_catalogue() {
       "dense-fp8-store-unscaled",
       "vLLM's fused M3 insert stores fp8 with scale 1 where its unfused path divides by k_scale",
       fp8_scaled, {.fp8_store_unscaled = true}));
+  // Bugs near the bound of a flash-style attention (FlashAttention arithmetic: P rounded to bf16,
+  // ex2.approx), judged under its bf16_p profile, the loosest: every profile must still see them.
+  const auto flash_mutant = [&](const char* name, const char* models, spec::AttentionBug bug) {
+    c.push_back(mutant(name, spec::Op::kAttention, models, {}, [bug](const std::string& n) {
+      return make_cpu_flash_subject(n, spec::AttentionProfile::kBf16P, bug);
+    }));
+  };
+  flash_mutant("flash-drop-chunk-last", "flash attention: the last token of a chunk dropped",
+               spec::AttentionBug::kDropChunkLast);
+  flash_mutant("flash-scale-off", "flash attention: softmax scale off by a factor of 1 + 2^-7",
+               spec::AttentionBug::kScaleOff);
+  flash_mutant("flash-neighbour-v", "flash attention: V read from the neighbouring KV head",
+               spec::AttentionBug::kNeighbourV);
 #ifdef KVO_HAVE_CUDA
   // The same bugs planted in the CUDA kernels (kvo_gpu_testing); run where a GPU answers.
   using gpu::testing::ReadFault;
@@ -214,6 +262,23 @@ std::vector<Mutant> build_catalogue() {
              WriteFault::kOffsetPlusOne);
   cuda_write("cuda-hnd-nhd-stride-swap", "head and token strides exchanged, in the fused kernel",
              WriteFault::kSwapHndNhd);
+  // The real kernels' findings, planted in the CUDA write kernels (peer_findings.md).
+  const auto cuda_finding = [&](const char* name, const char* models, CaseOverrides o,
+                                std::unique_ptr<Subject> (*make)(const std::string&)) {
+    c.push_back(mutant(name, spec::Op::kWrite, models, write_part(std::move(o)), make));
+  };
+  CaseOverrides div_approx;
+  div_approx.scale_mode = spec::ScaleMode::kDivApprox;
+  cuda_finding("cuda-div-approx-one-code-beyond",
+               "div.full.f32 result moved one code past the 2-ulp window: the admissible sets "
+               "must not be one code too wide",
+               div_approx, make_cuda_div_approx_beyond_subject);
+  cuda_finding("cuda-e4m3-into-e5m2", "vLLM's Triton wrapper: e4m3 codes in an fp8_e5m2 cache",
+               e5m2, make_cuda_e4m3_into_e5m2_subject);
+  cuda_finding("cuda-truncating-minus-one",
+               "TRT-LLM fused_write_layer_caches without the slot < 0 check: -1 writes at page 0, "
+               "offset -1",
+               strict_slots, make_cuda_trunc_div_negative_slot_subject);
   // Bugs planted in the fast (foreign-order) read kernels: the foreign mode must reject them.
   const auto cuda_read = [&](const char* name, spec::Op op, const char* models, ReadFault fault) {
     c.push_back(mutant(name, op, models, {}, [fault](const std::string& n) {
@@ -222,6 +287,17 @@ std::vector<Mutant> build_catalogue() {
   };
   cuda_read("cuda-fast-local-block-ignored", spec::Op::kIndexer,
             "the fast indexer leaves the local block unforced", ReadFault::kIgnoreLocal);
+  const auto cuda_flash = [&](const char* name, const char* models, ReadFault fault) {
+    c.push_back(mutant(name, spec::Op::kAttention, models, {}, [fault](const std::string& n) {
+      return make_cuda_flash_fault_subject(n, fault);
+    }));
+  };
+  cuda_flash("cuda-flash-drop-chunk-last", "the last token of a chunk dropped, in the flash kernel",
+             ReadFault::kFlashDropChunkLast);
+  cuda_flash("cuda-flash-scale-off", "softmax scale off by 1 + 2^-7, in the flash kernel",
+             ReadFault::kFlashScaleOff);
+  cuda_flash("cuda-flash-neighbour-v", "V from the neighbouring KV head, in the flash kernel",
+             ReadFault::kFlashNeighbourV);
   cuda_read("cuda-fast-exp-without-log2e", spec::Op::kAttention,
             "the fast softmax computes exp2(s) without folding log2(e) into the scale",
             ReadFault::kExpNoLog2e);

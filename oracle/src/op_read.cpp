@@ -1,6 +1,10 @@
 // The read ops (SPEC 5-6): the indexer with block top-k, and sparse attention over the reference's
 // selection (so an indexer bug does not mask an attention one). Both draw the same read case from
-// a seed, so the campaign prepares it once for both; judge_read applies the subject's ordering.
+// a seed, so the campaign prepares it once for both; judge_read applies the subject's ordering
+// (and, for foreign attention, its arithmetic profile or --profile). Attention's mode for mode
+// detection (SPEC 7) is that profile: one answer judged exactly and under every profile's bound.
+#include <algorithm>
+#include <array>
 #include <sstream>
 
 #include "kvo/oracle/read_judge.hpp"
@@ -10,12 +14,41 @@ namespace kvo::oracle {
 namespace {
 
 struct ReadPrepared final : PreparedCase {
-  explicit ReadPrepared(ReadCase c) : rc(std::move(c)), expectation(rc) {}
+  ReadPrepared(ReadCase c, std::optional<spec::AttentionProfile> p)
+      : rc(std::move(c)), expectation(rc), profile(p) {}
   std::uint64_t seed() const override { return rc.seed; }
   std::string describe() const override { return rc.describe(); }
 
   ReadCase rc;
-  ReadExpectation expectation;  ///< refers to rc: never moved after construction
+  ReadExpectation expectation;                    ///< refers to rc: never moved after construction
+  std::optional<spec::AttentionProfile> profile;  ///< --profile: foreign attention judged under it
+};
+
+/// The values of attention's mode axis "profile", tightest first: bit for bit, then the profiles
+/// by increasing bound (tests/oracle/test_attention_modes.cpp checks the bounds are nested in this
+/// order on random cases: fp16's P and operand roundings are finer than bf16's).
+inline constexpr std::array<spec::AttentionProfile, 3> kProfilesByLooseness{
+    spec::AttentionProfile::kFp32, spec::AttentionProfile::kFp16P, spec::AttentionProfile::kBf16P};
+constexpr std::string_view kExact = "exact";
+
+/// A foreign or canonical subject's attention output on one case, judged under any value of the
+/// profile axis: 0 exact (bit for bit), i >= 1 the bound of kProfilesByLooseness[i - 1].
+class AttentionAnswer final : public CapturedAnswer {
+ public:
+  explicit AttentionAnswer(ReadPrepared& c) : c_(c) {}
+  Verdict judge_under(const ModeChoice& choice) override {
+    const std::size_t value = choice.at(0);
+    const AttentionDiff d = diff_attention_output(
+        c_.expectation, out,
+        value == 0 ? std::nullopt
+                   : std::optional<spec::AttentionProfile>(kProfilesByLooseness.at(value - 1)));
+    return {d.pass() ? spec::Outcome::kPass : spec::Outcome::kMismatch, d.report(), 0};
+  }
+
+  spec::HostTensor out;  ///< [Tq, nq, hd] in the case's output dtype
+
+ private:
+  ReadPrepared& c_;
 };
 
 /// The read overrides, with the dimensions shared with the write side (--block-size, --head-dim,
@@ -41,11 +74,13 @@ class ReadDriver final : public OpDriver {
   std::string_view case_kind() const override { return "read"; }
 
   std::unique_ptr<PreparedCase> prepare(std::uint64_t seed, const Overrides& o) const override {
-    return std::make_unique<ReadPrepared>(make_read_case(seed, effective_read(o)));
+    const ReadOverrides r = effective_read(o);
+    return std::make_unique<ReadPrepared>(make_read_case(seed, r), r.profile);
   }
 
   Verdict judge(Subject& subject, PreparedCase& pc) const override {
-    const ReadVerdict r = judge_read(subject, op_, static_cast<ReadPrepared&>(pc).expectation);
+    auto& rp = static_cast<ReadPrepared&>(pc);
+    const ReadVerdict r = judge_read(subject, op_, rp.expectation, rp.profile);
     return {r.outcome, r.report, 0};
   }
 
@@ -90,6 +125,40 @@ class ReadDriver final : public OpDriver {
 
   std::string flags(const Overrides& o) const override {
     return o.write.to_flags() + o.read.to_flags();
+  }
+
+  // Mode detection: attention has one axis, the arithmetic profile (exact first); the indexer's
+  // modes are not detected here.
+  std::vector<ModeAxis> mode_axes() const override {
+    if (op_ != spec::Op::kAttention) return {};
+    ModeAxis axis{"profile", {std::string(kExact)}};
+    for (spec::AttentionProfile p : kProfilesByLooseness)
+      axis.values.emplace_back(spec::name_of(p));
+    return {axis};
+  }
+
+  /// The overrides as given; the profile pinned to --profile, else the subject-independent default
+  /// fp32 (the profile changes how an answer is judged, never what a subject is asked).
+  Overrides pin_modes(const Overrides& o, ModeChoice& pinned) const override {
+    pinned.clear();
+    if (op_ != spec::Op::kAttention) return o;
+    const spec::AttentionProfile p = o.read.profile.value_or(spec::AttentionProfile::kFp32);
+    const auto at = std::find(kProfilesByLooseness.begin(), kProfilesByLooseness.end(), p);
+    pinned.push_back(1 + static_cast<std::size_t>(at - kProfilesByLooseness.begin()));
+    return o;
+  }
+
+  std::unique_ptr<CapturedAnswer> capture(Subject& subject, PreparedCase& pc) const override {
+    if (op_ != spec::Op::kAttention) return OpDriver::capture(subject, pc);
+    auto& rp = static_cast<ReadPrepared&>(pc);
+    auto answer = std::make_unique<AttentionAnswer>(rp);
+    answer->run_outcome = run_guarded(
+        [&] {
+          answer->out = subject.attention(rp.rc, rp.expectation.attended());
+          return spec::Outcome::kPass;
+        },
+        answer->run_error);
+    return answer;
   }
 
  private:

@@ -20,6 +20,10 @@ const std::vector<const OpDriver*>& op_registry() {
   return registry;
 }
 
+std::unique_ptr<CapturedAnswer> OpDriver::capture(Subject& /*subject*/, PreparedCase& /*c*/) const {
+  throw std::logic_error("op " + std::string(spec::name_of(op())) + " has no modes to detect");
+}
+
 const OpDriver& driver_of(spec::Op op) { return *op_registry()[static_cast<std::size_t>(op)]; }
 
 std::vector<spec::Op> all_ops() {

@@ -1,7 +1,9 @@
 // The write op (SPEC 4): one random step's writes over every layer of a layer mix, diffed byte for
 // byte over whole buffers, guards included, against the reference.
+#include <map>
 #include <sstream>
 
+#include "kv_modes.hpp"
 #include "kvo/oracle/cache_diff.hpp"
 #include "kvo/oracle/harness.hpp"
 #include "kvo/reference/layer_write.hpp"
@@ -10,6 +12,7 @@
 #include "page_picture.hpp"
 
 namespace kvo::oracle {
+
 namespace {
 
 struct WritePrepared final : PreparedCase {
@@ -26,6 +29,76 @@ struct WritePrepared final : PreparedCase {
   reference::PagedCacheLayout layout;
   std::vector<spec::LayerCaches> poisoned;  ///< poisoned once per case, copied per subject
   std::vector<spec::LayerCaches> expected;
+};
+
+/// A subject's caches for one case, judged under any write modes: the reference is run once per
+/// distinct setting of the modes that can change a byte of this case.
+class WriteAnswer final : public CapturedAnswer {
+ public:
+  explicit WriteAnswer(const WritePrepared& c) : c_(c) {
+    std::vector<const spec::SlotMapping*> maps;
+    for (const auto& w : c.wc.writes) maps.insert(maps.end(), {&w.slots, &w.index_slots});
+    negative_slots_ = has_negative_slots(maps);
+  }
+
+  Verdict judge_under(const ModeChoice& choice) override {
+    const Verdict& kv = judge_part(KvPart::kKvBuffers, choice);
+    const Verdict& index = judge_part(KvPart::kIndexBuffer, choice);
+    Verdict v;
+    v.outcome = spec::worst(kv.outcome, index.outcome);
+    v.bytes_compared = kv.bytes_compared + index.bytes_compared;
+    v.mismatch_size = kv.mismatch_size + index.mismatch_size;
+    for (const Verdict* part : {&kv, &index}) {
+      if (part->outcome != spec::Outcome::kPass)
+        v.report += (v.report.empty() ? "" : "\n") + part->report;
+    }
+    if (v.report.empty()) v.report = kv.report;
+    return v;
+  }
+
+  std::vector<spec::LayerCaches> actual;
+
+ private:
+  /// One part's buffers under the modes that can change them: the reference is run once per
+  /// distinct setting of those modes.
+  const Verdict& judge_part(KvPart part, const ModeChoice& choice) {
+    ModeChoice key =
+        relevant_kv_modes(spec::Op::kWrite, part, c_.wc.config, choice, negative_slots_);
+    const auto memo_key = std::make_pair(part, key);
+    if (const auto it = memo_.find(memo_key); it != memo_.end()) return it->second;
+    Verdict v;
+    const spec::ModelConfig config = with_kv_modes(spec::Op::kWrite, c_.wc.config, key);
+    std::vector<spec::LayerCaches> expected = c_.poisoned;
+    CacheDiff diff;
+    v.outcome = run_guarded(
+        [&] {
+          for (std::size_t l = 0; l < c_.wc.writes.size(); ++l) {
+            reference::write_layer(config, c_.wc.writes[l], expected[l]);
+            diff.merge(diff_write_layer(config, c_.layout, l, c_.wc.writes[l],
+                                        only(part, expected[l]), only(part, actual[l])));
+          }
+          return diff.equal() ? spec::Outcome::kPass : spec::Outcome::kMismatch;
+        },
+        v.report);
+    if (v.report.empty()) v.report = diff.report();
+    v.bytes_compared = diff.compared_bytes;
+    v.mismatch_size = v.outcome == spec::Outcome::kMismatch ? diff.differing_bytes : 0;
+    return memo_.emplace(memo_key, std::move(v)).first->second;
+  }
+
+  /// The buffers of `caches` in `part`.
+  static spec::LayerCaches only(KvPart part, const spec::LayerCaches& caches) {
+    spec::LayerCaches out;
+    out.kind = caches.kind;
+    for (const spec::CacheBuffer& b : caches.buffers) {
+      if (in_part(part, b.kind)) out.buffers.push_back(b);
+    }
+    return out;
+  }
+
+  const WritePrepared& c_;
+  bool negative_slots_ = false;
+  std::map<std::pair<KvPart, ModeChoice>, Verdict> memo_;
 };
 
 class WriteDriver final : public OpDriver {
@@ -97,6 +170,26 @@ class WriteDriver final : public OpDriver {
 
   std::string flags(const Overrides& o) const override { return o.write.to_flags(); }
 
+  std::vector<ModeAxis> mode_axes() const override { return kv_mode_axes(op()); }
+  bool possible(const ModeChoice& choice) const override { return kv_mode_possible(op(), choice); }
+  Overrides pin_modes(const Overrides& o, ModeChoice& pinned) const override {
+    return pin_kv_modes(op(), o, pinned);
+  }
+
+  std::unique_ptr<CapturedAnswer> capture(Subject& subject, PreparedCase& pc) const override {
+    auto& c = static_cast<WritePrepared&>(pc);
+    auto answer = std::make_unique<WriteAnswer>(c);
+    const Verdict ran = run_on_copy(c.poisoned, &answer->actual,
+                                    [&](std::vector<spec::LayerCaches>& actual, Verdict&) {
+                                      for (std::size_t l = 0; l < c.wc.writes.size(); ++l)
+                                        subject.write_layer(c.wc.config, c.wc.writes[l], actual[l]);
+                                      return spec::Outcome::kPass;
+                                    });
+    answer->run_outcome = ran.outcome;
+    answer->run_error = ran.report;
+    return answer;
+  }
+
  private:
   /// Runs the subject over every layer into a copy of the poisoned caches (kept in `keep` when
   /// given) and diffs them, describing up to `samples` elements.
@@ -106,10 +199,9 @@ class WriteDriver final : public OpDriver {
       for (std::size_t l = 0; l < c.wc.writes.size(); ++l)
         subject.write_layer(c.wc.config, c.wc.writes[l], actual[l]);
       CacheDiff diff;
-      for (std::size_t l = 0; l < c.wc.writes.size(); ++l) {
-        diff.merge(diff_layer_caches(c.layout, static_cast<std::int64_t>(l), c.expected[l],
-                                     actual[l], &c.wc.writes[l], samples));
-      }
+      for (std::size_t l = 0; l < c.wc.writes.size(); ++l)
+        diff.merge(diff_write_layer(c.wc.config, c.layout, l, c.wc.writes[l], c.expected[l],
+                                    actual[l], samples));
       v.bytes_compared = diff.compared_bytes;
       v.report = diff.report();
       return diff.equal() ? spec::Outcome::kPass : spec::Outcome::kMismatch;

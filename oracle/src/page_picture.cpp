@@ -67,7 +67,8 @@ CacheDiff explain_layer(std::ostringstream& s, const reference::PagedCacheLayout
                         std::int64_t layer, const spec::ModelConfig& config,
                         const spec::LayerWrite& write, const spec::LayerCaches& expected,
                         const spec::LayerCaches& actual) {
-  CacheDiff d = diff_layer_caches(layout, layer, expected, actual, &write, kExplainSamples);
+  CacheDiff d = diff_write_layer(config, layout, static_cast<std::size_t>(layer), write, expected,
+                                 actual, kExplainSamples);
   if (d.equal()) return d;
   s << "layer " << layer << " (" << spec::name_of(write.kind) << "):\n";
   for (const spec::CacheBuffer& e : expected.buffers) {

@@ -59,6 +59,7 @@ std::string ReadOverrides::to_flags() const {
   if (index_heads_per_kv) s << " --index-heads-per-kv " << *index_heads_per_kv;
   if (adversarial) s << " --adversarial " << (*adversarial ? "true" : "false");
   if (tied_scores) s << " --tied-scores " << (*tied_scores ? "true" : "false");
+  if (profile) s << " --profile " << spec::name_of(*profile);
   return s.str();
 }
 

@@ -234,9 +234,10 @@ std::string AttentionDiff::report() const {
   std::ostringstream s;
   s.precision(9);
   if (bounded) {
+    s << "profile " << spec::name_of(profile) << ": ";
     s << differing << " of " << elements << " elements past their bound; max abs error "
-      << max_abs_error << ", max rel error " << max_rel_error
-      << "; ulp histogram [0,1,2,3-4,5-8,9-16,17-256,>256] =";
+      << max_abs_error << ", max rel error " << max_rel_error << ", worst error / allowed "
+      << max_error_ratio << "; ulp histogram [0,1,2,3-4,5-8,9-16,17-256,>256] =";
     for (std::int64_t c : ulp_histogram) s << " " << c;
   } else {
     s << differing << " of " << elements << " elements differ";
@@ -248,6 +249,11 @@ std::string AttentionDiff::report() const {
       << ": expected " << first->expected << ", got " << first->actual << " (" << bits << ", "
       << first->ulps << " ulp)";
     if (bounded) s << ", allowed error " << first->bound;
+  }
+  for (const BlindSpot& b : blind) {
+    s << "\n  profile " << spec::name_of(profile)
+      << " is too loose for this case to catch planted bug " << spec::name_of(b.bug)
+      << " (its largest effect is " << b.reach << " of the allowed error)";
   }
   return s.str();
 }
@@ -289,6 +295,7 @@ AttentionDiff diff_attention_bounded(const truth::AttentionTruth& truth,
                                      const spec::HostTensor& a) {
   AttentionDiff diff;
   diff.bounded = true;
+  diff.profile = truth.profile;
   diff.elements = a.numel();
   const auto eb = spec::dtype_bytes(a.dtype);
   if (static_cast<std::size_t>(diff.elements) != truth.out.size() || a.shape.size() != 3) {
@@ -296,14 +303,17 @@ AttentionDiff diff_attention_bounded(const truth::AttentionTruth& truth,
     return diff;
   }
   const std::int64_t heads = a.shape[1], hd = a.shape[2];
+  std::vector<double> reach(truth.planted.size(), 0.0);  // per planted bug: max effect / allowed
   for (std::int64_t i = 0; i < diff.elements; ++i) {
-    const std::uint32_t code =
-        reference::load_code(&a.bytes[static_cast<std::size_t>(i) * eb], a.dtype);
+    const auto at = static_cast<std::size_t>(i);
+    const std::uint32_t code = reference::load_code(&a.bytes[at * eb], a.dtype);
     const double got = reference::decode(code, a.dtype);
-    const double want = truth.out[static_cast<std::size_t>(i)];
-    const double bound = truth.bound[static_cast<std::size_t>(i)];
+    const double want = truth.out[at];
+    const double bound = truth.bound[at];
     const double err = std::fabs(got - want);
     const double allowed = bound + ulp_at(std::fabs(want) + bound, a.dtype);
+    for (std::size_t b = 0; b < reach.size(); ++b)
+      reach[b] = std::max(reach[b], std::fabs(truth.planted[b].out[at] - want) / allowed);
     const std::uint32_t want_code =
         reference::encode(static_cast<float>(want), a.dtype, spec::Saturation::kSatFinite);
     const std::uint64_t ulps = ulp_distance(want_code, code, a.dtype);
@@ -311,6 +321,7 @@ AttentionDiff diff_attention_bounded(const truth::AttentionTruth& truth,
     if (!std::isnan(err)) {
       diff.max_abs_error = std::max(diff.max_abs_error, err);
       if (want != 0.0) diff.max_rel_error = std::max(diff.max_rel_error, err / std::fabs(want));
+      diff.max_error_ratio = std::max(diff.max_error_ratio, err / allowed);
     }
     if (err <= allowed) continue;  // NaN fails here
     ++diff.differing;
@@ -318,6 +329,10 @@ AttentionDiff diff_attention_bounded(const truth::AttentionTruth& truth,
       diff.first = AttentionMismatch{
           i / (heads * hd), (i / hd) % heads, i % hd, want_code, code, want, got, ulps, allowed};
     }
+  }
+  // A bug that moves nothing (V of the neighbouring head with one KV head) is not a blind spot.
+  for (std::size_t b = 0; b < reach.size(); ++b) {
+    if (reach[b] > 0.0 && reach[b] <= 1.0) diff.blind.push_back({truth.planted[b].bug, reach[b]});
   }
   return diff;
 }

@@ -17,11 +17,12 @@ const truth::ScoreTruth& ReadExpectation::score_truth(spec::Ordering o) {
   return *t;
 }
 
-const truth::AttentionTruth& ReadExpectation::attention_truth(spec::Ordering o) {
-  auto& t = truth_[static_cast<int>(o)];
+const truth::AttentionTruth& ReadExpectation::attention_truth(spec::Ordering o,
+                                                              spec::AttentionProfile profile) {
+  auto& t = truth_[o == spec::Ordering::kCanonical ? 0 : 1 + static_cast<std::size_t>(profile)];
   if (!t) {
     t = truth::attention_truth(rc_.config, rc_.attention, rc_.batch, rc_.q, rc_.caches, rc_.k_scale,
-                               rc_.v_scale, attended(), o);
+                               rc_.v_scale, attended(), o, profile);
   }
   return *t;
 }
@@ -35,9 +36,30 @@ const spec::HostTensor& ReadExpectation::exact() {
   return *exact_out_;
 }
 
-ReadVerdict judge_read(Subject& s, spec::Op op, ReadExpectation& e) {
+std::string profile_override_problem(const Subject& s,
+                                     std::optional<spec::AttentionProfile> profile) {
+  if (!profile || s.ordering() != spec::Ordering::kCanonical) return {};
+  return "subject " + s.name() +
+         " is canonical (judged bit for bit); --profile applies to foreign subjects only";
+}
+
+AttentionDiff diff_attention_output(ReadExpectation& e, const spec::HostTensor& out,
+                                    std::optional<spec::AttentionProfile> profile) {
+  if (!profile) return diff_attention_exact(e.exact(), out);
+  return diff_attention_bounded(e.attention_truth(spec::Ordering::kForeign, *profile), out);
+}
+
+ReadVerdict judge_read(Subject& s, spec::Op op, ReadExpectation& e,
+                       std::optional<spec::AttentionProfile> profile) {
   const bool canonical = s.ordering() == spec::Ordering::kCanonical;
   ReadVerdict v;
+  if (op == spec::Op::kAttention) {
+    v.report = profile_override_problem(s, profile);
+    if (!v.report.empty()) {
+      v.outcome = spec::Outcome::kInvalidInput;
+      return v;
+    }
+  }
   v.outcome = run_guarded(
       [&] {
         if (op == spec::Op::kIndexer) {
@@ -52,9 +74,11 @@ ReadVerdict judge_read(Subject& s, spec::Op op, ReadExpectation& e) {
           return spec::Outcome::kMismatch;
         }
         const spec::HostTensor out = s.attention(e.read_case(), e.attended());
-        const AttentionDiff d = canonical
-                                    ? diff_attention_exact(e.exact(), out)
-                                    : diff_attention_bounded(e.attention_truth(s.ordering()), out);
+        const AttentionDiff d = diff_attention_output(
+            e, out,
+            canonical
+                ? std::nullopt
+                : std::optional<spec::AttentionProfile>(profile.value_or(s.attention_profile())));
         v.report = d.report();
         if (d.pass()) return spec::Outcome::kPass;
         if (d.first) v.query = d.first->query;

@@ -36,6 +36,7 @@ class FunctionSubject final : public Subject {
   }
   spec::Ordering ordering() const override { return fns_.ordering; }
   TopkOrder topk_order() const override { return fns_.topk_order; }
+  spec::AttentionProfile attention_profile() const override { return fns_.attention_profile; }
   void write_layer(const spec::ModelConfig& c, const spec::LayerWrite& w,
                    spec::LayerCaches& caches) override {
     if (!fns_.write) not_implemented(*this, spec::Op::kWrite);

@@ -108,11 +108,13 @@ std::string CaseOverrides::to_flags() const {
   name("--sat", saturation);
   name("--scale-mode", scale_mode);
   name("--index-layout", index_layout);
+  name("--blockscale-scale", blockscale_scale);
   name("--slot-mode", slot_mode);
   name("--slot-type", slot_type);
   name("--allocator", allocator);
   boolean("--per-head-scale", per_head_scale);
   boolean("--via-model-dtype", via_model_dtype);
+  boolean("--scale-in-model-dtype", scale_in_model_dtype);
   boolean("--ue8m0", ue8m0);
   boolean("--separate-index-slots", separate_index_slots);
   boolean("--edge-values", edge_values);
@@ -137,6 +139,8 @@ void apply_overrides(const CaseOverrides& o, spec::ModelConfig& c) {
   if (o.slot_type) c.slot_type = *o.slot_type;
   if (o.per_head_scale) c.kv.per_head_scale = *o.per_head_scale;
   if (o.via_model_dtype) c.kv.via_model_dtype = *o.via_model_dtype;
+  if (o.scale_in_model_dtype) c.kv.scale_in_model_dtype = *o.scale_in_model_dtype;
+  if (o.blockscale_scale) c.index.blockscale_scale = *o.blockscale_scale;
   if (o.ue8m0) c.index.ue8m0 = *o.ue8m0;
   if (o.separate_index_slots) c.separate_index_slots = *o.separate_index_slots;
 }
@@ -181,11 +185,35 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
   c.slot_mode = rng.chance(1, 8) ? spec::SlotMode::kLegacyWrap : spec::SlotMode::kStrict;
   c.slot_type = rng.chance(1, 2) ? spec::SlotType::kI32 : spec::SlotType::kI64;
   c.separate_index_slots = rng.chance(1, 4);
+  // The modes added later (SPEC 2) draw from their own stream, so every older seed keeps its case.
+  SplitMix64 later_modes(reference::mix64(seed ^ 0x4D0DE5ull));
+  c.kv.scale_in_model_dtype = later_modes.chance(1, 6);
+  c.index.blockscale_scale = later_modes.chance(1, 3) ? spec::BlockScaleFormula::kMulRecip
+                                                      : spec::BlockScaleFormula::kDivide;
   bool edge_values = rng.chance(1, 3);
   std::int64_t tokens = rng.uniform(1, 48);
   std::int64_t padding = rng.chance(1, 2) ? rng.uniform(1, 7) : 0;
 
   apply_overrides(o, c);
+  // Drawn modes that the configuration makes meaningless take their defaults; an override that
+  // contradicts another is the user's to fix (spec::validate names it).
+  // A drawn dimension that an override needs yields to it (a rounded scale needs a scale mode;
+  // a blockscale formula needs the blockscale layout).
+  if (c.kv.scale_in_model_dtype && c.kv.scale_mode == spec::ScaleMode::kNone) {
+    if (!o.scale_in_model_dtype) {
+      c.kv.scale_in_model_dtype = false;
+    } else if (!o.scale_mode) {
+      c.kv.scale_mode = spec::ScaleMode::kDivide;
+    }
+  }
+  if (c.index.blockscale_scale != spec::BlockScaleFormula::kDivide &&
+      c.index.layout != spec::IndexLayout::kBlockScale) {
+    if (!o.blockscale_scale) {
+      c.index.blockscale_scale = spec::BlockScaleFormula::kDivide;
+    } else if (!o.index_layout) {
+      c.index.layout = spec::IndexLayout::kBlockScale;
+    }
+  }
   if (o.edge_values) edge_values = *o.edge_values;
   if (o.tokens) tokens = *o.tokens;
   if (c.index.layout == spec::IndexLayout::kBlockScale &&
@@ -202,7 +230,6 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     if (!o.block_size) c.geometry.block_size = std::min<std::int64_t>(c.geometry.block_size, 32);
   }
   spec::validate(c);
-  if (c.slot_mode == spec::SlotMode::kLegacyWrap) padding = std::min<std::int64_t>(padding, 1);
 
   // Requests: split the tokens into decode (q_len 1) and prefill chunks, each after a context of
   // already cached tokens; then size the cache (unless fixed) and hand out blocks from a shuffled

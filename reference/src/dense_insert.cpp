@@ -1,6 +1,7 @@
 // The dense-layer fused insert, SPEC 4 read line by line.
 #include "kvo/reference/dense_insert.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -29,6 +30,8 @@ void norm_rope(std::vector<float>& x, const std::vector<float>& w, const spec::D
     x[static_cast<std::size_t>(i)] = std::fma(x1, c, -(x2 * s));
     x[static_cast<std::size_t>(i + half)] = std::fma(x2, c, x1 * s);
   }
+  // SPEC 2: a NaN out of this arithmetic is the GPU's canonical NaN, whatever the input's sign.
+  for (float& v : x) v = arithmetic_result(v);
 }
 
 }  // namespace
@@ -81,6 +84,34 @@ spec::HostTensor dense_insert(const spec::ModelConfig& c, const spec::DenseInser
     }
   }
   return q_out;
+}
+
+std::vector<std::uint32_t> admissible_dense_codes(const spec::ModelConfig& c,
+                                                  const spec::DenseInsert& in,
+                                                  const CacheElement& e) {
+  const spec::CacheGeometry& g = c.geometry;
+  const std::int64_t hd = g.head_dim, nkv = g.num_kv_heads;
+  const std::int64_t slot = e.block * g.block_size + e.offset;
+  const spec::HostTensor& src = e.kv == 0 ? in.kv.k : in.kv.v;
+  const std::vector<float>& scales = e.kv == 0 ? in.kv.k_scale : in.kv.v_scale;
+  const float s = scales[c.kv.per_head_scale ? static_cast<std::size_t>(e.head) : 0];
+  std::vector<std::uint32_t> codes;
+  std::vector<float> x(static_cast<std::size_t>(hd));
+  for (std::size_t t = 0; t < in.kv.slots.slots.size(); ++t) {
+    std::int64_t target = in.kv.slots.slots[t];
+    if (target < 0 && c.slot_mode == spec::SlotMode::kLegacyWrap) target += g.capacity();
+    if (target != slot) continue;
+    const auto ti = static_cast<std::int64_t>(t);
+    for (std::int64_t d = 0; d < hd; ++d)
+      x[static_cast<std::size_t>(d)] = source_value(src, (ti * nkv + e.head) * hd + d);
+    if (e.kv == 0) norm_rope(x, in.k_norm_weight, in, in.positions[t]);
+    for (std::uint32_t code :
+         admissible_kv_codes(x[static_cast<std::size_t>(e.dim)], s, c.kv, c.act_dtype))
+      codes.push_back(code);
+  }
+  std::sort(codes.begin(), codes.end());
+  codes.erase(std::unique(codes.begin(), codes.end()), codes.end());
+  return codes;
 }
 
 }  // namespace kvo::reference

@@ -1,6 +1,7 @@
 // The reference write: SPEC section 4, read line by line.
 #include "kvo/reference/layer_write.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "kvo/reference/numbers.hpp"
@@ -92,7 +93,7 @@ void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& w,
           group[static_cast<std::size_t>(i)] =
               source_value(w.index_k, t * g.index_dim + gi * spec::kScaleGroup + i);
         }
-        const float s = quantize_group_blockscale(group, config.index.ue8m0, codes);
+        const float s = quantize_group_blockscale(group, config.index, codes);
         for (std::int64_t i = 0; i < spec::kScaleGroup; ++i) {
           dst[layout.index_value_byte(b, o, gi * spec::kScaleGroup + i)] =
               codes[static_cast<std::size_t>(i)];
@@ -101,6 +102,64 @@ void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& w,
       }
     }
   }
+}
+
+bool admits_several(const spec::ModelConfig& config, const spec::LayerWrite& w) {
+  if (config.kv.scale_mode == spec::ScaleMode::kDivApprox) return true;
+  if (config.slot_mode != spec::SlotMode::kLegacyWrap) return false;
+  // A race needs two tokens of one mapping on one slot, which only a wrapped slot can make.
+  const std::int64_t cap = config.geometry.capacity();
+  for (const spec::SlotMapping* m : {&w.slots, &w.index_slots}) {
+    std::vector<bool> used(static_cast<std::size_t>(cap), false);
+    for (std::int64_t raw : m->slots) {
+      const std::int64_t slot = target_slot(raw, cap, config.slot_mode);
+      if (slot < 0) continue;
+      if (used[static_cast<std::size_t>(slot)]) return true;
+      used[static_cast<std::size_t>(slot)] = true;
+    }
+  }
+  return false;
+}
+
+std::vector<std::uint32_t> admissible_codes(const spec::ModelConfig& config,
+                                            const spec::LayerWrite& w, const CacheElement& e) {
+  const spec::CacheGeometry& g = config.geometry;
+  const std::int64_t slot = e.block * g.block_size + e.offset;
+  const bool index = e.buffer == BufferKind::kIndexK;
+  if (index && w.kind != spec::LayerKind::kSparse) return {};
+  const spec::SlotMapping& m = index && config.separate_index_slots ? w.index_slots : w.slots;
+  std::vector<std::uint32_t> codes;
+  // SPEC 3: every token that lands on the slot is a possible writer (a legacy-wrap race keeps any
+  // one of them, element by element); SPEC 2: each writer's code may be any of its admissible ones.
+  for (std::size_t t = 0; t < m.slots.size(); ++t) {
+    if (target_slot(m.slots[t], g.capacity(), config.slot_mode) != slot) continue;
+    const auto ti = static_cast<std::int64_t>(t);
+    if (!index) {
+      const spec::HostTensor& src = e.kv == 0 ? w.k : w.v;
+      const std::vector<float>& scales = e.kv == 0 ? w.k_scale : w.v_scale;
+      const float s = scales[config.kv.per_head_scale ? static_cast<std::size_t>(e.head) : 0];
+      const float x = source_value(src, (ti * g.num_kv_heads + e.head) * g.head_dim + e.dim);
+      for (std::uint32_t c : admissible_kv_codes(x, s, config.kv, config.act_dtype))
+        codes.push_back(c);
+    } else if (config.index.layout == spec::IndexLayout::kFlat) {
+      codes.push_back(encode(source_value(w.index_k, ti * g.index_dim + e.dim),
+                             config.index.flat_dtype, config.kv.saturation));
+    } else {
+      const std::int64_t gi = e.is_scale ? e.group : e.dim / spec::kScaleGroup;
+      std::vector<float> group(static_cast<std::size_t>(spec::kScaleGroup));
+      std::vector<std::uint8_t> q(static_cast<std::size_t>(spec::kScaleGroup));
+      for (std::int64_t i = 0; i < spec::kScaleGroup; ++i) {
+        group[static_cast<std::size_t>(i)] =
+            source_value(w.index_k, ti * g.index_dim + gi * spec::kScaleGroup + i);
+      }
+      const float s = quantize_group_blockscale(group, config.index, q);
+      codes.push_back(e.is_scale ? bits_of(s)
+                                 : q[static_cast<std::size_t>(e.dim % spec::kScaleGroup)]);
+    }
+  }
+  std::sort(codes.begin(), codes.end());
+  codes.erase(std::unique(codes.begin(), codes.end()), codes.end());
+  return codes;
 }
 
 }  // namespace kvo::reference

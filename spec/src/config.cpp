@@ -106,6 +106,16 @@ void validate(const ModelConfig& c) {
       }
     }
   }
+  if (c.kv.scale_in_model_dtype && c.kv.scale_mode == ScaleMode::kNone) {
+    throw InvalidInput("scale_in_model_dtype", -1, "true",
+                       "rounds a scale, but scale mode none applies no scale (set a scale mode)");
+  }
+  if (c.index.blockscale_scale != BlockScaleFormula::kDivide &&
+      c.index.layout != IndexLayout::kBlockScale) {
+    throw InvalidInput("blockscale_scale", -1, std::string(name_of(c.index.blockscale_scale)),
+                       "applies to the blockscale index layout only (index layout is " +
+                           std::string(name_of(c.index.layout)) + ")");
+  }
   if (!facts(c.act_dtype).is_activation) {
     throw InvalidInput("act_dtype", -1, std::string(name_of(c.act_dtype)),
                        "activations are f32, bf16 or fp16");
@@ -154,9 +164,12 @@ std::string describe(const ModelConfig& c) {
   if (is_fp8(c.kv.cache_dtype)) s << " sat=" << name_of(c.kv.saturation);
   s << " scale=" << name_of(c.kv.scale_mode) << (c.kv.per_head_scale ? "/head" : "/tensor");
   if (c.kv.via_model_dtype) s << " via_model_dtype";
+  if (c.kv.scale_in_model_dtype) s << " scale_in_model_dtype";
   s << " index=" << name_of(c.index.layout);
   if (c.index.layout == IndexLayout::kFlat) s << ":" << name_of(c.index.flat_dtype);
   if (c.index.layout == IndexLayout::kBlockScale && c.index.ue8m0) s << ":ue8m0";
+  if (c.index.blockscale_scale != BlockScaleFormula::kDivide)
+    s << ":" << name_of(c.index.blockscale_scale);
   s << " slots=" << name_of(c.slot_type) << "/" << name_of(c.slot_mode);
   if (c.separate_index_slots) s << " index_slots=separate";
   return s.str();

@@ -89,6 +89,15 @@ std::vector<std::int32_t> naive_indexer(const spec::ModelConfig& config,
   return ids;
 }
 
+spec::HostTensor zero_attention_output(std::size_t rows, const spec::AttentionParams& p,
+                                       std::int64_t head_dim) {
+  spec::HostTensor out;
+  out.dtype = p.out_dtype;
+  out.shape = {static_cast<std::int64_t>(rows), p.num_q_heads, head_dim};
+  out.bytes.assign(static_cast<std::size_t>(out.numel()) * spec::dtype_bytes(p.out_dtype), 0);
+  return out;
+}
+
 spec::HostTensor naive_attention(const spec::ModelConfig& config, const spec::AttentionParams& p,
                                  const spec::ReadBatch& batch, const spec::HostTensor& q_in,
                                  const spec::LayerCaches& caches, const std::vector<float>& k_scale,
@@ -99,11 +108,8 @@ spec::HostTensor naive_attention(const spec::ModelConfig& config, const spec::At
                      sb = p.sparse_block;
   const std::int64_t group = p.num_q_heads / nkv;
   const float sm = p.sm_scale > 0.0f ? p.sm_scale : reference::default_sm_scale(hd);
-  spec::HostTensor out;
-  out.dtype = p.out_dtype;
-  out.shape = {static_cast<std::int64_t>(rows.size()), p.num_q_heads, hd};
+  spec::HostTensor out = zero_attention_output(rows.size(), p, hd);
   const auto ob = spec::dtype_bytes(p.out_dtype);
-  out.bytes.assign(static_cast<std::size_t>(out.numel()) * ob, 0);
   for (std::size_t qi = 0; qi < rows.size(); ++qi) {
     const auto& row = rows[qi];
     const std::int64_t seq = batch.seq_lens[static_cast<std::size_t>(row.request)];

@@ -68,8 +68,92 @@ std::int64_t resolve_slot(std::int64_t slot, std::int64_t capacity, spec::SlotMo
   return slot;
 }
 
+namespace {
+
+/// fl(x / s) moved by a deterministic k in [-2, 2] ulp, k a hash of both operands: an
+/// approximate division within 2 ulp of the correctly rounded one (never across zero).
+float approx_quotient(float x, float s) {
+  const float exact = reference::arithmetic_result(x / s);
+  if (!std::isfinite(exact) || exact == 0.0f) return exact;
+  std::uint64_t h = (static_cast<std::uint64_t>(bits_of(x)) << 32) | bits_of(s);
+  h = (h ^ (h >> 31)) * 0x9E3779B97F4A7C15ull;
+  const int k = static_cast<int>((h >> 59) % 5) - 2;
+  float y = exact;
+  for (int i = 0; i < (k < 0 ? -k : k); ++i) {
+    const float next = std::nextafter(y, k < 0 ? 0.0f : std::copysign(INFINITY, y));
+    if (next == 0.0f) break;
+    y = next;
+  }
+  return y;
+}
+
+/// One K/V element as the mutated kernel quantizes it (quantize_kv, but for the mutation).
+std::uint32_t quantize_element(float x, float s, const spec::ModelConfig& config,
+                               WriteMutation mutation) {
+  spec::KvQuant q = config.kv;
+  if (mutation == WriteMutation::kE4m3IntoE5m2 && q.cache_dtype == spec::DType::kFp8E5M2)
+    q.cache_dtype = spec::DType::kFp8E4M3;
+  const bool divides =
+      q.scale_mode == spec::ScaleMode::kDivide || q.scale_mode == spec::ScaleMode::kDivApprox;
+  if (mutation != WriteMutation::kApproxDivision || !divides)
+    return quantize_kv(x, s, q, config.act_dtype);
+  float v = approx_quotient(x, reference::effective_scale(s, q, config.act_dtype));
+  if (q.via_model_dtype) v = reference::round_to(v, config.act_dtype);
+  return encode(v, q.cache_dtype, q.saturation);
+}
+
+/// Stores a code only where its bytes lie inside `buffer`'s storage, guards included: a planted
+/// out-of-bounds write shows in the guard band and never corrupts the host's memory.
+void store_inside(std::uint32_t code, spec::DType dtype, std::uint8_t* at,
+                  spec::CacheBuffer& buffer) {
+  const std::uint8_t* lo = buffer.storage.data();
+  const std::uint8_t* hi = lo + buffer.storage.size();
+  if (at >= lo && at + spec::dtype_bytes(dtype) <= hi) store_code(code, dtype, at);
+}
+
+/// kTruncatingMinusOne: the padding tokens' K and V at page 0, offset slot % bs (C++ and Triton
+/// both truncate toward zero: -1 gives offset -1).
+void write_truncated_padding(const spec::ModelConfig& config, const spec::LayerWrite& w,
+                             spec::LayerCaches& caches, const KvView& view) {
+  const spec::CacheGeometry& g = config.geometry;
+  const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(config.kv.cache_dtype));
+  spec::CacheBuffer* kbuf = caches.find(
+      config.layout == KvLayout::kNhd || config.layout == KvLayout::kHnd ? BufferKind::kK
+                                                                         : BufferKind::kKv);
+  spec::CacheBuffer* vbuf =
+      caches.find(spec::kv_in_one_tensor(config.layout) ? BufferKind::kKv : BufferKind::kV);
+  for (std::size_t t = 0; t < w.slots.slots.size(); ++t) {
+    const std::int64_t slot = w.slots.slots[t];
+    if (slot >= 0) continue;
+    const std::int64_t page = slot / g.block_size;  // 0 for -bs < slot < 0
+    const std::int64_t in_page = slot % g.block_size;
+    const std::int64_t token_base = page * view.strides.block + in_page * view.strides.token;
+    const auto ti = static_cast<std::int64_t>(t);
+    for (std::int64_t h = 0; h < g.num_kv_heads; ++h) {
+      const std::size_t si = config.kv.per_head_scale ? static_cast<std::size_t>(h) : 0;
+      for (std::int64_t d = 0; d < g.head_dim; ++d) {
+        const std::int64_t src = (ti * g.num_kv_heads + h) * g.head_dim + d;
+        const std::int64_t at = token_base + h * view.strides.head + d;
+        store_inside(
+            quantize_kv(source_value(w.k, src), w.k_scale[si], config.kv, config.act_dtype),
+            config.kv.cache_dtype, view.k + at * eb, *kbuf);
+        store_inside(
+            quantize_kv(source_value(w.v, src), w.v_scale[si], config.kv, config.act_dtype),
+            config.kv.cache_dtype, view.v + (at + view.v_part) * eb, *vbuf);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void write_layer_fused(const spec::ModelConfig& config, const spec::LayerWrite& w,
                        spec::LayerCaches& caches) {
+  write_layer_fused_mutated(config, w, caches, WriteMutation::kNone);
+}
+
+void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::LayerWrite& w,
+                               spec::LayerCaches& caches, WriteMutation mutation) {
   spec::validate_write(config, w);
   const PagedCacheLayout layout(config);
   const spec::CacheGeometry& g = config.geometry;
@@ -101,9 +185,9 @@ void write_layer_fused(const spec::ModelConfig& config, const spec::LayerWrite& 
         std::uint8_t* vd = view.v + (token_base + h * view.strides.head + view.v_part) * eb;
         for (std::int64_t d = 0; d < g.head_dim; ++d) {
           const std::int64_t src = t * row + h * g.head_dim + d;
-          store_code(quantize_kv(source_value(w.k, src), ks, config.kv, config.act_dtype),
+          store_code(quantize_element(source_value(w.k, src), ks, config, mutation),
                      config.kv.cache_dtype, kd + d * eb);
-          store_code(quantize_kv(source_value(w.v, src), vs, config.kv, config.act_dtype),
+          store_code(quantize_element(source_value(w.v, src), vs, config, mutation),
                      config.kv.cache_dtype, vd + d * eb);
         }
       }
@@ -142,18 +226,26 @@ void write_layer_fused(const spec::ModelConfig& config, const spec::LayerWrite& 
         if (a > amax) amax = a;
       }
       if (!(amax > spec::kBlockScaleAmaxFloor)) amax = spec::kBlockScaleAmaxFloor;
-      float s = amax / spec::kFp8E4M3Max;
+      // SPEC 2's two formulas: vLLM/TRT-LLM divide, SGLang/DeepSeek multiply by fl(1/448).
+      float s = config.index.blockscale_scale == spec::BlockScaleFormula::kMulRecip
+                    ? amax * (1.0f / spec::kFp8E4M3Max)
+                    : amax / spec::kFp8E4M3Max;
       if (config.index.ue8m0) {
         const std::uint32_t u = bits_of(s);
         s = float_of((((u >> 23) & 0xFFu) + ((u & 0x7FFFFFu) ? 1u : 0u)) << 23);
       }
       for (std::int64_t i = 0; i < spec::kScaleGroup; ++i) {
+        const float scaled = mutation == WriteMutation::kBlockscaleNanToMin && std::isnan(x[i])
+                                 ? -spec::kFp8E4M3Max
+                                 : reference::arithmetic_result(x[i] / s);
         values[gi * spec::kScaleGroup + i] =
-            f32_to_fp8(x[i] / s, spec::DType::kFp8E4M3, spec::Saturation::kSatFinite);
+            f32_to_fp8(scaled, spec::DType::kFp8E4M3, spec::Saturation::kSatFinite);
       }
       store_code(bits_of(s), spec::DType::kF32, scales + gi * 4);
     }
   }
+  if (mutation == WriteMutation::kTruncatingMinusOne && config.slot_mode == spec::SlotMode::kStrict)
+    write_truncated_padding(config, w, caches, view);
 }
 
 }  // namespace kvo::subjects

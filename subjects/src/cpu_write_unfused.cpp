@@ -204,7 +204,7 @@ int write_layer_unfused(const spec::ModelConfig& c, const spec::LayerWrite& w,
           group[static_cast<std::size_t>(e)] =
               source_value(w.index_k, idx.row[i] * g.index_dim + gi * spec::kScaleGroup + e);
         }
-        const float s = quantize_group_blockscale(group, c.index.ue8m0, codes);
+        const float s = quantize_group_blockscale(group, c.index, codes);
         for (std::int64_t e = 0; e < spec::kScaleGroup; ++e) {
           *values.at({idx.block[i], idx.offset[i], gi * spec::kScaleGroup + e}) =
               codes[static_cast<std::size_t>(e)];

@@ -264,6 +264,14 @@ constexpr std::array<Ue8m0Vector, 14> kUe8m0Vectors{{
 
 constexpr std::size_t kGroup = static_cast<std::size_t>(spec::kScaleGroup);
 
+/// The blockscale index quantization with the plain divide formula, with or without ue8m0.
+spec::IndexQuant blockscale(bool ue8m0) {
+  spec::IndexQuant q;
+  q.layout = spec::IndexLayout::kBlockScale;
+  q.ue8m0 = ue8m0;
+  return q;
+}
+
 TEST(Fp8SpecVectors, Section82DeepGemmBlockScale) {
   for (const Ue8m0Vector& v : kUe8m0Vectors) {
     const float amax = float_of(v.amax);
@@ -273,7 +281,7 @@ TEST(Fp8SpecVectors, Section82DeepGemmBlockScale) {
     x[kAt] = amax;
     for (const bool ue8m0 : {false, true}) {
       std::vector<std::uint8_t> q(kGroup, 0xAA);
-      const float s = quantize_group_blockscale(x, ue8m0, q);
+      const float s = quantize_group_blockscale(x, blockscale(ue8m0), q);
       const std::uint32_t want = ue8m0 ? v.deepgemm_ue8m0 : v.deepgemm_sf;
       EXPECT_EQ(hex(bits_of(s), 8), hex(want, 8))
           << "amax " << hex(v.amax, 8) << (ue8m0 ? " ue8m0" : " plain");
@@ -305,10 +313,12 @@ TEST(Fp8SpecVectors, Section82VllmUe8m0Column) {
 TEST(BlockScale, AllZeroGroup) {
   const std::vector<float> x(kGroup, 0.0f);
   std::vector<std::uint8_t> q(kGroup, 0xAA);
-  EXPECT_EQ(hex(bits_of(quantize_group_blockscale(x, false, q)), 8), "0x346FACAD");  // 1e-4 / 448
+  EXPECT_EQ(hex(bits_of(quantize_group_blockscale(x, blockscale(false), q)), 8),
+            "0x346FACAD");  // 1e-4 / 448
   for (std::size_t i = 0; i < kGroup; ++i) EXPECT_EQ(q[i], 0u) << "element " << i;
   std::fill(q.begin(), q.end(), 0xAA);
-  EXPECT_EQ(hex(bits_of(quantize_group_blockscale(x, true, q)), 8), "0x34800000");  // 2^-22
+  EXPECT_EQ(hex(bits_of(quantize_group_blockscale(x, blockscale(true), q)), 8),
+            "0x34800000");  // 2^-22
   for (std::size_t i = 0; i < kGroup; ++i) EXPECT_EQ(q[i], 0u) << "element " << i;
 }
 
@@ -332,7 +342,8 @@ void check_nan_group(std::uint32_t nan_bits) {
        {Want{false, 0x3B124925u, 0x7E, 0xF6}, Want{true, 0x3B800000u, 0x78, 0xF0}}) {
     SCOPED_TRACE(std::string("NaN ") + hex(nan_bits, 8) + (w.ue8m0 ? " ue8m0" : " plain"));
     std::vector<std::uint8_t> q(kGroup, 0xAA);
-    EXPECT_EQ(hex(bits_of(quantize_group_blockscale(x, w.ue8m0, q)), 8), hex(w.scale, 8));
+    EXPECT_EQ(hex(bits_of(quantize_group_blockscale(x, blockscale(w.ue8m0), q)), 8),
+              hex(w.scale, 8));
     EXPECT_EQ(hex(q[0], 2), "0x7F");
     EXPECT_EQ(hex(q[5], 2), "0x7F");
     EXPECT_EQ(hex(q[64], 2), "0x7F");
@@ -741,6 +752,117 @@ TEST(StoreLoad, LittleEndianCodes) {
   EXPECT_EQ(buf[0], 0x08);
   EXPECT_EQ(buf[3], 0x3F);
   EXPECT_EQ(load_code(buf, DType::kF32), 0x3F880008u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real-kernel modes of SPEC 2 (issue 11), hand-checked.
+
+KvQuant e4m3_quant(ScaleMode mode, Saturation sat = Saturation::kSatFinite) {
+  KvQuant q;
+  q.cache_dtype = DType::kFp8E4M3;
+  q.saturation = sat;
+  q.scale_mode = mode;
+  return q;
+}
+
+TEST(NanThroughArithmetic, ScaledNanIsTheCanonicalNanWhateverItsSign) {
+  // CUDA's fp32 arithmetic returns 0x7FFFFFFF for any NaN operand; the sign survives only a plain
+  // cast, where the torch saturation mode shows it (0xFF).
+  const float minus_nan = float_of(0xFFC00001u);
+  for (const ScaleMode mode : {ScaleMode::kDivide, ScaleMode::kMulRecip, ScaleMode::kDivApprox}) {
+    SCOPED_TRACE(std::string(spec::name_of(mode)));
+    EXPECT_EQ(hex(bits_of(apply_scale(minus_nan, 0.37f, mode)), 8), "0x7FFFFFFF");
+    EXPECT_EQ(
+        hex(quantize_kv(minus_nan, 0.37f, e4m3_quant(mode, Saturation::kTorch), DType::kF32), 2),
+        "0x7F");
+  }
+  EXPECT_EQ(hex(bits_of(apply_scale(minus_nan, 0.37f, ScaleMode::kNone)), 8), "0xFFC00001");
+  EXPECT_EQ(hex(quantize_kv(minus_nan, 0.37f, e4m3_quant(ScaleMode::kNone, Saturation::kTorch),
+                            DType::kF32),
+                2),
+            "0xFF");
+  // Blockscale: x / s of a -NaN is canonical too, 0x7F under satfinite.
+  std::vector<float> x(128, 0.5f);
+  x[3] = minus_nan;
+  std::vector<std::uint8_t> q(128);
+  spec::IndexQuant bs;
+  bs.layout = spec::IndexLayout::kBlockScale;
+  quantize_group_blockscale(x, bs, q);
+  EXPECT_EQ(hex(q[3], 2), "0x7F");
+}
+
+TEST(ScaleInModelDtype, TheScaleIsRoundedToTheActivationDtypeFirst) {
+  // 0.37 = 0x3EBD70A4; bf16 0x3EBD0000 (0.369140625), fp16 0x3EBD8000 (0.3701171875).
+  KvQuant q = e4m3_quant(ScaleMode::kDivide);
+  q.scale_in_model_dtype = true;
+  EXPECT_EQ(hex(bits_of(effective_scale(0.37f, q, DType::kBF16)), 8), "0x3EBD0000");
+  EXPECT_EQ(hex(bits_of(effective_scale(0.37f, q, DType::kF16)), 8), "0x3EBD8000");
+  EXPECT_EQ(hex(bits_of(effective_scale(0.37f, q, DType::kF32)), 8), "0x3EBD70A4");
+  // The bf16 scale moves a quotient across the e4m3 midpoint 2.875 (between 0x43 and 0x44).
+  const float x = 1.0625f;  // / 0.37 = 2.87162 (below 2.875: 0x43); / 0.36914 = 2.87831 (0x44)
+  KvQuant plain = e4m3_quant(ScaleMode::kDivide);
+  EXPECT_EQ(hex(quantize_kv(x, 0.37f, plain, DType::kBF16), 2), "0x43");
+  EXPECT_EQ(hex(quantize_kv(x, 0.37f, q, DType::kBF16), 2), "0x44");
+}
+
+TEST(BlockScaleFormula, MulRecipDiffersFromDivideByOneUlpWhereItShould) {
+  // amax 0x3F800004: amax / 448 = 0x3B124929, amax * fl(1/448) = 0x3B12492A.
+  std::vector<float> x(128, 0.0f);
+  x[0] = float_of(0x3F800004u);
+  std::vector<std::uint8_t> q(128);
+  spec::IndexQuant bs;
+  bs.layout = spec::IndexLayout::kBlockScale;
+  EXPECT_EQ(hex(bits_of(quantize_group_blockscale(x, bs, q)), 8), "0x3B124929");
+  bs.blockscale_scale = spec::BlockScaleFormula::kMulRecip;
+  EXPECT_EQ(hex(bits_of(quantize_group_blockscale(x, bs, q)), 8), "0x3B12492A");
+}
+
+TEST(DivApprox, AdmissibleCodesAreTheCastsOfTheTwoUlpWindow) {
+  const KvQuant q = e4m3_quant(ScaleMode::kDivApprox);
+  // 0x3F8828F5 / 0.37 = 0x4037FFFF (2.8749998), 1 ulp below the e4m3 midpoint 2.875 between 0x43
+  // (2.75) and 0x44 (3.0): the correctly rounded quotient gives 0x43, 1 ulp up is the midpoint
+  // (ties to the even 0x44): both admissible; the reference picks 0x43.
+  const float x = float_of(0x3F8828F5u);
+  EXPECT_EQ(hex(quantize_kv(x, 0.37f, q, DType::kF32), 2), "0x43");
+  const std::vector<std::uint32_t> codes = admissible_kv_codes(x, 0.37f, q, DType::kF32);
+  ASSERT_EQ(codes.size(), 2u);
+  EXPECT_EQ(hex(codes[0], 2), "0x43");
+  EXPECT_EQ(hex(codes[1], 2), "0x44");
+  // Far from a midpoint: one code. A zero quotient admits only its own sign's neighbours (all
+  // code 0x00 or 0x80 in e4m3); a NaN stays NaN.
+  EXPECT_EQ(admissible_kv_codes(1.0f, 0.37f, q, DType::kF32).size(), 1u);
+  EXPECT_EQ(admissible_kv_codes(0.0f, 0.37f, q, DType::kF32), std::vector<std::uint32_t>{0x00});
+  EXPECT_EQ(admissible_kv_codes(-0.0f, 0.37f, q, DType::kF32), std::vector<std::uint32_t>{0x80});
+  EXPECT_EQ(admissible_kv_codes(float_of(0xFFC00000u), 0.37f, q, DType::kF32),
+            std::vector<std::uint32_t>{0x7F});
+  // In an f32 cache the window is visible bit for bit: div.full.f32 on the H200 gives 0x00000001
+  // for 0x000000E0 / 448 (correctly rounded: +0) and 0x7F7FFFFF for 0x7436893F / 1.7e-7 (+inf).
+  KvQuant f32 = e4m3_quant(ScaleMode::kDivApprox);
+  f32.cache_dtype = DType::kF32;
+  const auto from_zero = admissible_kv_codes(float_of(0x000000E0u), 448.0f, f32, DType::kF32);
+  EXPECT_EQ(from_zero, (std::vector<std::uint32_t>{0x00000000u, 0x00000001u, 0x00000002u}));
+  const auto from_inf = admissible_kv_codes(float_of(0x7436893Fu), 1.7e-7f, f32, DType::kF32);
+  EXPECT_EQ(from_inf, (std::vector<std::uint32_t>{0x7F7FFFFEu, 0x7F7FFFFFu, 0x7F800000u}));
+  // Exact division admits nothing else.
+  EXPECT_EQ(admissible_kv_codes(x, 0.37f, e4m3_quant(ScaleMode::kDivide), DType::kF32).size(), 1u);
+}
+
+// Property: every admissible code of div_approx is the cast of a quotient within 2 ulp, and the
+// reference's own code is always in the set.
+TEST(DivApprox, SetHoldsThePickAndOnlyNearbyCodes) {
+  std::uint64_t z = 0xD1FA;
+  const KvQuant q = e4m3_quant(ScaleMode::kDivApprox);
+  for (int i = 0; i < 200000; ++i) {
+    z += 0x9E3779B97F4A7C15ull;
+    const std::uint64_t h = (z ^ (z >> 29)) * 0xBF58476D1CE4E5B9ull;
+    const float x = float_of(static_cast<std::uint32_t>(h) & 0xBFFFFFFFu);  // |x| < 2
+    const float s = 0.05f + static_cast<float>((h >> 40) & 0xFFFF) / 4096.0f;
+    const auto codes = admissible_kv_codes(x, s, q, DType::kF32);
+    const std::uint32_t pick = quantize_kv(x, s, q, DType::kF32);
+    ASSERT_TRUE(std::find(codes.begin(), codes.end(), pick) != codes.end())
+        << "x " << hex(bits_of(x), 8) << " s " << hex(bits_of(s), 8);
+    ASSERT_LE(codes.size(), 2u) << "x " << hex(bits_of(x), 8) << " s " << hex(bits_of(s), 8);
+  }
 }
 
 }  // namespace

@@ -278,6 +278,40 @@ TEST(TraceFormat, TraceReadParamsAreOptional) {
   EXPECT_EQ(back, custom);
 }
 
+TEST(TraceFormat, LaterWriteModesAreOptionalAndRoundTrip) {
+  // Absent keys are the defaults; set modes are written and read back; a contradiction is rejected
+  // naming the key.
+  FileParts p = valid_parts();
+  for (const std::string& key : kOptionalModeKeys) {
+    EXPECT_FALSE(p.header["__metadata__"].contains(key)) << key << " is written only when set";
+  }
+  const Trace t = parse_trace(join(p));
+  EXPECT_FALSE(t.config.kv.scale_in_model_dtype);
+  EXPECT_EQ(t.config.index.blockscale_scale, spec::BlockScaleFormula::kDivide);
+  Trace custom = t;
+  custom.config.kv.scale_mode = spec::ScaleMode::kDivApprox;
+  custom.config.kv.scale_in_model_dtype = true;
+  custom.config.index.layout = spec::IndexLayout::kBlockScale;
+  custom.config.geometry.index_dim = 128;
+  custom.config.index.blockscale_scale = spec::BlockScaleFormula::kMulRecip;
+  const Trace back = parse_trace(serialize_trace(custom));
+  EXPECT_EQ(back, custom);
+  EXPECT_TRUE(back.config.kv.scale_in_model_dtype);
+  EXPECT_EQ(back.config.index.blockscale_scale, spec::BlockScaleFormula::kMulRecip);
+  EXPECT_TRUE(back.extra.empty()) << "mode keys are not extras";
+  FileParts bad = valid_parts();
+  bad.header["__metadata__"]["scale_mode"] = "none";
+  bad.header["__metadata__"]["scale_in_model_dtype"] = "true";
+  expect_rejected(join(bad), {"scale_in_model_dtype"});
+  bad = valid_parts();
+  bad.header["__metadata__"]["index_layout"] = "flat";
+  bad.header["__metadata__"]["blockscale_scale"] = "mul_recip";
+  expect_rejected(join(bad), {"blockscale_scale"});
+  bad = valid_parts();
+  bad.header["__metadata__"]["blockscale_scale"] = "halve";
+  expect_rejected(join(bad), {"blockscale_scale", "halve"});
+}
+
 TEST(TraceMalformed, BadConfigurationValues) {
   const FileParts valid = valid_parts();
   const std::vector<std::pair<std::string, std::string>> cases{

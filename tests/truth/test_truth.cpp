@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -163,6 +165,80 @@ RC_GTEST_PROP(AttentionTruth, CanonicalAttentionIsWithinTheDerivedBound, ()) {
         RC_FAIL("element " + std::to_string(i) + ": got " + std::to_string(got.out_f32[i]) +
                 ", truth " + std::to_string(truth.out[i]) + ", |err| " + std::to_string(err) +
                 " > bound " + std::to_string(truth.bound[i]) + "; case " + rc.describe());
+      }
+    }
+  }
+}
+
+// A canonical ordering has no profile.
+TEST(AttentionTruth, CanonicalOrderingTakesNoProfile) {
+  const oracle::ReadCase rc = oracle::make_read_case(11, {});
+  EXPECT_THROW(
+      attention_truth(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale, rc.v_scale,
+                      nullptr, Ordering::kCanonical, spec::AttentionProfile::kBf16P),
+      std::invalid_argument);
+}
+
+// The worst P rounding a flash profile allows stays within its bound, whichever way the kernel
+// forms L: every p_t moved by u_P in the direction that pushes element d furthest, with L summed
+// from the unrounded P (FlashAttention: out = o + sum w_t delta_t v_t) or from the rounded P
+// (out = sum w_t (1 + delta_t) v_t / sum w_t (1 + delta_t)). Adversarial cases put a common offset
+// of 1000 on V, where the two differ by orders of magnitude. Dense attention, exact arithmetic.
+RC_GTEST_PROP(AttentionTruth, WorstPRoundingIsWithinTheProfileBound, ()) {
+  const auto seed = *rc::gen::arbitrary<std::uint64_t>();
+  oracle::ReadOverrides o;
+  o.max_seq_len = 200;
+  const oracle::ReadCase rc = oracle::make_read_case(seed, o);
+  const std::int64_t nkv = rc.config.geometry.num_kv_heads, hd = rc.config.geometry.head_dim;
+  const std::int64_t nq = rc.attention.num_q_heads;
+  const double sm = reference::default_sm_scale(hd);
+  for (const auto profile : {spec::AttentionProfile::kFp16P, spec::AttentionProfile::kBf16P}) {
+    const double u_p = profile == spec::AttentionProfile::kBf16P ? 0x1p-8 : 0x1p-11;
+    const AttentionTruth truth =
+        attention_truth(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale, rc.v_scale,
+                        nullptr, Ordering::kForeign, profile);
+    const auto rows = reference::query_rows(rc.batch);
+    for (std::size_t qi = 0; qi < rows.size(); ++qi) {
+      const auto& row = rows[qi];
+      if (rc.batch.seq_lens[static_cast<std::size_t>(row.request)] == 0) continue;
+      for (std::int64_t hq = 0; hq < nq; ++hq) {
+        const std::int64_t g = hq / (nq / nkv);
+        std::vector<double> s;
+        std::vector<std::vector<float>> v;
+        for (std::int64_t t = 0; t <= row.position; ++t) {
+          const auto k =
+              reference::read_kv(rc.config, rc.batch, rc.caches, rc.k_scale, 0, row.request, t, g);
+          double dot = 0.0;
+          for (std::int64_t d = 0; d < hd; ++d) {
+            dot += static_cast<double>(reference::source_value(
+                       rc.q, (static_cast<std::int64_t>(qi) * nq + hq) * hd + d)) *
+                   k[static_cast<std::size_t>(d)];
+          }
+          s.push_back(dot * sm);
+          v.push_back(
+              reference::read_kv(rc.config, rc.batch, rc.caches, rc.v_scale, 1, row.request, t, g));
+        }
+        const double m = *std::max_element(s.begin(), s.end());
+        std::vector<double> w;
+        double l = 0.0;
+        for (double x : s) l += std::exp(x - m);
+        for (double x : s) w.push_back(std::exp(x - m) / l);
+        for (std::int64_t d = 0; d < hd; ++d) {
+          const auto at =
+              static_cast<std::size_t>((static_cast<std::int64_t>(qi) * nq + hq) * hd + d);
+          const double o_d = truth.out[at];
+          double unrounded_l = o_d, num = 0.0, den = 0.0;
+          for (std::size_t t = 0; t < w.size(); ++t) {
+            const double vt = v[t][static_cast<std::size_t>(d)];
+            unrounded_l += w[t] * u_p * std::fabs(vt);
+            const double delta = vt - o_d >= 0.0 ? u_p : -u_p;
+            num += w[t] * (1.0 + delta) * vt;
+            den += w[t] * (1.0 + delta);
+          }
+          const double rounded_l = num / den;
+          RC_ASSERT(std::fabs(unrounded_l - o_d) <= truth.bound[at]);
+          RC_ASSERT(std::fabs(rounded_l - o_d) <= truth.bound[at]);
+        }
       }
     }
   }

@@ -392,6 +392,10 @@ std::map<std::string, std::string> trace_metadata(const Trace& t) {
   m["index_layout"] = spec::name_of(c.index.layout);
   m["index_dtype"] = spec::name_of(c.index.flat_dtype);
   m["ue8m0"] = b(c.index.ue8m0);
+  // The later modes (kOptionalModeKeys) only when set, so that older traces keep their bytes.
+  if (c.kv.scale_in_model_dtype) m["scale_in_model_dtype"] = b(true);
+  if (c.index.blockscale_scale != spec::BlockScaleFormula::kDivide)
+    m["blockscale_scale"] = spec::name_of(c.index.blockscale_scale);
   m["slot_mode"] = spec::name_of(c.slot_mode);
   m["slot_type"] = spec::name_of(c.slot_type);
   m["separate_index_slots"] = b(c.separate_index_slots);
@@ -464,6 +468,9 @@ Trace parse_trace(std::span<const std::uint8_t> bytes) {
   c.index.layout = meta_enum<spec::IndexLayout>(m, "index_layout");
   c.index.flat_dtype = meta_enum<spec::DType>(m, "index_dtype");
   c.index.ue8m0 = meta_bool(m, "ue8m0");
+  c.kv.scale_in_model_dtype = meta_optional(m, "scale_in_model_dtype", false, meta_bool);
+  c.index.blockscale_scale = meta_optional(m, "blockscale_scale", spec::BlockScaleFormula::kDivide,
+                                           meta_enum<spec::BlockScaleFormula>);
   c.slot_mode = meta_enum<spec::SlotMode>(m, "slot_mode");
   c.slot_type = meta_enum<spec::SlotType>(m, "slot_type");
   c.separate_index_slots = meta_bool(m, "separate_index_slots");
@@ -489,7 +496,8 @@ Trace parse_trace(std::span<const std::uint8_t> bytes) {
       "slot_mode",       "slot_type",  "separate_index_slots", "k_scale",     "v_scale"};
   for (const auto& [k, v] : m) {
     const bool read_key =
-        std::find(kReadParamKeys.begin(), kReadParamKeys.end(), k) != kReadParamKeys.end();
+        std::find(kReadParamKeys.begin(), kReadParamKeys.end(), k) != kReadParamKeys.end() ||
+        std::find(kOptionalModeKeys.begin(), kOptionalModeKeys.end(), k) != kOptionalModeKeys.end();
     if (!kRequired.count(k) && !read_key) t.extra.emplace(k, v);
   }
 

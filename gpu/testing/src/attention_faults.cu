@@ -1,24 +1,57 @@
 // kvo_gpu_testing: host-memory attention with a bug planted in the fast family
-// (launch_attention_t<F> of attention_kernels.cuh, instantiated here for the fast family only).
+// (launch_attention_t<F> of attention_kernels.cuh, instantiated here for the fast family only) or
+// in the flash family (launch_flash_attention_t<B>, one instantiation per spec::AttentionBug).
+#include <optional>
+
 #include "attention_kernels.cuh"
 #include "kvo/gpu/testing/faults.hpp"
 #include "kvo/spec/outcome.hpp"
 
 namespace kvo::gpu::testing {
+namespace {
+
+/// The flash launcher with the spec::AttentionBug of a kFlash fault; none for the others.
+std::optional<detail::FlashLaunch> flash_launch(ReadFault fault) {
+  switch (fault) {
+    case ReadFault::kFlashDropChunkLast:
+      return detail::launch_flash_attention_t<spec::AttentionBug::kDropChunkLast>;
+    case ReadFault::kFlashScaleOff:
+      return detail::launch_flash_attention_t<spec::AttentionBug::kScaleOff>;
+    case ReadFault::kFlashNeighbourV:
+      return detail::launch_flash_attention_t<spec::AttentionBug::kNeighbourV>;
+    case ReadFault::kIgnoreLocal:
+    case ReadFault::kExpNoLog2e:
+      break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 spec::HostTensor attention_host_faulty(
     ReadFault fault, const spec::ModelConfig& config, const spec::AttentionParams& params,
     const spec::ReadBatch& batch, const spec::HostTensor& q, const spec::LayerCaches& caches,
     const std::vector<float>& k_scale, const std::vector<float>& v_scale,
     const std::vector<std::int32_t>& selection, std::int64_t topk, ReadKernel kernel) {
-  if (kernel != ReadKernel::kFast)
-    throw spec::Unsupported("planted read bugs live in the fast family only");
+  if (kernel != ReadKernel::kFast || flash_launch(fault).has_value())
+    throw spec::Unsupported("planted read bugs of the fast family live in the fast family only");
   const detail::AttentionLaunch launch =
       fault == ReadFault::kExpNoLog2e
           ? detail::launch_attention_t<detail::ReadBug::kExpNoLog2e>
           : launch_attention;  // kIgnoreLocal: the indexer's bug, attention as in production
   return detail::attention_host_via(launch, config, params, batch, q, caches, k_scale, v_scale,
                                     selection, topk, kernel);
+}
+
+spec::HostTensor flash_attention_host_faulty(
+    ReadFault fault, const spec::ModelConfig& config, const spec::AttentionParams& params,
+    const spec::ReadBatch& batch, const spec::HostTensor& q, const spec::LayerCaches& caches,
+    const std::vector<float>& k_scale, const std::vector<float>& v_scale,
+    const std::vector<std::int32_t>& selection, std::int64_t topk) {
+  const std::optional<detail::FlashLaunch> launch = flash_launch(fault);
+  if (!launch) throw spec::Unsupported("planted flash bugs are the kFlash faults");
+  return detail::flash_attention_host_via(*launch, config, params, batch, q, caches, k_scale,
+                                          v_scale, selection, topk);
 }
 
 }  // namespace kvo::gpu::testing

@@ -1,5 +1,5 @@
 // kvo_gpu_testing: the host-memory write with a bug planted in the fused kernel
-// (launch_fused_write_t<F> of write_fused.cuh, instantiated here for the three bugs only).
+// (launch_fused_write_t<F> of write_fused.cuh, instantiated here for the planted bugs only).
 #include <string>
 
 #include "kvo/gpu/testing/faults.hpp"
@@ -23,6 +23,15 @@ void write_layer_host_faulty(WriteFault fault, WritePath path, const spec::Model
       break;
     case WriteFault::kSwapHndNhd:
       launch = detail::launch_fused_write_t<WriteBug::kSwapHndNhd>;
+      break;
+    case WriteFault::kDivApproxOneCodeBeyond:
+      launch = detail::launch_fused_write_t<WriteBug::kDivApproxOneCodeBeyond>;
+      break;
+    case WriteFault::kE4m3IntoE5m2:
+      launch = detail::launch_fused_write_t<WriteBug::kE4m3IntoE5m2>;
+      break;
+    case WriteFault::kTruncDivNegativeSlot:
+      launch = detail::launch_fused_write_t<WriteBug::kTruncDivNegativeSlot>;
       break;
   }
   if (launch == nullptr) {

@@ -4,7 +4,9 @@
 /// paged caches of one sparse layer read through block tables. Two kernel families:
 ///   kCanonical follows SPEC 5-6 operation for operation (bit-exact with the reference);
 ///   kFast does not (hardware exp2, butterfly reductions, split accumulators, top-k ids by
-///   descending score) and is judged in the oracle's foreign mode.
+///   descending score) and is judged in the oracle's foreign mode;
+/// and a third for attention alone, the flash family (flash_attention_host): FlashAttention's
+/// arithmetic with P in bf16, judged in foreign mode under the profile bf16_p.
 /// Host-memory entry points validate their inputs on the host before anything is copied or
 /// launched (spec::InvalidInput), turn CUDA errors into spec::FailedToRun, and report sizes past
 /// the kernels' limits as spec::Unsupported. The device-memory launchers below serve benchmarks and
@@ -78,6 +80,25 @@ std::size_t attention_workspace_floats(std::int64_t num_rows, std::int64_t num_q
 void launch_attention(const spec::ModelConfig& config, const spec::AttentionParams& params,
                       const DeviceReadBatch& batch, const DeviceAttention& a, ReadKernel kernel,
                       void* stream);
+
+/// The flash family (attention only): attention in FlashAttention's arithmetic, the oracle's
+/// profile bf16_p (spec::profile_facts), judged in foreign mode. One CUDA block per (query row, KV
+/// head) runs the row's tokens through 64-token tiles with an online softmax: Q, K and V rounded
+/// to bf16, raw scores by fp32 fma, p = ex2.approx(fma(s, c, -m c)) with c = sm_scale * log2(e)
+/// and m the running maximum, the row sum L from P in fp32, P rounded to bf16 before P.V, O by
+/// fp32 fma with the rescale, out = O * rcp.approx(L). No tensor cores. Same inputs, validation
+/// and errors as attention_host (out [Tq, nq, hd] in params.out_dtype).
+spec::HostTensor flash_attention_host(
+    const spec::ModelConfig& config, const spec::AttentionParams& params,
+    const spec::ReadBatch& batch, const spec::HostTensor& q, const spec::LayerCaches& caches,
+    const std::vector<float>& k_scale, const std::vector<float>& v_scale,
+    const std::vector<std::int32_t>& selection, std::int64_t topk);
+
+/// One launch of the flash family on `stream` (a cudaStream_t); a.workspace is not used. Throws
+/// spec::Unsupported for shapes past the kernel's limits (head_dim > 256, more than 64 query
+/// heads per KV head, their shared memory above 200 KiB).
+void launch_flash_attention(const spec::ModelConfig& config, const spec::AttentionParams& params,
+                            const DeviceReadBatch& batch, const DeviceAttention& a, void* stream);
 
 /// One indexer call's device buffers.
 struct DeviceIndexer {

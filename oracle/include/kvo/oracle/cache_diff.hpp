@@ -6,11 +6,13 @@
 /// decoded values, and which token of the call should (or should not) have written there.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "kvo/oracle/harness.hpp"
+#include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/paged_cache.hpp"
 #include "kvo/spec/write.hpp"
 
@@ -28,6 +30,8 @@ struct ByteMismatch {
   std::string expected_value, actual_value;          ///< decoded
   std::string writer;   ///< which token should have written here, or that none should have
   int code_digits = 2;  ///< hex digits of an element code
+  /// Every code the contract admits here when it admits more than one (SPEC 7), else empty.
+  std::vector<std::uint32_t> admissible;
 
   std::string describe() const;
   std::string expected_code_text() const;
@@ -44,6 +48,8 @@ struct BufferDiffCount {
 struct CacheDiff {
   std::int64_t differing_bytes = 0;
   std::int64_t compared_bytes = 0;
+  /// Elements whose bytes differ from the reference's pick but lie in their admissible set.
+  std::int64_t admitted_elements = 0;
   std::vector<BufferDiffCount> buffers;  ///< only buffers with differences
   std::optional<ByteMismatch> first;
   std::vector<ByteMismatch> samples;  ///< the first differing elements (first == samples.front())
@@ -55,10 +61,28 @@ struct CacheDiff {
   std::string report() const;
 };
 
+/// The codes the contract admits at one element (SPEC 7); one code or none means only the
+/// expected bytes are right.
+using AdmissibleCodes = std::function<std::vector<std::uint32_t>(const ElementCoord&)>;
+
 /// Diffs one layer's caches. `write` (may be null) attributes mismatches to tokens; up to
-/// `max_samples` differing elements are described in full.
+/// `max_samples` differing elements are described in full. With `admissible`, an element whose
+/// code differs from the expected one but lies in its admissible set is counted as admitted, not
+/// as differing; guard bands and every element with one admissible code stay byte-exact.
 CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int64_t layer,
                             const spec::LayerCaches& expected, const spec::LayerCaches& actual,
-                            const spec::LayerWrite* write, std::size_t max_samples = 1);
+                            const spec::LayerWrite* write, std::size_t max_samples = 1,
+                            const AdmissibleCodes* admissible = nullptr);
+
+/// The reference's name of the element at a located coordinate.
+reference::CacheElement element_of(const ElementCoord& at);
+
+/// One layer of a write call diffed against the reference's caches: byte-exact, except that
+/// where the contract admits several codes (div_approx, legacy-wrap races:
+/// reference::admits_several) each element is judged against reference::admissible_codes.
+CacheDiff diff_write_layer(const spec::ModelConfig& config,
+                           const reference::PagedCacheLayout& layout, std::size_t layer,
+                           const spec::LayerWrite& write, const spec::LayerCaches& expected,
+                           const spec::LayerCaches& actual, std::size_t samples = 1);
 
 }  // namespace kvo::oracle

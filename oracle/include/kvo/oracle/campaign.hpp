@@ -37,6 +37,11 @@ struct CheckOptions {
 /// InvalidInput when either is malformed or the index is out of range.
 void apply_shard_environment(CheckOptions& options);
 
+/// A 64-bit seed as a user writes it, decimal or 0x-hex, every character a digit of its base (the
+/// one rule for the command line's seeds and the test helper's KVO_* variables); anything else,
+/// or a value past 2^64 - 1, is InvalidInput naming `field`.
+std::uint64_t parse_u64(const std::string& text, const char* field);
+
 /// Throws InvalidInput naming `field`[i] = the first entry of `given` that is not in `known`
 /// ("unknown <what>; known: a|b|c").
 void require_known(const char* field, const char* what, const std::vector<std::string>& given,

@@ -1,9 +1,9 @@
 #pragma once
 /// \file cpu_subjects.hpp
 /// The CPU subjects, which CPU-only CI diffs against the reference: the emulations of subjects/
-/// (cpu-fused, cpu-unfused, cpu-dense, cpu-naive-f32) as Subjects, with their planted bugs
-/// (modelled on real ones, anchors_kvcache.md 6), and canonical read mutants built on the
-/// reference.
+/// (cpu-fused, cpu-unfused, cpu-dense, cpu-naive-f32, cpu-flash-bf16, cpu-flash-fp16) as Subjects,
+/// with their planted bugs (modelled on real ones, anchors_kvcache.md 6), and canonical read
+/// mutants built on the reference.
 
 #include <cstdint>
 #include <memory>
@@ -24,6 +24,12 @@ using subjects::ReadMutation;
 std::unique_ptr<Subject> make_cpu_naive_subject(ReadMutation mutation = {},
                                                 std::string name = "cpu-naive-f32");
 
+/// A flash-style attention (subjects::flash_attention) under `profile`, foreign, attention only,
+/// with `bug` planted: "cpu-flash-bf16" (kBf16P) and "cpu-flash-fp16" (kFp16P) without one; the
+/// mutants of spec::AttentionBug with one.
+std::unique_ptr<Subject> make_cpu_flash_subject(std::string name, spec::AttentionProfile profile,
+                                                spec::AttentionBug bug = spec::AttentionBug::kNone);
+
 /// A canonical read subject built from the reference with a planted bug (for exact-mode tests).
 std::unique_ptr<Subject> make_canonical_mutant(ReadMutation mutation, std::string name);
 
@@ -31,7 +37,8 @@ std::unique_ptr<Subject> make_canonical_mutant(ReadMutation mutation, std::strin
 std::unique_ptr<Subject> make_cpu_dense_subject(DenseMutation mutation = {},
                                                 std::string name = "cpu-dense");
 
-/// Every CPU subject, in a fixed order: cpu-fused, cpu-unfused, cpu-dense, cpu-naive-f32.
+/// Every CPU subject, in a fixed order: cpu-fused, cpu-unfused, cpu-dense, cpu-naive-f32,
+/// cpu-flash-bf16, cpu-flash-fp16.
 SubjectList make_cpu_subjects();
 
 }  // namespace kvo::oracle

@@ -17,16 +17,32 @@ enum class ReadFault : std::uint8_t;   // defined in kvo/gpu/testing/faults.hpp
 
 namespace kvo::oracle {
 
-/// cuda-fused, cuda-unfused, cuda-dense-qknorm-rope, cuda-canonical, cuda-fast: every one skipped
-/// with its reason where no CUDA device answers.
+/// cuda-fused, cuda-unfused, cuda-dense-qknorm-rope, cuda-canonical, cuda-fast, cuda-flash-bf16:
+/// every one skipped with its reason where no CUDA device answers.
 SubjectList make_cuda_subjects();
 
 /// cuda-fused with `fault` planted in its kernel.
 std::unique_ptr<Subject> make_cuda_fault_subject(const std::string& name,
                                                  gpu::testing::WriteFault fault);
 
+/// cuda-fused in div_approx mode with every K/V code moved one code beyond its admissible set
+/// (WriteFault::kDivApproxOneCodeBeyond): the admissible sets must be exactly as wide as SPEC 2.
+std::unique_ptr<Subject> make_cuda_div_approx_beyond_subject(const std::string& name);
+
+/// cuda-fused writing e4m3 codes into an fp8_e5m2 cache (WriteFault::kE4m3IntoE5m2, vLLM's
+/// Triton wrapper bug); needs cases with an e5m2 cache.
+std::unique_ptr<Subject> make_cuda_e4m3_into_e5m2_subject(const std::string& name);
+
+/// cuda-fused decoding padding slot -1 as page 0, offset -1 (WriteFault::kTruncDivNegativeSlot,
+/// Triton's truncating // and %): one token row lands before page 0; needs padding in the case.
+std::unique_ptr<Subject> make_cuda_trunc_div_negative_slot_subject(const std::string& name);
+
 /// cuda-fast (indexer and attention) with `fault` planted in the fast family.
 std::unique_ptr<Subject> make_cuda_read_fault_subject(const std::string& name,
                                                       gpu::testing::ReadFault fault);
+
+/// cuda-flash-bf16 (attention, foreign, profile bf16_p) with a kFlash `fault` planted.
+std::unique_ptr<Subject> make_cuda_flash_fault_subject(const std::string& name,
+                                                       gpu::testing::ReadFault fault);
 
 }  // namespace kvo::oracle

@@ -47,6 +47,9 @@ struct Verdict {
   spec::Outcome outcome = spec::Outcome::kPass;
   std::string report;               ///< the SPEC 7 diff (a pass's too) or why it did not run
   std::int64_t bytes_compared = 0;  ///< cache bytes compared (the ops that write caches)
+  /// How far a mismatch is from passing (differing bytes, or elements outside their bound): mode
+  /// detection ranks the closest combination by it.
+  std::int64_t mismatch_size = 0;
 };
 
 /// One reduction tried while shrinking: fixes one dimension to a smaller value. `apply` returns
@@ -54,6 +57,29 @@ struct Verdict {
 struct Reduction {
   std::string what;
   std::function<bool(Overrides&)> apply;
+};
+
+/// One axis of an op's modes for mode detection (SPEC 7): the mode's name and its values' names,
+/// tightest (or the contract's default) first.
+struct ModeAxis {
+  std::string name;
+  std::vector<std::string> values;
+};
+
+/// One combination of mode values: ModeChoice[i] indexes OpDriver::mode_axes()[i].values.
+using ModeChoice = std::vector<std::size_t>;
+
+/// A subject's answer to one case, run once and kept, so that mode detection can judge it under
+/// many mode combinations without running the subject again.
+class CapturedAnswer {
+ public:
+  virtual ~CapturedAnswer() = default;
+  /// Judges the answer as if the contract's modes were `choice` (the subject was told the pinned
+  /// choice). Only called when run_outcome is kPass.
+  virtual Verdict judge_under(const ModeChoice& choice) = 0;
+
+  spec::Outcome run_outcome = spec::Outcome::kPass;  ///< kPass: the subject produced an answer
+  std::string run_error;                             ///< why it did not
 };
 
 class OpDriver {
@@ -76,6 +102,22 @@ class OpDriver {
   virtual std::vector<Reduction> reductions() const = 0;
   /// The command-line flags that reproduce the overrides this op's cases read.
   virtual std::string flags(const Overrides& overrides) const = 0;
+
+  // Mode detection (SPEC 7). An op without modes returns no axes and is not detected.
+
+  /// The axes of this op's modes that can change a result.
+  virtual std::vector<ModeAxis> mode_axes() const { return {}; }
+  /// False for a combination the contract calls impossible (e.g. a scale rounded to the model
+  /// dtype with no scale); detection never tries those.
+  virtual bool possible(const ModeChoice& /*choice*/) const { return true; }
+  /// The overrides with every mode axis pinned: the value the overrides give, else the contract's
+  /// default. The subject is told the pinned modes; `pinned` gets them as a choice.
+  virtual Overrides pin_modes(const Overrides& overrides, ModeChoice& pinned) const {
+    pinned.clear();
+    return overrides;
+  }
+  /// Runs `subject` on the case once and keeps its answer.
+  virtual std::unique_ptr<CapturedAnswer> capture(Subject& subject, PreparedCase& c) const;
 };
 
 /// Every op's driver, in spec::Op order.

@@ -22,9 +22,13 @@ struct ReadOverrides {
   std::optional<bool> adversarial;      ///< large score spreads, near-ties and cancellation
   std::optional<bool> tied_scores;      ///< zero index-Q: every unforced block scores 0 (all ties)
   std::optional<std::int64_t> seq_len;  ///< every request (but padded rows) exactly this long
+  /// Judge foreign attention under this arithmetic profile instead of the subject's declared one
+  /// (SPEC principle 4); no effect on the case drawn. A canonical subject has no profile.
+  std::optional<spec::AttentionProfile> profile;
 
   /// Command-line flags of the read-only fields (--sparse-block, --topk, --group-size,
-  /// --max-seq-len); the fields shared with the write side come from CaseOverrides::to_flags.
+  /// --max-seq-len, --profile, ...); the fields shared with the write side come from
+  /// CaseOverrides::to_flags.
   std::string to_flags() const;
 };
 

@@ -59,13 +59,25 @@ struct AttentionMismatch {
   double bound = 0.0;  ///< bounded mode: the allowed error there
 };
 
+/// A planted bug (spec::AttentionBug) that the bound of a bounded diff cannot see on its case:
+/// the bug's float64 output lies within the allowed error everywhere, though it moves some element.
+struct BlindSpot {
+  spec::AttentionBug bug = spec::AttentionBug::kNone;
+  double reach = 0.0;  ///< the bug's largest effect, as a fraction of the allowed error there
+};
+
 struct AttentionDiff {
   bool bounded = false;
+  spec::AttentionProfile profile = spec::AttentionProfile::kFp32;  ///< bounded mode: the bound's
   std::int64_t elements = 0, differing = 0;  ///< bounded mode: elements past their bound
   std::optional<AttentionMismatch> first;
   double max_abs_error = 0.0, max_rel_error = 0.0;
+  double max_error_ratio = 0.0;  ///< bounded mode: the largest error / allowed error
   /// ulp distances: 0, 1, 2, 3-4, 5-8, 9-16, 17-256, more.
   std::array<std::int64_t, 8> ulp_histogram{};
+  /// Bounded mode: the planted bugs this case's bound cannot see (SPEC principle 4: a profile too
+  /// loose to catch one is reported as such).
+  std::vector<BlindSpot> blind;
 
   bool pass() const { return differing == 0; }
   std::string report() const;
@@ -77,6 +89,7 @@ AttentionDiff diff_attention_exact(const spec::HostTensor& expected,
 
 /// A foreign output against the float64 truth: element i passes when |actual - truth| <= bound_i
 /// plus one unit in the last place of the output dtype at |truth| + bound_i (the output rounding).
+/// The truth's planted bugs that the same rule would let through are listed in `blind`.
 AttentionDiff diff_attention_bounded(const truth::AttentionTruth& truth,
                                      const spec::HostTensor& actual);
 

@@ -33,15 +33,19 @@ class ReadExpectation {
   /// What attention reads: null (dense) or the reference selection.
   const reference::TopkSelection* attended() const { return dense_ ? nullptr : &selection_; }
   const truth::ScoreTruth& score_truth(spec::Ordering o);
-  const truth::AttentionTruth& attention_truth(spec::Ordering o);
+  /// The truth with the bound of ordering `o` (foreign: of `profile`), computed once each.
+  const truth::AttentionTruth& attention_truth(
+      spec::Ordering o, spec::AttentionProfile profile = spec::AttentionProfile::kFp32);
   const spec::HostTensor& exact();
 
  private:
   const ReadCase& rc_;
   bool dense_ = false;
   reference::TopkSelection selection_;
-  std::optional<truth::ScoreTruth> scores_[2];     // per Ordering
-  std::optional<truth::AttentionTruth> truth_[2];  // per Ordering
+  std::optional<truth::ScoreTruth> scores_[2];  // per Ordering
+  // Canonical, then foreign per spec::AttentionProfile.
+  std::optional<truth::AttentionTruth>
+      truth_[1 + spec::EnumInfo<spec::AttentionProfile>::kNames.size()];
   std::optional<spec::HostTensor> exact_out_;
 };
 
@@ -52,9 +56,21 @@ struct ReadVerdict {
   std::optional<std::int64_t> query;  ///< the first differing query row, when a diff found one
 };
 
+/// Empty, or why a --profile override cannot apply to `subject`: a canonical subject is judged bit
+/// for bit and has no arithmetic profile (bad input, exit 2).
+std::string profile_override_problem(const Subject& subject,
+                                     std::optional<spec::AttentionProfile> profile);
+
+/// The attention output `out` of a subject judged against the expectation: bit for bit when
+/// `profile` is empty, else within the float64 truth's bound of that profile.
+AttentionDiff diff_attention_output(ReadExpectation& expected, const spec::HostTensor& out,
+                                    std::optional<spec::AttentionProfile> profile);
+
 /// Runs `op` (kIndexer or kAttention) of `subject` on the expectation's case and judges it by the
 /// subject's ordering: canonical exactly (diff_topk_exact, diff_attention_exact), foreign
-/// tie-aware and bounded.
-ReadVerdict judge_read(Subject& subject, spec::Op op, ReadExpectation& expected);
+/// tie-aware and bounded, attention under `profile` when given (--profile) and otherwise under the
+/// subject's declared profile. A profile given for a canonical subject is kInvalidInput.
+ReadVerdict judge_read(Subject& subject, spec::Op op, ReadExpectation& expected,
+                       std::optional<spec::AttentionProfile> profile = std::nullopt);
 
 }  // namespace kvo::oracle

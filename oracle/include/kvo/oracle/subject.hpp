@@ -36,6 +36,8 @@ class Subject {
   virtual spec::Ordering ordering() const { return spec::Ordering::kCanonical; }
   /// The order of the indexer's rows, checked by the tie-aware rules.
   virtual TopkOrder topk_order() const { return TopkOrder::kAscendingIds; }
+  /// The arithmetic profile of a foreign attention (SPEC principle 4): the bound it is judged by.
+  virtual spec::AttentionProfile attention_profile() const { return spec::AttentionProfile::kFp32; }
 
   // One signature per op. Each throws spec::InvalidInput on rejected input, spec::FailedToRun on a
   // runtime error and spec::Unsupported for a configuration it does not implement; the default
@@ -72,6 +74,7 @@ struct SubjectFunctions {
   AttentionFunction attention;
   spec::Ordering ordering = spec::Ordering::kCanonical;
   TopkOrder topk_order = TopkOrder::kAscendingIds;
+  spec::AttentionProfile attention_profile = spec::AttentionProfile::kFp32;
   std::function<std::string()> unavailable_reason;  ///< empty: always available
 };
 std::unique_ptr<Subject> make_function_subject(std::string name, SubjectFunctions functions);

@@ -51,8 +51,10 @@ struct CaseOverrides {
   std::optional<spec::IndexLayout> index_layout;
   std::optional<spec::SlotMode> slot_mode;
   std::optional<spec::SlotType> slot_type;
+  std::optional<spec::BlockScaleFormula> blockscale_scale;
   std::optional<AllocatorShape> allocator;
-  std::optional<bool> per_head_scale, via_model_dtype, ue8m0, separate_index_slots, edge_values;
+  std::optional<bool> per_head_scale, via_model_dtype, scale_in_model_dtype, ue8m0,
+      separate_index_slots, edge_values;
 
   /// The flags that reproduce these overrides on the command line ("--block-size 17 ...").
   std::string to_flags() const;

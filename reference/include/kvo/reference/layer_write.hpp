@@ -6,6 +6,7 @@
 /// with it byte for byte are subjects (kvo/subjects/cpu_write.hpp).
 
 #include <cstdint>
+#include <vector>
 
 #include "kvo/spec/config.hpp"
 #include "kvo/spec/write.hpp"
@@ -16,6 +17,28 @@ namespace kvo::reference {
 /// (check_layer_caches); the oracle allocates them guarded and poisoned.
 void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& write,
                  spec::LayerCaches& caches);
+
+/// One element of a layer's caches by meaning (SPEC 3): K or V (kv, block, offset, head, dim), or
+/// an index-K value (block, offset, dim) or blockscale scale (block, offset, group).
+struct CacheElement {
+  spec::BufferKind buffer = spec::BufferKind::kK;  ///< kK/kV/kKv (with kv) or kIndexK
+  int kv = 0;                                      ///< 0 K, 1 V
+  std::int64_t block = 0, offset = 0, head = 0, dim = 0;
+  bool is_scale = false;
+  std::int64_t group = 0;
+};
+
+/// True when the contract admits more than one result for some element of this write (SPEC 7):
+/// the div_approx scale mode, or a legacy-wrap race (two tokens on one slot). Otherwise
+/// write_layer's bytes are the only answer.
+bool admits_several(const spec::ModelConfig& config, const spec::LayerWrite& write);
+
+/// The codes SPEC 7 admits at `element` after the write: the union, over every token that lands on
+/// its slot, of that token's admissible codes (admissible_kv_codes; one code for index-K). Empty
+/// when no token writes the element (its bytes must stay as they were). Sorted, no duplicates.
+std::vector<std::uint32_t> admissible_codes(const spec::ModelConfig& config,
+                                            const spec::LayerWrite& write,
+                                            const CacheElement& element);
 
 /// Element i of a host tensor, widened to float32 (exact).
 float source_value(const spec::HostTensor& t, std::int64_t i);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kvo/spec/config.hpp"
 #include "kvo/spec/types.hpp"
@@ -47,12 +48,29 @@ std::uint32_t load_code(const std::uint8_t* in, spec::DType dtype);
 /// The value of x after narrowing to the activation dtype `act` and widening back (f32: x).
 float round_to(float x, spec::DType act);
 
-/// The scaled value that is cast (SPEC 2): divide x / s; mul_recip x * fl(1 / s); none x.
+/// The canonical NaN 0x7FFFFFFF that GPU fp32 arithmetic returns for any NaN result (SPEC 2: NaN
+/// through arithmetic); any other value unchanged. The reference follows the GPU, not the host.
+float arithmetic_result(float y);
+
+/// The scale as the scaling sees it: s, or (scale_in_model_dtype) s rounded to the activation
+/// dtype first.
+float effective_scale(float s, const spec::KvQuant& q, spec::DType act);
+
+/// The scaled value that is cast (SPEC 2): divide x / s; mul_recip x * fl(1 / s); none x;
+/// div_approx's own pick, the correctly rounded x / s (admissible_kv_codes gives the rest). A NaN
+/// result of the arithmetic is the canonical NaN; with none, x keeps its own NaN.
 float apply_scale(float x, float s, spec::ScaleMode mode);
 
-/// One K or V element: apply the scale, optionally round to the activation dtype (via_model_dtype),
-/// then cast to the cache dtype. Returns the element code.
+/// One K or V element: apply the (effective) scale, optionally round to the activation dtype
+/// (via_model_dtype), then cast to the cache dtype. Returns the element code.
 std::uint32_t quantize_kv(float x, float s, const spec::KvQuant& q, spec::DType act);
+
+/// Every code SPEC 2 admits for one K or V element: quantize_kv's code alone, or with div_approx
+/// the codes of every fp32 y within 2 ulp of the correctly rounded quotient on its side of zero
+/// (zero and infinity included; a NaN quotient stays NaN), after via_model_dtype and the cast.
+/// Sorted, no duplicates.
+std::vector<std::uint32_t> admissible_kv_codes(float x, float s, const spec::KvQuant& q,
+                                               spec::DType act);
 
 /// Dequantization of a cache element (SPEC 2): fl(decode(code) * s).
 float dequantize(std::uint32_t code, spec::DType dtype, float s);
@@ -62,8 +80,10 @@ float dequantize(std::uint32_t code, spec::DType dtype, float s);
 float ue8m0_ceil(float s);
 
 /// The 128-group block scale of the index-K cache (SPEC 2): amax = max(max|x|, 1e-4) with NaN
-/// elements ignored (fmaxf semantics); s = fl(amax / 448); with ue8m0, s = ue8m0_ceil(s);
-/// q[i] = f32_to_fp8(fl(x[i] / s), e4m3, satfinite). Writes x.size() codes to q; returns s.
-float quantize_group_blockscale(std::span<const float> x, bool ue8m0, std::span<std::uint8_t> q);
+/// elements ignored (fmaxf semantics); s = fl(amax / 448), or fl(amax * fl(1 / 448)) with
+/// blockscale_scale mul_recip; with ue8m0, s = ue8m0_ceil(s); q[i] = f32_to_fp8(fl(x[i] / s),
+/// e4m3, satfinite). Writes x.size() codes to q; returns s.
+float quantize_group_blockscale(std::span<const float> x, const spec::IndexQuant& index,
+                                std::span<std::uint8_t> q);
 
 }  // namespace kvo::reference

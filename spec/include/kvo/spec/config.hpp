@@ -31,6 +31,9 @@ struct KvQuant {
   ScaleMode scale_mode = ScaleMode::kNone;
   bool per_head_scale = false;   ///< scales are [nkv] instead of [1]
   bool via_model_dtype = false;  ///< round the scaled value to the activation dtype first
+  /// Round the scale itself to the activation dtype before scaling (torch's type promotion of a
+  /// 0-dim or Python-float scale); needs a scale mode other than none.
+  bool scale_in_model_dtype = false;
 };
 
 /// How index-K values become cache elements (SPEC 2-3).
@@ -38,6 +41,8 @@ struct IndexQuant {
   IndexLayout layout = IndexLayout::kFlat;
   DType flat_dtype = DType::kBF16;  ///< kFlat: bf16 or fp8 e4m3 (no scale)
   bool ue8m0 = false;               ///< kBlockScale: round the scale up to a power of two
+  /// kBlockScale: s = amax / 448 or amax * fl(1 / 448); anything but kDivide needs kBlockScale.
+  BlockScaleFormula blockscale_scale = BlockScaleFormula::kDivide;
 };
 
 /// Everything that fixes the bytes a model's cache writes produce, apart from the inputs.

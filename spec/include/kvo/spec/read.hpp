@@ -6,6 +6,7 @@
 /// do not divide) is rejected before anything runs.
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,96 @@ struct EnumInfo<Ordering> {
   static constexpr std::array<EnumName<Ordering>, 2> kNames{
       {{Ordering::kCanonical, "canonical"}, {Ordering::kForeign, "foreign"}}};
 };
+
+/// The arithmetic profile a foreign attention declares (SPEC principle 4): what its float32
+/// arithmetic rounds where, so that the float64 truth's bound covers a correct kernel of that
+/// kind and no more. Canonical subjects have none (they are judged bit for bit). Listed in
+/// declaration order; by looseness fp32 < fp16_p < bf16_p (mode detection's axis says so).
+enum class AttentionProfile : std::uint8_t {
+  kFp32,   ///< fp32 throughout: any summation order, exp within 2^-22 relative (the default)
+  kBf16P,  ///< FlashAttention/FlashMLA style: P rounded to bf16 before P.V, ex2.approx
+  kFp16P,  ///< the same with P rounded to fp16
+};
+
+template <>
+struct EnumInfo<AttentionProfile> {
+  static constexpr std::string_view kNoun = "attention profile";
+  static constexpr std::array<EnumName<AttentionProfile>, 3> kNames{
+      {{AttentionProfile::kFp32, "fp32"},
+       {AttentionProfile::kBf16P, "bf16_p"},
+       {AttentionProfile::kFp16P, "fp16_p"}}};
+};
+
+/// How a foreign kernel accumulates a sum of products in fp32 (the score dot q.k and P.V).
+enum class Accumulation : std::uint8_t {
+  kFp32,        ///< IEEE fp32 add or fma, round to nearest, any order: at most u per operation
+  kTensorCore,  ///< tensor-core MMA: exact products of 16-bit operands, fp32 accumulation whose
+                ///< alignment and normalisation truncate (Fasi, Higham, Mikaitis and Pranesh,
+                ///< "Numerical behavior of NVIDIA tensor cores", 2021): at most 2u per addition
+};
+
+/// The facts of one arithmetic profile (SPEC principle 4), u = 2^-24 the fp32 unit roundoff. The
+/// float64 truth derives its bound from these and nothing else (truth/src/truth.cpp).
+///
+/// The flash profiles are what FlashAttention 2/3, FlashMLA and Triton's fused attention do: Q, K
+/// and V enter the tensor-core products in the kernel's 16-bit input type (FlashMLA dequantizes an
+/// fp8 cache to bf16 first; FlashAttention takes bf16/fp16 tensors, so a caller with wider values
+/// rounds them), so the operands are modelled rounded to the P type, with the exact effect of that
+/// rounding in the bound (nothing where the case's values are representable). Scores accumulate on
+/// tensor cores; p = ex2.approx(fma(s, sm * log2(e), -m * sm * log2(e))) against the running
+/// maximum m of 64-token tiles (PTX ISA: ex2.approx.f32 is within 2 ulp of the correctly rounded
+/// result, so 2.5 ulp <= 5u of the true 2^x; ftz flushes results below 2^-126); P is rounded to
+/// the 16-bit type before P.V, while the row sum L adds P in fp32 before that rounding (FA2, FA3,
+/// FlashMLA, Triton; a kernel that sums the rounded P is covered too); O accumulates on tensor
+/// cores; out = O * rcp.approx(L) (within 1 ulp, then one rounding: 3u).
+struct AttentionProfileFacts {
+  AttentionProfile profile;
+  Accumulation dots;         ///< q.k and P.V
+  double exp_error_u;        ///< relative error of the exp, in units of u
+  DType operands;            ///< Q, K, V enter both products rounded to this (kF32: as given)
+  DType p;                   ///< P before P.V (kF32: not rounded)
+  double normalize_error_u;  ///< relative error of the final O / L, in units of u
+};
+
+/// One row per profile, in enum order. fp32: a hardware exp2 within 2^-22 and a final division
+/// within 2 ulp (correctly rounded, a reciprocal then a multiply, or CUDA's __fdividef).
+inline constexpr std::array<AttentionProfileFacts, 3> kAttentionProfileFacts{{
+    {AttentionProfile::kFp32, Accumulation::kFp32, 4.0, DType::kF32, DType::kF32, 4.0},
+    {AttentionProfile::kBf16P, Accumulation::kTensorCore, 5.0, DType::kBF16, DType::kBF16, 3.0},
+    {AttentionProfile::kFp16P, Accumulation::kTensorCore, 5.0, DType::kF16, DType::kF16, 3.0},
+}};
+
+constexpr const AttentionProfileFacts& profile_facts(AttentionProfile p) {
+  return kAttentionProfileFacts[static_cast<std::size_t>(p)];
+}
+static_assert(profile_facts(AttentionProfile::kBf16P).profile == AttentionProfile::kBf16P &&
+                  profile_facts(AttentionProfile::kFp16P).profile == AttentionProfile::kFp16P,
+              "kAttentionProfileFacts is in enum order");
+
+/// Planted attention bugs of the size a flash kernel could have (SPEC principle 4, last
+/// sentence): every profile's bound must catch each. The float64 truth plants each in its own
+/// result so the oracle can report a case on which a profile's bound cannot see one; the CPU and
+/// CUDA flash subjects plant them as mutants.
+enum class AttentionBug : std::uint8_t {
+  kNone,
+  kDropChunkLast,  ///< the last visible token of every chunk (selected block) is skipped
+  kScaleOff,       ///< the softmax scale is fl(sm_scale * kScaleOffFactor)
+  kNeighbourV,     ///< V (and its scale) read from KV head (g + 1) mod nkv
+};
+
+template <>
+struct EnumInfo<AttentionBug> {
+  static constexpr std::string_view kNoun = "attention bug";
+  static constexpr std::array<EnumName<AttentionBug>, 4> kNames{
+      {{AttentionBug::kNone, "none"},
+       {AttentionBug::kDropChunkLast, "drop_chunk_last"},
+       {AttentionBug::kScaleOff, "scale_off"},
+       {AttentionBug::kNeighbourV, "neighbour_v"}}};
+};
+
+/// kScaleOff's factor: 1 + 2^-7, one bf16 step of the scale (sm_scale passed through a bf16 tensor
+/// and rounded the wrong way is off by as much).
+inline constexpr float kScaleOffFactor = 1.0f + 0x1p-7f;
 
 /// Requests of one step as the read side sees them. Query row i (of Tq) belongs to request r with
 /// query_start_loc[r] <= i < query_start_loc[r + 1]; its position is p = seq_lens[r] - q_len_r + j

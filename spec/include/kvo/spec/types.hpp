@@ -19,8 +19,13 @@ enum class DType : std::uint8_t { kF32, kBF16, kF16, kFp8E4M3, kFp8E5M2 };
 /// ignore it: they always round to nearest even with overflow to infinity, NaN -> 0x7FFF.
 enum class Saturation : std::uint8_t { kSatFinite, kNoSat, kTorch };
 
-/// How a KV scale s is applied before the cast (SPEC 2): x / s, x * fl(1/s), or x.
-enum class ScaleMode : std::uint8_t { kDivide, kMulRecip, kNone };
+/// How a KV scale s is applied before the cast (SPEC 2): x / s correctly rounded, x * fl(1/s), x,
+/// or x / s by an approximate fp32 division within 2 ulp (Triton's `/`; judged by admissible sets).
+enum class ScaleMode : std::uint8_t { kDivide, kMulRecip, kNone, kDivApprox };
+
+/// How the index-K block scale is formed from the group's amax (SPEC 2): fl(amax / 448) (vLLM,
+/// TensorRT-LLM) or fl(amax * fl(1 / 448)) (SGLang, DeepSeek's reference).
+enum class BlockScaleFormula : std::uint8_t { kDivide, kMulRecip };
 
 /// Main K/V cache layouts (SPEC 3). Element offsets: b block, o offset in block, h KV head, d dim.
 enum class KvLayout : std::uint8_t {
@@ -84,9 +89,17 @@ struct EnumInfo<Saturation> {
 template <>
 struct EnumInfo<ScaleMode> {
   static constexpr std::string_view kNoun = "scale mode";
-  static constexpr std::array<EnumName<ScaleMode>, 3> kNames{{{ScaleMode::kDivide, "divide"},
-                                                              {ScaleMode::kMulRecip, "mul_recip"},
-                                                              {ScaleMode::kNone, "none"}}};
+  static constexpr std::array<EnumName<ScaleMode>, 4> kNames{
+      {{ScaleMode::kDivide, "divide"},
+       {ScaleMode::kMulRecip, "mul_recip"},
+       {ScaleMode::kNone, "none"},
+       {ScaleMode::kDivApprox, "div_approx"}}};
+};
+template <>
+struct EnumInfo<BlockScaleFormula> {
+  static constexpr std::string_view kNoun = "blockscale scale";
+  static constexpr std::array<EnumName<BlockScaleFormula>, 2> kNames{
+      {{BlockScaleFormula::kDivide, "divide"}, {BlockScaleFormula::kMulRecip, "mul_recip"}}};
 };
 template <>
 struct EnumInfo<KvLayout> {

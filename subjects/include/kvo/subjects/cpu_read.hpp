@@ -4,7 +4,8 @@
 /// writes them (sequential sums without fma, std::exp, one softmax over all visible tokens, top-k
 /// by descending score with ties to the higher id, ids best first): a foreign implementation,
 /// judged against the float64 truth and the tie-aware rules. Bugs can be planted (ReadMutation),
-/// each modelled on a real one (anchors_kvcache.md 6).
+/// each modelled on a real one (anchors_kvcache.md 6). cpu-flash-bf16 / cpu-flash-fp16: attention
+/// in the arithmetic of a FlashAttention-style kernel (flash_attention), with its planted bugs.
 
 #include <cstdint>
 #include <vector>
@@ -33,6 +34,11 @@ std::vector<std::int32_t> naive_indexer(const spec::ModelConfig& config,
                                         const spec::LayerCaches& caches,
                                         const ReadMutation& mutation = {});
 
+/// The attention output of `rows` query rows, all +0: [rows, num_q_heads, head_dim] in
+/// p.out_dtype (a row with no tokens stays +0, SPEC 6).
+spec::HostTensor zero_attention_output(std::size_t rows, const spec::AttentionParams& p,
+                                       std::int64_t head_dim);
+
 /// Attention [Tq, nq, hd] in params.out_dtype over `selection` (null: every visible token).
 spec::HostTensor naive_attention(const spec::ModelConfig& config,
                                  const spec::AttentionParams& params, const spec::ReadBatch& batch,
@@ -41,6 +47,26 @@ spec::HostTensor naive_attention(const spec::ModelConfig& config,
                                  const std::vector<float>& v_scale,
                                  const reference::TopkSelection* selection,
                                  const ReadMutation& mutation = {});
+
+/// Tokens per tile of the flash emulation (FlashAttention's and FlashMLA's kBlockN for these
+/// head sizes).
+inline constexpr std::int64_t kFlashTile = 64;
+
+/// cpu-flash-bf16 / cpu-flash-fp16 (profile fp32: the same with P in fp32): attention [Tq, nq, hd]
+/// in params.out_dtype as a flash-style kernel computes it under `profile`
+/// (spec::profile_facts): the row's tokens in kFlashTile-token tiles with an online softmax
+/// (running maximum, rescale), exp2 with log2(e) folded into the scale, Q, K and V rounded to the
+/// profile's operand type, P rounded to its P type before P.V while the row sum adds P in fp32,
+/// fma accumulation, and a final reciprocal multiply. A foreign implementation; `bug` plants one
+/// of spec::AttentionBug. `selection` null: every visible token.
+spec::HostTensor flash_attention(const spec::ModelConfig& config,
+                                 const spec::AttentionParams& params, const spec::ReadBatch& batch,
+                                 const spec::HostTensor& q, const spec::LayerCaches& caches,
+                                 const std::vector<float>& k_scale,
+                                 const std::vector<float>& v_scale,
+                                 const reference::TopkSelection* selection,
+                                 spec::AttentionProfile profile,
+                                 spec::AttentionBug bug = spec::AttentionBug::kNone);
 
 /// Top-k of one row of block scores: descending score; `higher_wins` breaks ties by the higher id,
 /// otherwise the lower; ids ascending when `ascending`, else best first; padded with -1 to topk.

@@ -50,9 +50,29 @@ KvView kv_view(const spec::ModelConfig& config, spec::LayerCaches& caches);
 /// slot itself (negative: padding, nothing written).
 std::int64_t resolve_slot(std::int64_t slot, std::int64_t capacity, spec::SlotMode mode);
 
+/// What a real write kernel got wrong, or does differently (peer_findings.md), planted in the
+/// fused model: the mutants' subjects, and kApproxDivision a legitimate div_approx kernel.
+enum class WriteMutation : std::uint8_t {
+  kNone,
+  /// The quotient x / s moved by a deterministic 0..2 ulp (Triton's `/`, div.full.f32): correct
+  /// under div_approx, a bug where exact division (divide) is promised.
+  kApproxDivision,
+  /// vLLM's Triton wrapper: e4m3 codes written into an fp8_e5m2 cache.
+  kE4m3IntoE5m2,
+  /// Triton's truncating `//` and `%` on slot -1 (no slot < 0 check): page 0, offset -1, so the
+  /// padding rows land one token stride before page 0 (the guard band, or another head).
+  kTruncatingMinusOne,
+  /// SGLang's DeepSeek index-K quantizer: a NaN element becomes -448 (clamped before the cast)
+  /// instead of the NaN code.
+  kBlockscaleNanToMin,
+};
+
 /// The CPU model of the fused one-launch kernel.
 void write_layer_fused(const spec::ModelConfig& config, const spec::LayerWrite& write,
                        spec::LayerCaches& caches);
+/// The same with a planted mutation.
+void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::LayerWrite& write,
+                               spec::LayerCaches& caches, WriteMutation mutation);
 
 /// The CPU model of the unfused path. Returns the number of tensor ops (launches) it modelled.
 int write_layer_unfused(const spec::ModelConfig& config, const spec::LayerWrite& write,

@@ -96,6 +96,10 @@ inline const std::vector<std::string> kReadParamKeys{
     "num_index_heads", "num_q_heads", "sparse_block",    "topk", "init_blocks", "local_blocks",
     "sm_scale",        "out_dtype",   "dense_rotary_dim"};
 
+/// The optional __metadata__ keys of the write modes added after format 1 was fixed (SPEC 2):
+/// written only when not the default, so older traces keep their bytes; absent means the default.
+inline const std::vector<std::string> kOptionalModeKeys{"scale_in_model_dtype", "blockscale_scale"};
+
 /// The indexer and attention parameters of a trace, head counts resolved against its geometry.
 spec::IndexerParams indexer_params(const Trace& trace);
 spec::AttentionParams attention_params(const Trace& trace);

@@ -2,11 +2,12 @@
 /// \file truth.hpp
 /// The float64 truth of the read side (Eigen, used nowhere else), and the error bounds derived for
 /// float32 results: for the canonical order of SPEC 6 (what the bit-exact path may be off from the
-/// truth), and for a foreign kernel that sums in any order and uses a hardware exp2 (what the
-/// oracle's foreign mode accepts). Inputs are the same dequantized float32 values, widened exactly,
-/// so the only difference is arithmetic. The rules that decide which tokens and blocks count
-/// (n_valid, forced blocks, the per-head NaN rule, the group reduce) are the reference's own
-/// (read_rules.hpp).
+/// truth), and for a foreign kernel of a declared arithmetic profile (fp32 in any order with a
+/// hardware exp2, or flash-style with P and the operands in bf16/fp16: spec::profile_facts), which
+/// is what the oracle's foreign mode accepts. Inputs are the same dequantized float32 values,
+/// widened exactly, so the only difference is arithmetic. The rules that decide which tokens and
+/// blocks count (n_valid, forced blocks, the per-head NaN rule, the group reduce) are the
+/// reference's own (read_rules.hpp).
 
 #include <cstdint>
 #include <vector>
@@ -23,18 +24,33 @@ double gamma_n(double n);
 /// Bound on |fl(dot(a, b)) - dot(a, b)| for n-element float32 vectors with sum_abs = sum |a_i b_i|.
 double dot_error_bound(std::int64_t n, double sum_abs, spec::Ordering ordering);
 
-/// Float64 attention with its per-element bound.
-struct AttentionTruth {
-  std::vector<double> out;    ///< [Tq, nq, hd]
-  std::vector<double> bound;  ///< [Tq, nq, hd]: allowed |float32 result - out| before rounding
+/// One planted bug's float64 output (spec::AttentionBug), [Tq, nq, hd] like AttentionTruth::out.
+struct PlantedOutput {
+  spec::AttentionBug bug = spec::AttentionBug::kNone;
+  std::vector<double> out;
 };
 
-/// The same tokens, chunks and scales as reference::attention, in float64 with std::exp.
+/// Float64 attention with its per-element bound.
+struct AttentionTruth {
+  spec::Ordering ordering = spec::Ordering::kCanonical;
+  spec::AttentionProfile profile = spec::AttentionProfile::kFp32;  ///< foreign: the bound's
+  std::vector<double> out;                                         ///< [Tq, nq, hd]
+  std::vector<double> bound;  ///< [Tq, nq, hd]: allowed |float32 result - out| before rounding
+  /// Foreign only: every planted bug of spec::AttentionBug in the same float64 arithmetic, so
+  /// that the oracle can say when this case's bound cannot see one (SPEC principle 4).
+  std::vector<PlantedOutput> planted;
+};
+
+/// The same tokens, chunks and scales as reference::attention, in float64 with std::exp. The bound
+/// is the canonical order's, or (foreign) that of a kernel with the arithmetic profile `profile`
+/// (spec::profile_facts); a canonical ordering takes the fp32 profile only (else
+/// std::invalid_argument).
 AttentionTruth attention_truth(const spec::ModelConfig& config, const spec::AttentionParams& params,
                                const spec::ReadBatch& batch, const spec::HostTensor& q,
                                const spec::LayerCaches& caches, const std::vector<float>& k_scale,
                                const std::vector<float>& v_scale,
-                               const reference::TopkSelection* selection, spec::Ordering ordering);
+                               const reference::TopkSelection* selection, spec::Ordering ordering,
+                               spec::AttentionProfile profile = spec::AttentionProfile::kFp32);
 
 /// Float64 group block scores of the indexer (after forcing), [Tq, nkv, max_blocks] as in
 /// reference::TopkSelection::scores, and the bound on each float32 score. Each index head's block

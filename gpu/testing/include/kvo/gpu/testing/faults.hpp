@@ -23,12 +23,30 @@ enum class WriteFault : std::uint8_t {
   kWrapNegativeSlots,  ///< a padding slot -1 wraps to the last slot, as torch indexing does
   kOffsetPlusOne,      ///< K/V/index rows land one offset further into the block
   kSwapHndNhd,         ///< the kernel uses the HND strides for an NHD cache and vice versa
+  /// "div_approx_one_code_beyond": in div_approx mode every K/V element (but a NaN quotient) is
+  /// stored one code outside its admissible set: the code of the quotient 2 ulp away from zero,
+  /// one magnitude further out (or, where that is no finite code, the code of the quotient 2 ulp
+  /// toward zero, one magnitude further in). Passes a judge whose sets are one code too wide;
+  /// other scale modes as in production.
+  kDivApproxOneCodeBeyond,
+  /// "e4m3_into_e5m2": an fp8_e5m2 K/V cache receives e4m3 codes (vLLM's Triton KV write maps
+  /// every "fp8*" cache dtype to the platform's e4m3); other cache dtypes as in production.
+  kE4m3IntoE5m2,
+  /// "trunc_div_negative_slot": a padding slot (< 0) is decoded with truncating division, as
+  /// Triton's `//` and `%` do: slot -1 is page 0, offset -1, so its K/V (and index-K) row is
+  /// written one token stride before page 0's first token: into the leading guard band (NHD), or
+  /// over the previous head's last token (HND) or K's last token (V of split layouts).
+  kTruncDivNegativeSlot,
 };
 
-/// Bugs planted in the fast read family (ReadKernel::kFast), which the foreign mode must reject.
+/// Bugs planted in the fast read family (ReadKernel::kFast) and in the flash family
+/// (flash_attention_host), which the foreign mode must reject.
 enum class ReadFault : std::uint8_t {
-  kIgnoreLocal,  ///< indexer: the local (current) block is not forced
-  kExpNoLog2e,   ///< attention: exp2(s) where exp2(s * log2(e)) is meant (a base-2 softmax)
+  kIgnoreLocal,         ///< indexer: the local (current) block is not forced
+  kExpNoLog2e,          ///< attention: exp2(s) where exp2(s * log2(e)) is meant (a base-2 softmax)
+  kFlashDropChunkLast,  ///< flash: spec::AttentionBug::kDropChunkLast
+  kFlashScaleOff,       ///< flash: spec::AttentionBug::kScaleOff
+  kFlashNeighbourV,     ///< flash: spec::AttentionBug::kNeighbourV
 };
 
 /// write_layer_host with `fault` planted in the fused kernel. WritePath::kUnfused has no planted
@@ -44,7 +62,8 @@ std::vector<std::int32_t> indexer_topk_host_faulty(ReadFault fault, const spec::
                                                    const spec::LayerCaches& caches,
                                                    ReadKernel kernel = ReadKernel::kFast);
 
-/// attention_host with `fault` planted; `kernel` must be kFast (else spec::Unsupported).
+/// attention_host with `fault` planted; `kernel` must be kFast and the fault not a flash one (else
+/// spec::Unsupported).
 spec::HostTensor attention_host_faulty(ReadFault fault, const spec::ModelConfig& config,
                                        const spec::AttentionParams& params,
                                        const spec::ReadBatch& batch, const spec::HostTensor& q,
@@ -53,5 +72,13 @@ spec::HostTensor attention_host_faulty(ReadFault fault, const spec::ModelConfig&
                                        const std::vector<float>& v_scale,
                                        const std::vector<std::int32_t>& selection,
                                        std::int64_t topk, ReadKernel kernel = ReadKernel::kFast);
+
+/// flash_attention_host with `fault` planted; `fault` must be a kFlash one (else
+/// spec::Unsupported).
+spec::HostTensor flash_attention_host_faulty(
+    ReadFault fault, const spec::ModelConfig& config, const spec::AttentionParams& params,
+    const spec::ReadBatch& batch, const spec::HostTensor& q, const spec::LayerCaches& caches,
+    const std::vector<float>& k_scale, const std::vector<float>& v_scale,
+    const std::vector<std::int32_t>& selection, std::int64_t topk);
 
 }  // namespace kvo::gpu::testing

@@ -1,0 +1,43 @@
+#pragma once
+/// \file test_campaign.hpp
+/// The campaign behind the GoogleTest helper (testing.hpp), with no GoogleTest in it: one campaign
+/// over a user's subjects, turned into a verdict a test asserts on. A pass means that every
+/// (subject, op) asked for was judged on at least one case and none failed; a subject that could
+/// not run here, or declared every case unsupported, is not a pass. The message of a failure is
+/// the SPEC 7 report: the campaign's summary, each failing subject's first failure (case seed,
+/// first mismatch, reproduce line), the line that replays it inside this test, and the case shrunk
+/// to a small one that still fails.
+
+#include <cstdint>
+#include <string>
+
+#include "kvo/oracle/campaign.hpp"
+#include "kvo/oracle/subject.hpp"
+
+namespace kvo::oracle::testing {
+
+/// Environment variables a test run reads, so that a failure replays, or a campaign widens,
+/// without recompiling (values decimal or 0x-hex, as parse_u64 reads them).
+inline constexpr const char* kCaseSeedVariable = "KVO_CASE_SEED";  ///< run exactly this case
+inline constexpr const char* kSeedVariable = "KVO_SEED";           ///< the campaign seed
+inline constexpr const char* kCasesVariable = "KVO_CASES";         ///< how many random cases
+
+struct TestVerdict {
+  bool passed = false;
+  std::uint64_t seed = 0;  ///< the campaign seed the run used (after the environment)
+  std::string message;     ///< the report: see the file comment; a pass's summary too
+};
+
+/// Applies KVO_CASE_SEED, KVO_SEED and KVO_CASES (when set) to `options`; InvalidInput naming the
+/// variable when one is malformed (KVO_CASES must be >= 1).
+void apply_test_environment(CheckOptions& options);
+
+/// Runs the campaign of `options` (after apply_test_environment) over `subjects` (those named by
+/// options.subjects; all when empty) and judges it. Never throws: options the campaign rejects
+/// (an unknown subject, inconsistent overrides) become a failed verdict that names them.
+/// `test_name` ("Suite.Test"; empty outside a test) goes into the line that replays the first
+/// failing case in this test: `KVO_CASE_SEED=S <this binary> --gtest_filter=Suite.Test`.
+TestVerdict run_test_campaign(SubjectList& subjects, CheckOptions options,
+                              const std::string& test_name);
+
+}  // namespace kvo::oracle::testing

@@ -1,0 +1,117 @@
+#include "kvo/oracle/test_campaign.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <sstream>
+#include <system_error>
+
+#include "kvo/oracle/shrink.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::oracle::testing {
+namespace {
+
+std::string hex64(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016llX", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+/// This process's executable, for the replay line; a placeholder where /proc is not there.
+std::string this_binary() {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec || p.empty() ? "<test binary>" : p.string();
+}
+
+bool failed(spec::Outcome o) {
+  return o != spec::Outcome::kPass && o != spec::Outcome::kUnsupported;
+}
+
+}  // namespace
+
+void apply_test_environment(CheckOptions& o) {
+  if (const char* v = std::getenv(kCaseSeedVariable)) o.case_seed = parse_u64(v, kCaseSeedVariable);
+  if (const char* v = std::getenv(kSeedVariable)) o.seed = parse_u64(v, kSeedVariable);
+  if (const char* v = std::getenv(kCasesVariable)) {
+    const std::uint64_t cases = parse_u64(v, kCasesVariable);
+    if (cases < 1 || cases > static_cast<std::uint64_t>(INT64_MAX)) {
+      throw spec::InvalidInput(kCasesVariable, -1, v, "must be in [1, 2^63)");
+    }
+    o.cases = static_cast<std::int64_t>(cases);
+  }
+}
+
+TestVerdict run_test_campaign(SubjectList& subjects, CheckOptions options,
+                              const std::string& test_name) {
+  TestVerdict v;
+  v.seed = options.seed;
+  CheckReport report;
+  try {
+    apply_test_environment(options);
+    v.seed = options.seed;
+    report = run_check(options, subjects);
+  } catch (const std::exception& e) {
+    v.message = std::string("kvoracle: the campaign did not run: ") + e.what();
+    return v;
+  }
+
+  // Why this run is not a pass although no case failed: a pair that never ran, or whose every
+  // case was unsupported, judged nothing.
+  std::ostringstream unjudged;
+  for (const SubjectSummary& s : report.subjects) {
+    const std::string pair = s.name + " (" + std::string(spec::name_of(s.op)) + ")";
+    if (!s.skipped.empty()) {
+      unjudged << "not judged: " << pair << " did not run here: " << s.skipped
+               << " (skip the test where it cannot run, e.g. GTEST_SKIP() without a GPU)\n";
+    } else if (s.count(spec::Outcome::kPass) == 0 && s.first_failure.empty()) {
+      unjudged << "not judged: " << pair << ": ";
+      if (s.cases == 0) {
+        unjudged << "no case ran\n";
+      } else {
+        unjudged << "it declared all " << s.cases
+                 << " cases unsupported (fix the overrides to what it implements)\n";
+      }
+    }
+  }
+  if (report.subjects.empty()) unjudged << "not judged: no subject implements the ops asked\n";
+  v.passed = !failed(report.worst) && unjudged.str().empty();
+
+  std::ostringstream m;
+  if (failed(report.worst)) {
+    m << "kvoracle: " << spec::name_of(report.worst) << " (campaign seed " << hex64(report.seed)
+      << ")\n";
+  }
+  m << report.summary() << "\n" << unjudged.str();
+  const std::vector<std::string> built_in = subject_names();
+  for (const SubjectSummary& s : report.subjects) {
+    if (!s.failing_seed) continue;
+    m << "\nreproduce in this test (" << s.name << ", " << spec::name_of(s.op)
+      << "): " << kCaseSeedVariable << "=" << hex64(*s.failing_seed) << " " << this_binary();
+    if (!test_name.empty()) m << " --gtest_filter=" << test_name;
+    m << "\n";
+    if (std::find(built_in.begin(), built_in.end(), s.name) == built_in.end()) {
+      m << "(the kvoracle command line replays its own subjects only; its flags above say which "
+           "dimensions the case fixed)\n";
+    }
+    // As `kvoracle check` does: the case shrunk to a small one that still fails.
+    if (s.count(spec::Outcome::kMismatch) == 0) continue;
+    try {
+      const auto shrunk = shrink_failure(options, *s.failing_seed, s.name, s.op, subjects);
+      if (shrunk) {
+        m << "\nshrunk failure of " << s.name << " (" << spec::name_of(s.op) << ", "
+          << shrunk->steps << " reductions kept, " << shrunk->attempts << " cases run):\n"
+          << shrunk->first_failure << "\n";
+      }
+    } catch (const std::exception& e) {
+      m << "(shrinking stopped: " << e.what() << ")\n";
+    }
+  }
+  v.message = m.str();
+  return v;
+}
+
+}  // namespace kvo::oracle::testing
