@@ -408,6 +408,34 @@ void dispatch_attention(const AttnArgs& a, std::int64_t rows, std::size_t smem, 
   }
 }
 
+/// The arguments both attention families take from the call: the batch, the device buffers, the
+/// head counts and the output (the family's own fields follow at its launch).
+inline AttnArgs attention_args(const spec::ModelConfig& c, const spec::AttentionParams& p,
+                               const DeviceReadBatch& b, const DeviceAttention& d) {
+  AttnArgs a{};
+  static_cast<BatchView&>(a) = batch_view(c, b);
+  a.k_cache = static_cast<const unsigned char*>(d.k_cache);
+  a.v_cache = static_cast<const unsigned char*>(d.v_cache);
+  a.q = static_cast<const unsigned char*>(d.q);
+  a.k_scale = d.k_scale;
+  a.v_scale = d.v_scale;
+  a.selection = d.selection;
+  a.out = static_cast<unsigned char*>(d.out);
+  a.nq = static_cast<int>(p.num_q_heads);
+  a.group = static_cast<int>(p.num_q_heads / c.geometry.num_kv_heads);
+  a.out_dtype = static_cast<int>(p.out_dtype);
+  a.topk = d.topk;
+  a.slots = d.slots;
+  a.sb = p.sparse_block;
+  return a;
+}
+
+/// The softmax scale: the given one, or the default fl(1 / fl(sqrt(hd))), on the host in IEEE
+/// arithmetic.
+inline float default_or_given_sm(const spec::AttentionParams& p, std::int64_t hd) {
+  return p.sm_scale > 0.0f ? p.sm_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+}
+
 /// launch_attention (kvo/gpu/read.hpp) with bug F planted. F = kExpNoLog2e: the fast family's
 /// scale is sm_scale where sm_scale * log2(e) is meant (the kernels' exp2 then computes a base-2
 /// softmax); a planted bug runs in the fast family only (spec::Unsupported for kCanonical).
@@ -436,26 +464,11 @@ void launch_attention_t(const spec::ModelConfig& c, const spec::AttentionParams&
                                .total;
   require(smem <= kMaxSmem, "attention: sparse_block x query heads per KV head too large");
   if (b.num_rows == 0) return;
-  AttnArgs a{};
-  static_cast<BatchView&>(a) = batch_view(c, b);
-  a.k_cache = static_cast<const unsigned char*>(d.k_cache);
-  a.v_cache = static_cast<const unsigned char*>(d.v_cache);
-  a.q = static_cast<const unsigned char*>(d.q);
-  a.k_scale = d.k_scale;
-  a.v_scale = d.v_scale;
-  a.selection = d.selection;
+  AttnArgs a = attention_args(c, p, b, d);
   a.ws = d.workspace;
-  a.out = static_cast<unsigned char*>(d.out);
-  a.nq = static_cast<int>(p.num_q_heads);
-  a.group = static_cast<int>(group);
   a.sbp = sbp;
   a.tile = tile;
-  a.out_dtype = static_cast<int>(p.out_dtype);
-  a.topk = d.topk;
-  a.slots = d.slots;
-  a.sb = p.sparse_block;
-  // The default scale fl(1 / fl(sqrt(hd))), on the host in IEEE arithmetic.
-  const float sm = p.sm_scale > 0.0f ? p.sm_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  const float sm = default_or_given_sm(p, hd);
   const auto s = static_cast<cudaStream_t>(stream);
   if constexpr (F == ReadBug::kNone) {  // planted bugs: the fast family only is instantiated
     if (kernel == ReadKernel::kCanonical) {
@@ -692,23 +705,9 @@ void launch_flash_attention_t(const spec::ModelConfig& c, const spec::AttentionP
   const std::size_t smem = FlashSmem(static_cast<int>(group), static_cast<int>(hd)).total;
   require(smem <= kMaxSmem, "flash attention: query heads per KV head x head_dim too large");
   if (b.num_rows == 0) return;
-  AttnArgs a{};
-  static_cast<BatchView&>(a) = batch_view(c, b);
-  a.k_cache = static_cast<const unsigned char*>(d.k_cache);
-  a.v_cache = static_cast<const unsigned char*>(d.v_cache);
-  a.q = static_cast<const unsigned char*>(d.q);
-  a.k_scale = d.k_scale;
-  a.v_scale = d.v_scale;
-  a.selection = d.selection;
-  a.out = static_cast<unsigned char*>(d.out);
-  a.nq = static_cast<int>(p.num_q_heads);
-  a.group = static_cast<int>(group);
-  a.out_dtype = static_cast<int>(p.out_dtype);
-  a.topk = d.topk;
-  a.slots = d.slots;
-  a.sb = p.sparse_block;
+  AttnArgs a = attention_args(c, p, b, d);
   // sm_scale * log2(e) on the host in IEEE arithmetic, as FlashAttention's softmax_scale_log2.
-  float sm = p.sm_scale > 0.0f ? p.sm_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  float sm = default_or_given_sm(p, hd);
   if constexpr (B == spec::AttentionBug::kScaleOff) sm = sm * spec::kScaleOffFactor;
   a.sm = sm * kLog2e;
   const auto s = static_cast<cudaStream_t>(stream);
