@@ -87,8 +87,7 @@ TEST(DetectModes, EveryWriteModeToldIsFoundByTheBuiltInSubject) {
       {"via_model_dtype", "true",
        [](CaseOverrides& w) {
          w.via_model_dtype = true;
-         w.act_dtype = spec::DType::kF32;  // rounding to f32 is nothing: not exercised
-         w.act_dtype = spec::DType::kBF16;
+         w.act_dtype = spec::DType::kBF16;  // rounding to f32 would change nothing
          w.kv_dtype = spec::DType::kFp8E4M3;
        }},
       {"scale_in_model_dtype", "true",
