@@ -15,5 +15,7 @@ void add_trace(CLI::App& app, int& status);
 void add_replay(CLI::App& app, int& status);
 void add_mutants(CLI::App& app, int& status);
 void add_explain(CLI::App& app, int& status);
+void add_case(CLI::App& app, int& status);
+void add_judge(CLI::App& app, int& status);
 
 }  // namespace kvo::cli

@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   kvo::cli::add_replay(app, status);
   kvo::cli::add_mutants(app, status);
   kvo::cli::add_explain(app, status);
+  kvo::cli::add_case(app, status);
+  kvo::cli::add_judge(app, status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -70,6 +70,12 @@ void add_read_flags(CLI::App& app, oracle::ReadOverrides& r) {
   add_enum_option(app, "--profile", r.profile,
                   "attention: judge foreign subjects under this arithmetic profile instead of "
                   "their declared one");
+  add_enum_option(app, "--index-nan", r.index_nan,
+                  "indexer: what a NaN token score does to its block (SPEC 5 index_nan)");
+  add_enum_option(app, "--index-score-scale", r.index_score_scale,
+                  "indexer: token scores times 1 or fl(index_dim^-0.5) (SPEC 5)");
+  add_bool(app, "--nan-index-k", r.nan_index_k,
+           "indexer: some index-K rows hold a NaN, so the index_nan rule decides");
 }
 
 void add_case_flags(CLI::App& app, oracle::Overrides& o) {

@@ -22,11 +22,20 @@ if [[ "${1:-}" == "--stage" ]]; then
   mkdir -p "$BIN/fallback"
   cp "$ROOT/build-gpu/tests/gpu/test_gpu_write" "$ROOT/build-gpu/bench/bench_write_gpu" \
      "$ROOT/build-gpu/bench/bench_read_gpu" "$ROOT/build-gpu/cli/kvoracle" "$BIN/"
+  # The user's-kernel example (examples/cpp) built as a user builds it: against the installed
+  # package, with find_package(kvoracle); its CUDA twin runs on the device (section 3e).
+  cmake --install "$ROOT/build-gpu" --prefix "$ROOT/build-gpu/install" >/dev/null
+  cmake -S "$ROOT/examples/cpp" -B "$ROOT/build-gpu/example" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$ROOT/build-gpu/install" \
+    "-DCMAKE_EXE_LINKER_FLAGS=-static-libstdc++ -static-libgcc" >/dev/null
+  ninja -C "$ROOT/build-gpu/example"
+  cp "$ROOT/build-gpu/example/test_my_cuda_kernels" "$ROOT/build-gpu/example/test_my_kernels" "$BIN/"
   cp -L /lib/x86_64-linux-gnu/libbenchmark.so.1debian "$BIN/"
   cp -L /lib/x86_64-linux-gnu/libstdc++.so.6 /lib/x86_64-linux-gnu/libgcc_s.so.1 "$BIN/fallback/"
   ls -la "$BIN"
   # The device tool carries at most 64 MiB: the stripped binaries travel as one xz archive.
-  strip "$BIN"/kvoracle "$BIN"/test_gpu_write "$BIN"/bench_write_gpu "$BIN"/bench_read_gpu
+  strip "$BIN"/kvoracle "$BIN"/test_gpu_write "$BIN"/bench_write_gpu "$BIN"/bench_read_gpu \
+    "$BIN"/test_my_cuda_kernels "$BIN"/test_my_kernels
   tar -C "$ROOT/.device" -cf - bin | xz -T2 -6 >"$ROOT/.device/bin.tar.xz"
   rm -rf "$BIN"
   ls -la "$ROOT/.device"
@@ -138,6 +147,15 @@ modes flash_under_fp32 check --subject cuda-flash-bf16 --ops attention --cases 3
 modes detect_profiles check --subject cuda-flash-bf16,cuda-fast,cuda-canonical --detect-modes \
   --ops attention --cases 100
 
+# 3e. The user's-kernel example (examples/cpp): its CUDA twin judged in device memory through the
+# device subjects (each kernel passes, each planted bug fails), then under compute-sanitizer.
+timeout 200 "$BIN/test_my_cuda_kernels" >"$LOGS/example_cuda.txt" 2>&1
+echo "exit $?" >>"$LOGS/example_cuda.txt"
+KVO_CASES=20 timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$BIN/test_my_cuda_kernels" \
+  >"$LOGS/example_cuda_memcheck.txt" 2>&1
+echo "exit $?" >>"$LOGS/example_cuda_memcheck.txt"
+EXAMPLE_MEMCHECK=$(san_errors "$LOGS/example_cuda_memcheck.txt")
+
 # 4. Short table, last.
 {
   cat "$LOGS/machine.txt"
@@ -154,6 +172,8 @@ modes detect_profiles check --subject cuda-flash-bf16,cuda-fast,cuda-canonical -
   grep -E '^exit|result' "$LOGS/kvoracle_replay.txt"
   echo "kvoracle mutants --cases 200:"
   grep -E '^cuda-|^killed|exit' "$LOGS/kvoracle_mutants.txt"
+  echo "examples/cpp CUDA twin (device subjects): $(grep -c '^\[       OK \]' "$LOGS/example_cuda.txt") passed, $(grep -c '^\[  FAILED  \].*(' "$LOGS/example_cuda.txt") failed, $(grep -c '^\[  SKIPPED \].*(' "$LOGS/example_cuda.txt") skipped; memcheck ${EXAMPLE_MEMCHECK:-?} errors; $(tail -1 "$LOGS/example_cuda.txt")"
+  grep -h '^\[gpu-device-subject\]' "$LOGS"/tests_*.log
   echo "real-kernel modes (div_approx, mode detection, flash profiles):"
   grep -E '^cuda-[a-z0-9-]+ +(write|dense|attention) |^mode detection|^  per mode|^  no combination|^exit' \
     "$LOGS/kvoracle_modes.txt"

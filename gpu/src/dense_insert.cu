@@ -13,9 +13,11 @@
 // scale_in_model_dtype; via_model_dtype; cast) at the slot's page and offset; padding skipped.
 #include <cuda_runtime.h>
 
-#include <cstring>
+#include <string>
 #include <vector>
 
+#include "kvo/gpu/device_calls.hpp"
+#include "kvo/gpu/write.hpp"
 #include "kvo/spec/outcome.hpp"
 #include "launch.cuh"
 
@@ -163,149 +165,105 @@ __global__ void __launch_bounds__(kWarps * 32) dense_insert_kernel(const DensePa
 }
 
 template <DType A, DType C>
-void launch_e(const DenseParams& p, int e, unsigned blocks) {
+void launch_e(const DenseParams& p, int e, unsigned blocks, cudaStream_t stream) {
   switch (e) {
     case 1:
-      return dense_insert_kernel<A, C, 1><<<blocks, kWarps * 32>>>(p);
+      return dense_insert_kernel<A, C, 1><<<blocks, kWarps * 32, 0, stream>>>(p);
     case 2:
-      return dense_insert_kernel<A, C, 2><<<blocks, kWarps * 32>>>(p);
+      return dense_insert_kernel<A, C, 2><<<blocks, kWarps * 32, 0, stream>>>(p);
     case 4:
-      return dense_insert_kernel<A, C, 4><<<blocks, kWarps * 32>>>(p);
+      return dense_insert_kernel<A, C, 4><<<blocks, kWarps * 32, 0, stream>>>(p);
     default:
-      return dense_insert_kernel<A, C, 8><<<blocks, kWarps * 32>>>(p);
+      return dense_insert_kernel<A, C, 8><<<blocks, kWarps * 32, 0, stream>>>(p);
   }
 }
 
 template <DType A>
-void launch_c(const DenseParams& p, DType cache, int e, unsigned blocks) {
+void launch_c(const DenseParams& p, DType cache, int e, unsigned blocks, cudaStream_t stream) {
   switch (cache) {
     case DType::kF32:
-      return launch_e<A, DType::kF32>(p, e, blocks);
+      return launch_e<A, DType::kF32>(p, e, blocks, stream);
     case DType::kBF16:
-      return launch_e<A, DType::kBF16>(p, e, blocks);
+      return launch_e<A, DType::kBF16>(p, e, blocks, stream);
     case DType::kF16:
-      return launch_e<A, DType::kF16>(p, e, blocks);
+      return launch_e<A, DType::kF16>(p, e, blocks, stream);
     case DType::kFp8E4M3:
-      return launch_e<A, DType::kFp8E4M3>(p, e, blocks);
+      return launch_e<A, DType::kFp8E4M3>(p, e, blocks, stream);
     case DType::kFp8E5M2:
-      return launch_e<A, DType::kFp8E5M2>(p, e, blocks);
+      return launch_e<A, DType::kFp8E5M2>(p, e, blocks, stream);
   }
 }
-
-/// Device copies freed at scope exit.
-struct DeviceBuffers {
-  std::vector<void*> ptrs;
-  ~DeviceBuffers() {
-    for (void* p : ptrs) cudaFree(p);
-  }
-  void* put(const void* src, std::size_t n) {
-    void* d = nullptr;
-    check_cuda(cudaMalloc(&d, n < 16 ? 16 : n), "cudaMalloc(dense insert)");
-    ptrs.push_back(d);
-    if (src != nullptr && n > 0)
-      check_cuda(cudaMemcpy(d, src, n, cudaMemcpyHostToDevice), "cudaMemcpy(dense insert)");
-    return d;
-  }
-};
 
 }  // namespace
 }  // namespace detail
 
-spec::HostTensor dense_insert_host(const spec::ModelConfig& c, const spec::DenseInsert& in,
-                                   spec::LayerCaches& caches) {
+void launch_dense_insert(const DeviceDenseCall& call) {
   using namespace detail;
-  spec::validate(c);
-  spec::validate_dense_insert(c, in);
+  const spec::ModelConfig& c = *call.config;
   const spec::CacheGeometry& g = c.geometry;
   const std::int64_t hd = g.head_dim;
   if (hd != 32 && hd != 64 && hd != 128 && hd != 256) {
     throw spec::Unsupported("the fused dense insert kernel takes head_dim 32, 64, 128 or 256");
   }
-  const bool one = spec::kv_in_one_tensor(c.layout);
-  spec::CacheBuffer* kb = caches.find(one ? spec::BufferKind::kKv : spec::BufferKind::kK);
-  spec::CacheBuffer* vb = one ? kb : caches.find(spec::BufferKind::kV);
-  if (kb == nullptr || vb == nullptr || kb->body_bytes() != kv_buffer_bytes(c) ||
-      vb->body_bytes() != kv_buffer_bytes(c)) {
-    throw spec::InvalidInput("caches", -1, "K/V", "missing or of the wrong size");
-  }
-  const auto tokens = static_cast<std::int64_t>(in.kv.slots.slots.size());
-  const std::int64_t nq = in.q.shape[1];
-  std::vector<std::uint8_t> slots(in.kv.slots.slots.size() *
-                                  (c.slot_type == spec::SlotType::kI64 ? 8 : 4));
-  for (std::size_t i = 0; i < in.kv.slots.slots.size(); ++i) {
-    if (c.slot_type == spec::SlotType::kI64) {
-      std::memcpy(slots.data() + i * 8, &in.kv.slots.slots[i], 8);
-    } else {
-      const auto v = static_cast<std::int32_t>(in.kv.slots.slots[i]);
-      std::memcpy(slots.data() + i * 4, &v, 4);
+  // The kernel reads its inputs row-contiguous and its caches in the dense layout.
+  for (const DeviceTensor* t : {&call.q, &call.k, &call.v, &call.q_out, &call.caches.k_cache}) {
+    if (t->strides != contiguous_tensor(nullptr, t->type, t->shape).strides) {
+      throw spec::Unsupported("the fused dense insert kernel takes contiguous tensors");
     }
   }
-  DeviceBuffers d;
+  const std::int64_t tokens = call.slot_mapping.shape.at(0), nq = call.q.shape.at(1);
   DenseParams p{};
-  p.q = d.put(in.q.bytes.data(), in.q.bytes.size());
-  p.k = d.put(in.kv.k.bytes.data(), in.kv.k.bytes.size());
-  p.v = d.put(in.kv.v.bytes.data(), in.kv.v.bytes.size());
-  p.q_w = static_cast<const float*>(d.put(in.q_norm_weight.data(), in.q_norm_weight.size() * 4));
-  p.k_w = static_cast<const float*>(d.put(in.k_norm_weight.data(), in.k_norm_weight.size() * 4));
-  p.cos_sin = static_cast<const float*>(d.put(in.cos_sin.data(), in.cos_sin.size() * 4));
-  p.pos = static_cast<const std::int64_t*>(d.put(in.positions.data(), in.positions.size() * 8));
-  p.slots = d.put(slots.data(), slots.size());
-  p.k_scale = static_cast<const float*>(d.put(in.kv.k_scale.data(), in.kv.k_scale.size() * 4));
-  p.v_scale = static_cast<const float*>(d.put(in.kv.v_scale.data(), in.kv.v_scale.size() * 4));
-  const std::size_t q_bytes =
-      static_cast<std::size_t>(tokens * nq * hd) * spec::dtype_bytes(c.act_dtype);
-  p.q_out = d.put(nullptr, q_bytes);
-  auto* kst = static_cast<std::uint8_t*>(d.put(kb->storage.data(), kb->storage.size()));
-  auto* vst = one ? kst : static_cast<std::uint8_t*>(d.put(vb->storage.data(), vb->storage.size()));
+  p.q = call.q.data;
+  p.k = call.k.data;
+  p.v = call.v.data;
+  p.q_w = call.q_norm_weight.as<const float>();
+  p.k_w = call.k_norm_weight.as<const float>();
+  p.cos_sin = call.cos_sin.as<const float>();
+  p.pos = call.positions.as<const std::int64_t>();
+  p.slots = call.slot_mapping.data;
+  p.k_scale = call.k_scale.as<const float>();
+  p.v_scale = call.v_scale.as<const float>();
+  p.q_out = call.q_out.data;
   p.st = kv_strides(g, c.layout);
-  const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
-  p.k_cache = kst + kb->guard_bytes;
-  p.v_cache = vst + vb->guard_bytes + (one ? p.st.kv_part * eb : 0);
-  p.st.kv_part = 0;
+  p.k_cache = call.caches.k.as<std::uint8_t>();  // K, and V, as the layout's logical views
+  p.v_cache = call.caches.v.as<std::uint8_t>();
+  p.st.kv_part = 0;  // folded into v_cache
   p.tokens = tokens;
   p.block_size = g.block_size;
   p.capacity = g.capacity();
   p.nq = static_cast<std::int32_t>(nq);
   p.nkv = static_cast<std::int32_t>(g.num_kv_heads);
-  p.rot = static_cast<std::int32_t>(in.rotary_dim);
-  p.eps = in.eps;
-  p.slots_i64 = c.slot_type == spec::SlotType::kI64;
+  p.rot = static_cast<std::int32_t>(call.rotary_dim);
+  p.eps = call.eps;
+  p.slots_i64 = call.slot_mapping.type == ElementType::kI64;
   p.legacy_wrap = c.slot_mode == spec::SlotMode::kLegacyWrap;
   p.per_head_scale = c.kv.per_head_scale;
   p.via_model = c.kv.via_model_dtype;
   p.scale_in_model = c.kv.scale_in_model_dtype;
   p.scale_mode = c.kv.scale_mode;
   p.sat = c.kv.saturation;
-  spec::HostTensor q_out;
-  q_out.dtype = c.act_dtype;
-  q_out.shape = {tokens, nq, hd};
-  q_out.bytes.resize(q_bytes);
-  if (tokens > 0) {
-    const std::int64_t warps = tokens * (nq + 2 * g.num_kv_heads);
-    const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
-    const int e = static_cast<int>(hd / 32);
-    switch (c.act_dtype) {
-      case DType::kF32:
-        launch_c<DType::kF32>(p, c.kv.cache_dtype, e, blocks);
-        break;
-      case DType::kBF16:
-        launch_c<DType::kBF16>(p, c.kv.cache_dtype, e, blocks);
-        break;
-      default:
-        launch_c<DType::kF16>(p, c.kv.cache_dtype, e, blocks);
-        break;
-    }
-    check_cuda(cudaGetLastError(), "launch of the dense insert kernel");
-    check_cuda(cudaDeviceSynchronize(), "dense insert kernel");
+  if (tokens == 0) return;
+  const std::int64_t warps = tokens * (nq + 2 * g.num_kv_heads);
+  const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
+  const int e = static_cast<int>(hd / 32);
+  const auto stream = static_cast<cudaStream_t>(call.stream);
+  switch (c.act_dtype) {
+    case DType::kF32:
+      launch_c<DType::kF32>(p, c.kv.cache_dtype, e, blocks, stream);
+      break;
+    case DType::kBF16:
+      launch_c<DType::kBF16>(p, c.kv.cache_dtype, e, blocks, stream);
+      break;
+    default:
+      launch_c<DType::kF16>(p, c.kv.cache_dtype, e, blocks, stream);
+      break;
   }
-  check_cuda(cudaMemcpy(q_out.bytes.data(), p.q_out, q_bytes, cudaMemcpyDeviceToHost),
-             "cudaMemcpy(q_out)");
-  check_cuda(cudaMemcpy(kb->storage.data(), kst, kb->storage.size(), cudaMemcpyDeviceToHost),
-             "cudaMemcpy(K)");
-  if (!one)
-    check_cuda(cudaMemcpy(vb->storage.data(), vst, vb->storage.size(), cudaMemcpyDeviceToHost),
-               "cudaMemcpy(V)");
-  return q_out;
+  check_cuda(cudaGetLastError(), "launch of the dense insert kernel");
+}
+
+spec::HostTensor dense_insert_host(const spec::ModelConfig& c, const spec::DenseInsert& in,
+                                   spec::LayerCaches& caches) {
+  return run_device_dense(launch_dense_insert, c, in, caches);
 }
 
 }  // namespace kvo::gpu

@@ -5,9 +5,10 @@
 ///
 /// Kernel 1 has one CUDA block per (query row, logical block) and scores the block for every KV
 /// group at once (the index-K rows are shared by all index heads): per index head the `>` maximum
-/// of its token dots (any NaN: -1e30), per group the `>` maximum over its heads in ascending
-/// order, then the init (1e30) and local (1e29) forcing. Kernel 2 (topk.cuh) has one CUDA block
-/// per (row, KV head) and selects the top k.
+/// of its token scores fl(dot * factor), NaN scores by the index_nan rule (skip: ignored, a block
+/// of only NaN -1e30; first: +inf; lowest: -1e30), per group the `>` maximum over its heads in
+/// ascending order, then the init (1e30) and local (1e29) forcing. Kernel 2 (topk.cuh) has one CUDA
+/// block per (row, KV head) and selects the top k.
 
 #include <cuda_runtime.h>
 
@@ -28,12 +29,17 @@ struct IndexArgs : BatchView {
   int nih;
   int tile;  // tokens per staged tile
   long long sb, topk, init_blocks, local_blocks, max_nv;
+  float score_factor;  // 1 or fl(index_dim^-0.5): token score = fl(dot * score_factor)
+  int index_nan;       // spec::IndexNan
 };
 
+/// The token-score flags of one (segment, head) of kernel 1: a NaN score seen, a number seen.
+inline constexpr int kSawNan = 1, kSawNumber = 2;
+
 /// Shared-memory sections of kernel 1 of the indexer: iq [nih][idim] floats, per segment and
-/// head the running maximum and a NaN flag [segs][nih] each, the byte offsets of the block's
-/// index-K rows and of their scales [2][sb] (long long), staged index-K token rows
-/// [tile][row_bytes] and (block-scaled) their group scales [tile][idim / 128] floats.
+/// head the running maximum and the score flags (kSawNan | kSawNumber) [segs][nih] each, the byte
+/// offsets of the block's index-K rows and of their scales [2][sb] (long long), staged index-K
+/// token rows [tile][row_bytes] and (block-scaled) their group scales [tile][idim / 128] floats.
 struct IndexSmem {
   std::size_t iq = 0, best = 0, nan = 0, rows = 0, raw = 0, scales = 0, total = 0;
   __host__ __device__ IndexSmem(int nih, int idim, int segs, int sb, int tile, int row_bytes,
@@ -118,10 +124,13 @@ __global__ void __launch_bounds__(kScoreThreads) index_score_kernel(IndexArgs a)
           for (int u = 0; u < 4; ++u) {
             const int at = seg * nih + h0 + u;
             if (h0 + u >= nih) break;
-            if (isnan(d[u]))
-              nan_s[at] = 1;
-            else if (d[u] > best_s[at])
-              best_s[at] = d[u];
+            const float score = __fmul_rn(d[u], a.score_factor);
+            if (isnan(score)) {
+              nan_s[at] |= kSawNan;
+            } else {
+              nan_s[at] |= kSawNumber;
+              if (score > best_s[at]) best_s[at] = score;
+            }
           }
         }
       }
@@ -133,12 +142,15 @@ __global__ void __launch_bounds__(kScoreThreads) index_score_kernel(IndexArgs a)
     float gs = 0.0f;
     for (int h = grp * per_group; h < (grp + 1) * per_group; ++h) {
       float best = -INFINITY;
-      bool nan = false;
+      int saw = 0;
       for (int sg = 0; sg < segs; ++sg) {
-        nan |= nan_s[sg * nih + h] != 0;
+        saw |= nan_s[sg * nih + h];
         if (best_s[sg * nih + h] > best) best = best_s[sg * nih + h];
       }
-      if (nan) best = -1e30f;
+      const bool skip = a.index_nan == static_cast<int>(spec::IndexNan::kSkip);
+      if ((saw & kSawNan) != 0 && (!skip || (saw & kSawNumber) == 0)) {
+        best = a.index_nan == static_cast<int>(spec::IndexNan::kFirst) ? INFINITY : -1e30f;
+      }
       if (h == grp * per_group || best > gs) gs = best;
     }
     if (jb < a.init_blocks) gs = 1e30f;
@@ -236,6 +248,8 @@ void launch_indexer_topk_t(const spec::ModelConfig& c, const spec::IndexerParams
   a.init_blocks = p.init_blocks;
   a.local_blocks = p.local_blocks;
   a.max_nv = ix.max_n_valid;
+  a.score_factor = spec::index_score_factor(p.score_scale, idim);
+  a.index_nan = static_cast<int>(p.index_nan);
   const auto s = static_cast<cudaStream_t>(stream);
   if constexpr (F == ReadBug::kNone) {  // planted bugs: the fast family only is instantiated
     if (kernel == ReadKernel::kCanonical) return dispatch_indexer<true, F>(a, b.num_rows, smem, s);

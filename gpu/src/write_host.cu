@@ -9,8 +9,10 @@
 #include <unordered_set>
 #include <vector>
 
+#include "kvo/gpu/device_caches.hpp"
 #include "kvo/spec/outcome.hpp"
 #include "launch.cuh"
+#include "staging.cuh"
 
 namespace kvo::gpu {
 namespace detail {
@@ -200,50 +202,6 @@ std::int64_t* UnfusedWorkspace::vec(int tensor, int which) const {
 
 namespace {
 
-/// A grow-only device arena per thread, carved into 256-byte aligned pieces: the oracle runs
-/// thousands of small cases, and a cudaMalloc/cudaFree pair per buffer would dominate.
-class DeviceArena {
- public:
-  ~DeviceArena() {
-    if (base_ != nullptr) cudaFree(base_);
-  }
-  void reserve(std::size_t bytes) {
-    if (bytes <= capacity_) return;
-    if (base_ != nullptr) {
-      cudaFree(base_);
-      base_ = nullptr;
-      capacity_ = 0;
-    }
-    void* p = nullptr;
-    const std::size_t want = std::max(bytes, capacity_ * 2);
-    detail::check_cuda(cudaMalloc(&p, want), "cudaMalloc(device arena)");
-    base_ = static_cast<std::uint8_t*>(p);
-    capacity_ = want;
-  }
-  std::uint8_t* base() const { return base_; }
-
- private:
-  std::uint8_t* base_ = nullptr;
-  std::size_t capacity_ = 0;
-};
-
-std::size_t round_up(std::size_t n) { return (n + 255) / 256 * 256; }
-
-/// Packs slot values into their storage type.
-std::vector<std::uint8_t> slot_bytes(const spec::SlotMapping& m) {
-  const std::size_t eb = m.type == spec::SlotType::kI64 ? 8 : 4;
-  std::vector<std::uint8_t> out(m.slots.size() * eb);
-  for (std::size_t i = 0; i < m.slots.size(); ++i) {
-    if (eb == 8) {
-      std::memcpy(out.data() + i * 8, &m.slots[i], 8);
-    } else {
-      const auto v = static_cast<std::int32_t>(m.slots[i]);
-      std::memcpy(out.data() + i * 4, &v, 4);
-    }
-  }
-  return out;
-}
-
 /// True when two tokens of a legacy_wrap mapping resolve to one slot.
 bool wrap_collides(const spec::SlotMapping& m, std::int64_t capacity) {
   std::unordered_set<std::int64_t> seen;
@@ -286,30 +244,6 @@ void detail::write_layer_host_via(FusedLaunch fused, WritePath path, const spec:
                              "the write is for a " + std::string(spec::name_of(w.kind)) + " layer");
   }
   const bool sparse = w.kind == spec::LayerKind::kSparse;
-  const bool one_tensor = spec::kv_in_one_tensor(c.layout);
-  struct Want {
-    spec::BufferKind kind;
-    std::int64_t bytes;
-  };
-  std::vector<Want> want;
-  if (one_tensor) {
-    want.push_back({spec::BufferKind::kKv, kv_buffer_bytes(c)});
-  } else {
-    want.push_back({spec::BufferKind::kK, kv_buffer_bytes(c)});
-    want.push_back({spec::BufferKind::kV, kv_buffer_bytes(c)});
-  }
-  if (sparse) want.push_back({spec::BufferKind::kIndexK, index_buffer_bytes(c)});
-  if (caches.buffers.size() != want.size()) {
-    throw spec::InvalidInput("caches", -1, std::to_string(caches.buffers.size()) + " buffers",
-                             "expected " + std::to_string(want.size()));
-  }
-  for (const Want& x : want) {
-    const spec::CacheBuffer* b = caches.find(x.kind);
-    if (b == nullptr || b->body_bytes() != x.bytes || b->guard_bytes < 0) {
-      throw spec::InvalidInput("caches", -1, std::string(spec::name_of(x.kind)),
-                               "missing, or not of " + std::to_string(x.bytes) + " body bytes");
-    }
-  }
   // legacy_wrap collisions: resolved here, then run as a strict call (see resolve_wrap).
   spec::ModelConfig cfg = c;
   const bool separate = sparse && c.separate_index_slots;
@@ -323,94 +257,42 @@ void detail::write_layer_host_via(FusedLaunch fused, WritePath path, const spec:
     if (separate) idx_slots = resolve_wrap(w.index_slots, cap);
   }
   const std::int64_t tokens = static_cast<std::int64_t>(main_slots.slots.size());
-  const std::vector<std::uint8_t> slots = slot_bytes(main_slots);
-  const std::vector<std::uint8_t> index_slots =
-      separate ? slot_bytes(idx_slots) : std::vector<std::uint8_t>{};
 
-  // 2. One arena: caches (guards included), inputs, scales, workspace. The caches start one token
-  // row into it: a kernel that turns slot -1 into page 0, offset -1 (Triton's truncating // and %;
-  // kvo_gpu_testing's kTruncDivNegativeSlot) writes up to one token stride before the first
-  // buffer's body, and that write must stay in memory this call owns, as a real engine's cache
-  // neighbour would, rather than fault the context.
-  const std::int64_t kv_token_bytes =
-      detail::kv_strides(c.geometry, c.layout).token *
-      static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
-  const std::int64_t index_token_bytes =
-      c.geometry.index_dim * (c.index.layout == spec::IndexLayout::kFlat
-                                  ? static_cast<std::int64_t>(spec::dtype_bytes(c.index.flat_dtype))
-                                  : 1);
-  std::vector<std::size_t> cache_off;
-  std::size_t total =
-      round_up(static_cast<std::size_t>(std::max(kv_token_bytes, index_token_bytes)));
-  for (const spec::CacheBuffer& b : caches.buffers) {
-    cache_off.push_back(total);
-    total += round_up(b.storage.size());
-  }
-  auto place = [&](std::size_t n) {
-    const std::size_t at = total;
-    total += round_up(std::max<std::size_t>(n, 1));
-    return at;
-  };
-  const std::size_t k_off = place(w.k.bytes.size());
-  const std::size_t v_off = place(w.v.bytes.size());
-  const std::size_t ik_off = place(w.index_k.bytes.size());
-  const std::size_t slot_off = place(slots.size());
-  const std::size_t islot_off = place(index_slots.size());
-  const std::size_t ks_off = place(w.k_scale.size() * 4);
-  const std::size_t vs_off = place(w.v_scale.size() * 4);
-  const std::size_t ws_off = place(
-      path == WritePath::kUnfused ? static_cast<std::size_t>(UnfusedWorkspace::bytes_for(tokens))
-                                  : 0);
-
-  thread_local DeviceArena arena;
-  arena.reserve(total);
-  std::uint8_t* d = arena.base();
-  auto h2d = [&](std::size_t off, const void* src, std::size_t n, const char* what) {
-    if (n > 0) detail::check_cuda(cudaMemcpy(d + off, src, n, cudaMemcpyHostToDevice), what);
-  };
-  for (std::size_t i = 0; i < caches.buffers.size(); ++i) {
-    h2d(cache_off[i], caches.buffers[i].storage.data(), caches.buffers[i].storage.size(),
-        "cudaMemcpy(cache to device)");
-  }
-  h2d(k_off, w.k.bytes.data(), w.k.bytes.size(), "cudaMemcpy(k)");
-  h2d(v_off, w.v.bytes.data(), w.v.bytes.size(), "cudaMemcpy(v)");
-  h2d(ik_off, w.index_k.bytes.data(), w.index_k.bytes.size(), "cudaMemcpy(index_k)");
-  h2d(slot_off, slots.data(), slots.size(), "cudaMemcpy(slot_mapping)");
-  h2d(islot_off, index_slots.data(), index_slots.size(), "cudaMemcpy(index_slot_mapping)");
-  h2d(ks_off, w.k_scale.data(), w.k_scale.size() * 4, "cudaMemcpy(k_scale)");
-  h2d(vs_off, w.v_scale.data(), w.v_scale.size() * 4, "cudaMemcpy(v_scale)");
-
+  // 2. The caches (guards included) in the device mirror, which checks their buffers; the inputs
+  // in pooled buffers.
+  const DeviceCacheMirror mirror(c, caches);
+  using detail::DeviceBuffer;
+  const DeviceBuffer k(w.k.bytes), v(w.v.bytes), index_k(w.index_k.bytes);
+  const DeviceBuffer slots(detail::slot_storage(main_slots));
+  const DeviceBuffer index_slots(separate ? detail::slot_storage(idx_slots)
+                                          : std::vector<std::uint8_t>{});
+  const DeviceBuffer k_scale(w.k_scale), v_scale(w.v_scale);
   DeviceWriteInputs in;
-  in.k = d + k_off;
-  in.v = d + v_off;
-  in.index_k = sparse ? d + ik_off : nullptr;
-  in.slots = d + slot_off;
-  in.index_slots = index_slots.empty() ? nullptr : d + islot_off;
-  in.k_scale = reinterpret_cast<const float*>(d + ks_off);
-  in.v_scale = reinterpret_cast<const float*>(d + vs_off);
+  in.k = k.data();
+  in.v = v.data();
+  in.index_k = sparse ? index_k.data() : nullptr;
+  in.slots = slots.data();
+  in.index_slots = separate ? index_slots.data() : nullptr;
+  in.k_scale = k_scale.as<const float>();
+  in.v_scale = v_scale.as<const float>();
   in.num_tokens = tokens;
   DeviceLayerCaches dc;
-  for (std::size_t i = 0; i < caches.buffers.size(); ++i) {
-    const spec::CacheBuffer& b = caches.buffers[i];
-    std::uint8_t* body = d + cache_off[i] + b.guard_bytes;
-    if (b.kind == spec::BufferKind::kK || b.kind == spec::BufferKind::kKv) dc.k = body;
-    if (b.kind == spec::BufferKind::kV) dc.v = body;
-    if (b.kind == spec::BufferKind::kIndexK) dc.index_k = body;
-  }
+  dc.k =
+      mirror.body(spec::kv_in_one_tensor(c.layout) ? spec::BufferKind::kKv : spec::BufferKind::kK);
+  dc.v = mirror.body(spec::BufferKind::kV);
+  dc.index_k = mirror.body(spec::BufferKind::kIndexK);
 
   // 3. Write, then bring every byte of every buffer back (guards too: a stray write shows).
+  DeviceBuffer workspace;  // the unfused path's, alive until the kernels are done
   if (path == WritePath::kFused) {
     fused(cfg, w.kind, in, dc, nullptr, false);
   } else {
-    UnfusedWorkspace ws(tokens, d + ws_off);
+    workspace = DeviceBuffer(static_cast<std::size_t>(UnfusedWorkspace::bytes_for(tokens)));
+    UnfusedWorkspace ws(tokens, workspace.data());
     launch_unfused_write(cfg, w.kind, in, dc, ws, nullptr);
   }
   detail::check_cuda(cudaDeviceSynchronize(), "layer write kernel");
-  for (std::size_t i = 0; i < caches.buffers.size(); ++i) {
-    detail::check_cuda(cudaMemcpy(caches.buffers[i].storage.data(), d + cache_off[i],
-                                  caches.buffers[i].storage.size(), cudaMemcpyDeviceToHost),
-                       "cudaMemcpy(cache to host)");
-  }
+  mirror.download(caches);
 }
 
 }  // namespace kvo::gpu

@@ -14,17 +14,13 @@
 #include "kvo/gpu/testing/faults.hpp"
 #include "kvo/gpu/write.hpp"
 #include "kvo/oracle/cuda_subjects.hpp"
+#include "kvo/oracle/device_subject.hpp"
 #include "kvo/oracle/subject.hpp"
 
 namespace kvo::oracle {
 namespace {
 
-/// Empty when a CUDA device answers, else why not.
-std::string no_device_reason() {
-  std::string why;
-  if (gpu::device_count(&why) > 0) return {};
-  return "no CUDA device answers (" + why + ")";
-}
+std::string no_device_reason() { return device_unavailable_reason(); }
 
 class CudaWriteSubject final : public Subject {
  public:

@@ -209,6 +209,12 @@ std::vector<Mutant> build_catalogue() {
                           spec::Op::kIndexer, {}, {.n_valid_offset = 1}, false));
   c.push_back(read_mutant("local-block-ignored", "indexer: the local (current) block is not forced",
                           spec::Op::kIndexer, {}, {.ignore_local = true}, false));
+  ReadOverrides nan_rows;  // NaN token scores occur; index_nan is drawn (skip, first, lowest)
+  nan_rows.nan_index_k = true;
+  c.push_back(read_mutant("nan-block-ranked-first",
+                          "indexer: a block with a NaN token score ranks first (torch amax + topk) "
+                          "where index_nan skip or lowest is declared",
+                          spec::Op::kIndexer, nan_rows, {.nan_first = true}, false));
   ReadOverrides ties;
   ties.tied_scores = true;
   c.push_back(read_mutant("reversed-tie-order", "top-k: equal scores won by the higher block id",

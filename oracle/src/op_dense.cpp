@@ -1,5 +1,6 @@
 // The dense op (SPEC 4): the dense-layer fused qknorm + rope + insert. The caches are diffed byte
 // for byte, guards included, and q_out element for element, against the reference.
+#include <cmath>
 #include <map>
 #include <sstream>
 
@@ -32,6 +33,13 @@ struct DensePrepared final : PreparedCase {
       : dc(std::move(c)),
         layout(dc.config),
         poisoned(oracle::make_layer_caches(layout, 0, spec::LayerKind::kDense)),
+        expected(poisoned),
+        q_expected(reference::dense_insert(dc.config, dc.in, expected)) {}
+  /// A case with the given initial caches (a case file's).
+  DensePrepared(DenseCase c, spec::LayerCaches initial)
+      : dc(std::move(c)),
+        layout(dc.config),
+        poisoned(std::move(initial)),
         expected(poisoned),
         q_expected(reference::dense_insert(dc.config, dc.in, expected)) {}
   std::uint64_t seed() const override { return dc.seed; }
@@ -158,6 +166,92 @@ class DenseDriver final : public OpDriver {
     answer->run_outcome = ran.outcome;
     answer->run_error = ran.report;
     return answer;
+  }
+
+  // Case file: metadata the configuration, tokens (T), source_rows (rows), num_q_heads (nq),
+  // rotary_dim, max_pos and eps; tensors input.q [rows, nq, hd] (act dtype), the write call
+  // input.* (put_layer_write), input.q_norm_weight, input.k_norm_weight [hd] F32, input.cos_sin
+  // [max_pos, rotary_dim] F32, input.positions [T] I64, cache.<buffer> (poisoned, guards
+  // included), expected.cache.<buffer> and expected.q_out [T, nq, hd]. The result: cache.<buffer>
+  // after the insert and q_out.
+
+  void encode_case(PreparedCase& pc, TensorWriter& out) const override {
+    const auto& c = static_cast<const DensePrepared&>(pc);
+    const spec::DenseInsert& in = c.dc.in;
+    spec::Metadata& m = out.metadata();
+    spec::write_config(c.dc.config, m);
+    m["tokens"] = std::to_string(in.kv.slots.slots.size());
+    m["source_rows"] = std::to_string(in.q.shape.at(0));
+    m["num_q_heads"] = std::to_string(in.q.shape.at(1));
+    m["rotary_dim"] = std::to_string(in.rotary_dim);
+    m["max_pos"] = std::to_string(in.cos_sin.size() / static_cast<std::size_t>(in.rotary_dim));
+    m["eps"] = spec::floats_text(std::vector<float>{in.eps});
+    out.put_host("input.q", in.q);
+    put_layer_write(out, "input.", c.dc.config, in.kv);
+    out.put_f32("input.q_norm_weight", in.q_norm_weight);
+    out.put_f32("input.k_norm_weight", in.k_norm_weight);
+    out.put_f32("input.cos_sin",
+                {static_cast<std::int64_t>(in.cos_sin.size()) / in.rotary_dim, in.rotary_dim},
+                in.cos_sin);
+    out.put_i64("input.positions", {static_cast<std::int64_t>(in.positions.size())}, in.positions);
+    out.put_caches("cache.", c.poisoned);
+    out.put_caches("expected.cache.", c.expected);
+    out.put_host("expected.q_out", c.q_expected);
+  }
+
+  std::unique_ptr<PreparedCase> decode_case(TensorReader& in, std::uint64_t seed) const override {
+    spec::MetadataReader& m = in.metadata();
+    DenseCase dc;
+    dc.seed = seed;
+    dc.config = spec::read_config(m);
+    const spec::CacheGeometry& g = dc.config.geometry;
+    const std::int64_t tokens = case_count(m, "tokens");
+    const std::int64_t rows = case_count(m, "source_rows");
+    const std::int64_t nq = case_count(m, "num_q_heads");
+    const std::int64_t max_pos = case_count(m, "max_pos");
+    spec::DenseInsert& d = dc.in;
+    d.rotary_dim = case_count(m, "rotary_dim");
+    const std::vector<float> eps = m.floats("eps");
+    if (eps.size() != 1) {
+      throw spec::InvalidInput("__metadata__ 'eps'", -1, m.text("eps"), "expected one float32");
+    }
+    d.eps = eps.front();
+    d.q = in.take_host("input.q", dc.config.act_dtype, {rows, nq, g.head_dim});
+    d.kv = take_layer_write(in, "input.", dc.config, spec::LayerKind::kDense, rows, tokens);
+    d.q_norm_weight = in.take_f32("input.q_norm_weight", g.head_dim);
+    d.k_norm_weight = in.take_f32("input.k_norm_weight", g.head_dim);
+    d.cos_sin = in.take_f32("input.cos_sin", {max_pos, d.rotary_dim});
+    d.positions = in.take_i64("input.positions", {tokens});
+    validate_as("input.", [&] { spec::validate_dense_insert(dc.config, d); });
+    if (!std::isfinite(d.eps) || d.eps < 0.0f) {
+      throw spec::InvalidInput("__metadata__ 'eps'", -1, m.text("eps"),
+                               "expected a finite, non-negative float32");
+    }
+    spec::LayerCaches initial = in.take_caches("cache.", dc.config, spec::LayerKind::kDense);
+    auto c = std::make_unique<DensePrepared>(std::move(dc), std::move(initial));
+    check_expected_caches(in, "cache.", c->expected);
+    check_expected(in, "q_out", tensor_dtype(c->q_expected.dtype), c->q_expected.shape,
+                   c->q_expected.bytes);
+    return c;
+  }
+
+  void encode_answer(Subject& subject, PreparedCase& pc, TensorWriter& out) const override {
+    auto& c = static_cast<DensePrepared&>(pc);
+    spec::LayerCaches actual = c.poisoned;
+    const spec::HostTensor q_out = subject.dense_insert(c.dc.config, c.dc.in, actual);
+    out.put_caches("cache.", actual);
+    out.put_host("q_out", q_out);
+  }
+
+  void answer_from(const TensorSet& result, PreparedCase& pc,
+                   SubjectFunctions& into) const override {
+    const auto& c = static_cast<DensePrepared&>(pc);
+    into.dense = [&c, tensors = tensors_by_name(result)](const spec::ModelConfig&,
+                                                         const spec::DenseInsert&,
+                                                         spec::LayerCaches& caches) {
+      fill_caches(tensors, "cache.", caches);
+      return spec::HostTensor{c.q_expected.dtype, c.q_expected.shape, tensors.at("q_out")};
+    };
   }
 
  private:

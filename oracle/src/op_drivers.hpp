@@ -2,8 +2,10 @@
 // Internal to the oracle: each op's driver, defined in its own source (op_<name>.cpp) and listed
 // once in op_registry.cpp; and the reductions the drivers build their shrinking from.
 
+#include <map>
 #include <optional>
 #include <sstream>
+#include <string>
 #include <utility>
 
 #include "kvo/oracle/op_driver.hpp"
@@ -57,5 +59,50 @@ Reduction set_override(std::string what, Part Overrides::*part, std::optional<T>
             return true;
           }};
 }
+
+// Case files (case_tensors.hpp): the pieces the drivers share. Defined in case_codec.cpp.
+
+/// "input.layer.3." : the prefix of layer `l`'s tensors of one part (input, cache, expected.cache).
+std::string layer_prefix(const char* part, std::size_t l);
+
+/// A write call's tensors under `prefix`: k, v [rows, nkv, hd] (act dtype), index_k [rows,
+/// index_dim] on sparse layers, slot_mapping [T] (slot type), index_slot_mapping [T] on sparse
+/// layers with separate index slots, k_scale, v_scale [1 or nkv] F32.
+void put_layer_write(TensorWriter& out, const std::string& prefix, const spec::ModelConfig& config,
+                     const spec::LayerWrite& w);
+/// The same back, validated (spec::validate_write; its errors name the tensor under `prefix`).
+spec::LayerWrite take_layer_write(TensorReader& in, const std::string& prefix,
+                                  const spec::ModelConfig& config, spec::LayerKind kind,
+                                  std::int64_t rows, std::int64_t tokens);
+
+/// Runs `validate` and renames the field of the InvalidInput it throws to `prefix` + field, so
+/// an inconsistent input names the file's tensor.
+template <class Fn>
+void validate_as(const std::string& prefix, Fn&& validate) {
+  try {
+    validate();
+  } catch (const spec::InvalidInput& e) {
+    // e.what() is "invalid input: <field>[i] = <value>: <why>"; the file's name replaces the field.
+    const std::string what = e.what();
+    throw spec::InvalidInput("tensor '" + prefix + e.field() + "'", e.index(), e.value(),
+                             what.substr(what.find(": ", what.find(" = ")) + 2));
+  }
+}
+
+/// A result's tensors by name (copied, so a subject built from them owns its answer).
+std::map<std::string, std::vector<std::uint8_t>> tensors_by_name(const TensorSet& result);
+
+/// Stored `expected.<name>` against the reference's answer `computed` (require_reference_answer).
+void check_expected(TensorReader& in, const std::string& name, TensorDType dtype,
+                    const std::vector<std::int64_t>& shape,
+                    const std::vector<std::uint8_t>& computed);
+
+/// Each buffer of `computed` against the stored `expected.` + `prefix` + buffer name.
+void check_expected_caches(TensorReader& in, const std::string& prefix,
+                           const spec::LayerCaches& computed);
+
+/// Copies the result's `prefix` + buffer name tensors into `caches`' buffers.
+void fill_caches(const std::map<std::string, std::vector<std::uint8_t>>& result,
+                 const std::string& prefix, spec::LayerCaches& caches);
 
 }  // namespace kvo::oracle

@@ -5,6 +5,7 @@
 // detection (SPEC 7) is that profile: one answer judged exactly and under every profile's bound.
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <sstream>
 
 #include "kvo/oracle/read_judge.hpp"
@@ -161,7 +162,161 @@ class ReadDriver final : public OpDriver {
     return answer;
   }
 
+  // Case file (the same inputs for both ops): metadata the configuration, requests (B),
+  // max_blocks, queries (Tq), num_index_heads (nih), num_q_heads (nq), sparse_block, topk,
+  // init_blocks, local_blocks, index_nan, index_score_scale, sm_scale and out_dtype; tensors
+  // input.block_table [B, max_blocks] I32, input.seq_lens [B] and input.query_start_loc [B + 1]
+  // I64, input.index_q [Tq, nih, index_dim] and input.q [Tq, nq, hd] (act dtype), input.k_scale,
+  // input.v_scale [1 or nkv] F32 and cache.<buffer> (the sparse layer, written). Expected and
+  // result: the indexer's topk_ids [Tq, nkv, topk] I32 (ids ascending, then -1), attention's out
+  // [Tq, nq, hd] (out_dtype) over the reference's selection.
+
+  void encode_case(PreparedCase& pc, TensorWriter& out) const override {
+    auto& rp = static_cast<ReadPrepared&>(pc);
+    const ReadCase& rc = rp.rc;
+    spec::Metadata& m = out.metadata();
+    spec::write_config(rc.config, m);
+    const auto text = [](std::int64_t v) { return std::to_string(v); };
+    m["requests"] = text(rc.batch.num_requests());
+    m["max_blocks"] = text(rc.batch.max_blocks);
+    m["queries"] = text(rc.batch.num_queries());
+    m["num_index_heads"] = text(rc.indexer.num_index_heads);
+    m["num_q_heads"] = text(rc.attention.num_q_heads);
+    m["sparse_block"] = text(rc.indexer.sparse_block);
+    m["topk"] = text(rc.indexer.topk);
+    m["init_blocks"] = text(rc.indexer.init_blocks);
+    m["local_blocks"] = text(rc.indexer.local_blocks);
+    m["index_nan"] = spec::name_of(rc.indexer.index_nan);
+    m["index_score_scale"] = spec::name_of(rc.indexer.score_scale);
+    m["sm_scale"] = spec::floats_text(std::vector<float>{rc.attention.sm_scale});
+    m["out_dtype"] = spec::name_of(rc.attention.out_dtype);
+    out.put_i32("input.block_table", {rc.batch.num_requests(), rc.batch.max_blocks},
+                rc.batch.block_table);
+    out.put_i64("input.seq_lens", {rc.batch.num_requests()}, rc.batch.seq_lens);
+    out.put_i64("input.query_start_loc", {rc.batch.num_requests() + 1}, rc.batch.query_start_loc);
+    out.put_host("input.index_q", rc.index_q);
+    out.put_host("input.q", rc.q);
+    out.put_f32("input.k_scale", rc.k_scale);
+    out.put_f32("input.v_scale", rc.v_scale);
+    out.put_caches("cache.", rc.caches);
+    const NamedTensor answer = reference_answer(rp);
+    out.put("expected." + answer.name, answer.dtype, answer.shape, answer.bytes);
+  }
+
+  std::unique_ptr<PreparedCase> decode_case(TensorReader& in, std::uint64_t seed) const override {
+    spec::MetadataReader& m = in.metadata();
+    ReadCase rc;
+    rc.seed = seed;
+    rc.config = spec::read_config(m);
+    const spec::CacheGeometry& g = rc.config.geometry;
+    const std::int64_t nreq = case_count(m, "requests");
+    rc.batch.max_blocks = case_count(m, "max_blocks");
+    const std::int64_t queries = case_count(m, "queries");
+    rc.indexer.num_index_heads = case_count(m, "num_index_heads");
+    rc.attention.num_q_heads = case_count(m, "num_q_heads");
+    rc.indexer.sparse_block = rc.attention.sparse_block = case_count(m, "sparse_block");
+    rc.indexer.topk = case_count(m, "topk");
+    rc.indexer.init_blocks = case_count(m, "init_blocks");
+    rc.indexer.local_blocks = case_count(m, "local_blocks");
+    rc.indexer.index_nan = m.choice<spec::IndexNan>("index_nan");
+    rc.indexer.score_scale = m.choice<spec::IndexScoreScale>("index_score_scale");
+    const std::vector<float> sm = m.floats("sm_scale");
+    if (sm.size() != 1) {
+      throw spec::InvalidInput("__metadata__ 'sm_scale'", -1, m.text("sm_scale"),
+                               "expected one float32 (0: the default)");
+    }
+    rc.attention.sm_scale = sm.front();
+    rc.attention.out_dtype = m.choice<spec::DType>("out_dtype");
+    if (rc.config.layers != std::vector<spec::LayerKind>{spec::LayerKind::kSparse}) {
+      throw spec::InvalidInput("__metadata__ 'layers'", -1, m.text("layers"),
+                               "a read case is one sparse layer: expected S");
+    }
+    rc.batch.block_table = in.take_i32("input.block_table", {nreq, rc.batch.max_blocks});
+    rc.batch.seq_lens = in.take_i64("input.seq_lens", {nreq});
+    rc.batch.query_start_loc = in.take_i64("input.query_start_loc", {nreq + 1});
+    // The batch's own bounds first, so that validate_batch's arithmetic stays in range.
+    const std::int64_t max_seq = rc.batch.max_blocks * std::min(g.block_size, kMaxCaseCount);
+    for (std::int64_t r = 0; r <= nreq; ++r) {
+      const std::int64_t at = rc.batch.query_start_loc[static_cast<std::size_t>(r)];
+      const std::int64_t before =
+          r == 0 ? 0 : rc.batch.query_start_loc[static_cast<std::size_t>(r - 1)];
+      if (at < before || at > queries || (r == nreq && at != queries) || (r == 0 && at != 0)) {
+        throw spec::InvalidInput("tensor 'input.query_start_loc'", r, std::to_string(at),
+                                 "expected non-decreasing from 0 to __metadata__ 'queries' = " +
+                                     std::to_string(queries));
+      }
+      const std::int64_t seq = r < nreq ? rc.batch.seq_lens[static_cast<std::size_t>(r)] : 0;
+      if (seq < 0 || seq > max_seq) {
+        throw spec::InvalidInput(
+            "tensor 'input.seq_lens'", r, std::to_string(seq),
+            "expected in [0, max_blocks * block_size = " + std::to_string(max_seq) + "]");
+      }
+    }
+    rc.index_q = in.take_host("input.index_q", rc.config.act_dtype,
+                              {queries, rc.indexer.num_index_heads, g.index_dim});
+    rc.q = in.take_host("input.q", rc.config.act_dtype,
+                        {queries, rc.attention.num_q_heads, g.head_dim});
+    const std::int64_t nscale = rc.config.kv.per_head_scale ? g.num_kv_heads : 1;
+    rc.k_scale = in.take_f32("input.k_scale", nscale);
+    rc.v_scale = in.take_f32("input.v_scale", nscale);
+    validate_as("input.", [&] {
+      spec::validate_batch(rc.config, rc.batch);
+      spec::validate_indexer(rc.config, rc.indexer);
+      spec::validate_attention(rc.config, rc.attention);
+      spec::validate_scales(rc.config, rc.k_scale, "k_scale");
+      spec::validate_scales(rc.config, rc.v_scale, "v_scale");
+    });
+    rc.caches = in.take_caches("cache.", rc.config, spec::LayerKind::kSparse);
+    auto c = std::make_unique<ReadPrepared>(std::move(rc), std::nullopt);
+    const NamedTensor answer = reference_answer(*c);
+    check_expected(in, answer.name, answer.dtype, answer.shape, answer.bytes);
+    return c;
+  }
+
+  void encode_answer(Subject& subject, PreparedCase& pc, TensorWriter& out) const override {
+    auto& rp = static_cast<ReadPrepared&>(pc);
+    if (op_ == spec::Op::kIndexer) {
+      const std::vector<std::int32_t> ids = subject.indexer(rp.rc);
+      const std::vector<std::int64_t> shape = topk_shape(rp.rc);
+      const bool whole = static_cast<std::int64_t>(ids.size()) == shape[0] * shape[1] * shape[2];
+      out.put_i32("topk_ids", whole ? shape : std::vector<std::int64_t>{std::ssize(ids)}, ids);
+    } else {
+      out.put_host("out", subject.attention(rp.rc, rp.expectation.attended()));
+    }
+  }
+
+  void answer_from(const TensorSet& result, PreparedCase& pc,
+                   SubjectFunctions& into) const override {
+    const NamedTensor answer = reference_answer(static_cast<ReadPrepared&>(pc));
+    const std::vector<std::uint8_t> bytes = tensors_by_name(result).at(answer.name);
+    if (op_ == spec::Op::kIndexer) {
+      std::vector<std::int32_t> ids(bytes.size() / sizeof(std::int32_t));
+      if (!ids.empty()) std::memcpy(ids.data(), bytes.data(), ids.size() * sizeof(std::int32_t));
+      into.indexer = [ids](const ReadCase&) { return ids; };
+    } else {
+      const spec::HostTensor out{static_cast<ReadPrepared&>(pc).rc.attention.out_dtype,
+                                 answer.shape, bytes};
+      into.attention = [out](const ReadCase&, const reference::TopkSelection*) { return out; };
+    }
+  }
+
  private:
+  static std::vector<std::int64_t> topk_shape(const ReadCase& rc) {
+    return {rc.batch.num_queries(), rc.config.geometry.num_kv_heads, rc.indexer.topk};
+  }
+
+  /// The reference's answer to this op of the case, named as a result holds it.
+  NamedTensor reference_answer(ReadPrepared& rp) const {
+    if (op_ == spec::Op::kIndexer) {
+      const std::vector<std::int32_t>& ids = rp.expectation.selection().ids;
+      std::vector<std::uint8_t> bytes(ids.size() * sizeof(std::int32_t));
+      if (!ids.empty()) std::memcpy(bytes.data(), ids.data(), bytes.size());
+      return {"topk_ids", TensorDType::kI32, topk_shape(rp.rc), std::move(bytes)};
+    }
+    const spec::HostTensor& out = rp.expectation.exact();
+    return {"out", tensor_dtype(out.dtype), out.shape, out.bytes};
+  }
+
   spec::Op op_;
 };
 

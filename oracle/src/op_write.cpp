@@ -1,5 +1,6 @@
 // The write op (SPEC 4): one random step's writes over every layer of a layer mix, diffed byte for
 // byte over whole buffers, guards included, against the reference.
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -18,6 +19,15 @@ namespace {
 struct WritePrepared final : PreparedCase {
   explicit WritePrepared(WriteCase c)
       : wc(std::move(c)), layout(wc.config), poisoned(oracle::make_model_caches(layout)) {
+    answer();
+  }
+  /// A case with the given initial caches (a case file's).
+  WritePrepared(WriteCase c, std::vector<spec::LayerCaches> initial)
+      : wc(std::move(c)), layout(wc.config), poisoned(std::move(initial)) {
+    answer();
+  }
+  /// The reference's answer.
+  void answer() {
     expected = poisoned;
     for (std::size_t l = 0; l < wc.writes.size(); ++l)
       reference::write_layer(wc.config, wc.writes[l], expected[l]);
@@ -188,6 +198,116 @@ class WriteDriver final : public OpDriver {
     answer->run_outcome = ran.outcome;
     answer->run_error = ran.report;
     return answer;
+  }
+
+  // Case file: metadata the configuration, allocator, padding, tokens (T), source_rows (rows),
+  // requests (R) and request_blocks (M); tensors input.request.context, .q_len [R] and
+  // .block_table [R, M] (I64, -1 past a request's blocks); per layer l, input.layer.l.* (a write
+  // call, put_layer_write), cache.layer.l.<buffer> (the poisoned caches, guards included) and
+  // expected.cache.layer.l.<buffer>. The result: cache.layer.l.<buffer> after the writes.
+
+  void encode_case(PreparedCase& pc, TensorWriter& out) const override {
+    const auto& c = static_cast<const WritePrepared&>(pc);
+    const WriteCase& wc = c.wc;
+    spec::Metadata& m = out.metadata();
+    spec::write_config(wc.config, m);
+    m["allocator"] = spec::name_of(wc.allocator);
+    m["padding"] = std::to_string(wc.padding);
+    m["tokens"] = std::to_string(wc.writes.front().slots.slots.size());
+    m["source_rows"] = std::to_string(wc.writes.front().k.shape.at(0));
+    std::size_t blocks = 0;
+    for (const StepRequest& r : wc.requests) blocks = std::max(blocks, r.block_table.size());
+    const auto nreq = static_cast<std::int64_t>(wc.requests.size());
+    m["requests"] = std::to_string(nreq);
+    m["request_blocks"] = std::to_string(blocks);
+    std::vector<std::int64_t> context, q_len, table;
+    for (const StepRequest& r : wc.requests) {
+      context.push_back(r.context);
+      q_len.push_back(r.q_len);
+      table.insert(table.end(), r.block_table.begin(), r.block_table.end());
+      table.resize(table.size() + blocks - r.block_table.size(), -1);
+    }
+    out.put_i64("input.request.context", {nreq}, context);
+    out.put_i64("input.request.q_len", {nreq}, q_len);
+    out.put_i64("input.request.block_table", {nreq, static_cast<std::int64_t>(blocks)}, table);
+    for (std::size_t l = 0; l < wc.writes.size(); ++l) {
+      put_layer_write(out, layer_prefix("input", l), wc.config, wc.writes[l]);
+      out.put_caches(layer_prefix("cache", l), c.poisoned[l]);
+      out.put_caches(layer_prefix("expected.cache", l), c.expected[l]);
+    }
+  }
+
+  std::unique_ptr<PreparedCase> decode_case(TensorReader& in, std::uint64_t seed) const override {
+    spec::MetadataReader& m = in.metadata();
+    WriteCase wc;
+    wc.seed = seed;
+    wc.config = spec::read_config(m);
+    wc.allocator = m.choice<AllocatorShape>("allocator");
+    wc.padding = case_count(m, "padding");
+    const std::int64_t tokens = case_count(m, "tokens");
+    const std::int64_t rows = case_count(m, "source_rows");
+    const std::int64_t nreq = case_count(m, "requests");
+    const std::int64_t blocks = case_count(m, "request_blocks");
+    const std::vector<std::int64_t> context = in.take_i64("input.request.context", {nreq});
+    const std::vector<std::int64_t> q_len = in.take_i64("input.request.q_len", {nreq});
+    const std::vector<std::int64_t> table =
+        in.take_i64("input.request.block_table", {nreq, blocks});
+    std::int64_t written = wc.padding;
+    for (std::int64_t r = 0; r < nreq; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      for (const auto& [part, counts] : {std::pair{"context", &context}, {"q_len", &q_len}}) {
+        const std::int64_t v = (*counts)[i];
+        if (v < 0 || v > kMaxCaseCount) {
+          throw spec::InvalidInput("tensor 'input.request." + std::string(part) + "'", r,
+                                   std::to_string(v), "expected a token count in [0, 2^30]");
+        }
+      }
+      written += q_len[i];
+      // The row's blocks, up to its first -1.
+      const auto row = table.begin() + static_cast<std::ptrdiff_t>(i) * blocks;
+      wc.requests.push_back({context[i], q_len[i], {row, std::find(row, row + blocks, -1)}});
+    }
+    if (written != tokens) {
+      throw spec::InvalidInput(
+          "tensor 'input.request.q_len'", -1, std::to_string(written - wc.padding),
+          "the requests' tokens plus __metadata__ 'padding' must be __metadata__ 'tokens' = " +
+              std::to_string(tokens));
+    }
+    std::vector<spec::LayerCaches> initial;
+    for (std::size_t l = 0; l < wc.config.layers.size(); ++l) {
+      const spec::LayerKind kind = wc.config.layers[l];
+      wc.writes.push_back(
+          take_layer_write(in, layer_prefix("input", l), wc.config, kind, rows, tokens));
+      initial.push_back(in.take_caches(layer_prefix("cache", l), wc.config, kind));
+    }
+    auto c = std::make_unique<WritePrepared>(std::move(wc), std::move(initial));
+    for (std::size_t l = 0; l < c->expected.size(); ++l)
+      check_expected_caches(in, layer_prefix("cache", l), c->expected[l]);
+    return c;
+  }
+
+  void encode_answer(Subject& subject, PreparedCase& pc, TensorWriter& out) const override {
+    auto& c = static_cast<WritePrepared&>(pc);
+    std::vector<spec::LayerCaches> actual = c.poisoned;
+    for (std::size_t l = 0; l < c.wc.writes.size(); ++l)
+      subject.write_layer(c.wc.config, c.wc.writes[l], actual[l]);
+    for (std::size_t l = 0; l < actual.size(); ++l)
+      out.put_caches(layer_prefix("cache", l), actual[l]);
+  }
+
+  void answer_from(const TensorSet& result, PreparedCase& pc,
+                   SubjectFunctions& into) const override {
+    const auto& c = static_cast<WritePrepared&>(pc);
+    into.write = [&c, tensors = tensors_by_name(result)](const spec::ModelConfig&,
+                                                         const spec::LayerWrite& write,
+                                                         spec::LayerCaches& caches) {
+      // The layer is the one whose write call the campaign passes (the case's own).
+      for (std::size_t l = 0; l < c.wc.writes.size(); ++l) {
+        if (&c.wc.writes[l] == &write)
+          return fill_caches(tensors, layer_prefix("cache", l), caches);
+      }
+      throw spec::FailedToRun("a result file answers only its own case's write calls");
+    };
   }
 
  private:

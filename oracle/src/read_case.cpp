@@ -60,6 +60,9 @@ std::string ReadOverrides::to_flags() const {
   if (adversarial) s << " --adversarial " << (*adversarial ? "true" : "false");
   if (tied_scores) s << " --tied-scores " << (*tied_scores ? "true" : "false");
   if (profile) s << " --profile " << spec::name_of(*profile);
+  if (index_nan) s << " --index-nan " << spec::name_of(*index_nan);
+  if (index_score_scale) s << " --index-score-scale " << spec::name_of(*index_score_scale);
+  if (nan_index_k) s << " --nan-index-k " << (*nan_index_k ? "true" : "false");
   return s.str();
 }
 
@@ -115,6 +118,17 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
       c.geometry.num_kv_heads *
       o.group_size.value_or(pick(rng, std::array<std::int64_t, 4>{1, 2, 4, 16}));
   rc.attention.out_dtype = rng.chance(1, 3) ? spec::DType::kF32 : spec::DType::kBF16;
+  // The later modes (SPEC 5 index_nan, index_score_scale) and NaN index-K rows come from their own
+  // stream, so that every older seed keeps its case (with the contract's defaults). Drawn first,
+  // then overridden, so that an override leaves the other draws alone.
+  SplitMix64 later(reference::mix64(seed ^ 0x1DE7A5ull));
+  const auto drawn_nan = pick(
+      later, std::array{spec::IndexNan::kSkip, spec::IndexNan::kFirst, spec::IndexNan::kLowest});
+  const auto drawn_scale =
+      later.chance(1, 2) ? spec::IndexScoreScale::kOne : spec::IndexScoreScale::kRsqrtDim;
+  const bool nan_index_k = o.nan_index_k.value_or(later.chance(1, 4));
+  rc.indexer.index_nan = o.index_nan.value_or(drawn_nan);
+  rc.indexer.score_scale = o.index_score_scale.value_or(drawn_scale);
 
   // Requests: lengths up to max_seq_len; query lengths of decode (1), MTP (2-4) or a prefill chunk;
   // one in five a padded row (seq_len 0).
@@ -187,6 +201,22 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
         generated(gen, GenTensor::kV, keys, nkv, c.geometry.head_dim, adversarial ? 1000.0f : 0.0f);
     w.index_k = generated(gen, GenTensor::kIndexK, keys, 1, c.geometry.index_dim, 0.0f);
     w.index_k.shape = {static_cast<std::int64_t>(keys.size()), c.geometry.index_dim};
+    if (nan_index_k) {
+      // One to three tokens get a NaN in one index dim: their token scores are NaN in every head,
+      // and the blocks holding them are where the index_nan rules differ (blockscale keeps the
+      // NaN too: amax ignores it and the cast stores e4m3's NaN).
+      const std::size_t eb = spec::dtype_bytes(c.act_dtype);
+      const std::uint32_t nan_code =
+          reference::encode(std::nanf(""), c.act_dtype, spec::Saturation::kSatFinite);
+      const auto last_key = static_cast<std::int64_t>(keys.size()) - 1;
+      for (std::int64_t n = later.uniform(1, 3); n > 0; --n) {
+        const auto k = static_cast<std::size_t>(later.uniform(0, last_key));
+        const auto d = static_cast<std::size_t>(later.uniform(0, c.geometry.index_dim - 1));
+        reference::store_code(
+            nan_code, c.act_dtype,
+            &w.index_k.bytes[(k * static_cast<std::size_t>(c.geometry.index_dim) + d) * eb]);
+      }
+    }
     w.slots = slots;
     w.k_scale = rc.k_scale;
     w.v_scale = rc.v_scale;

@@ -190,13 +190,10 @@ TopkDiff diff_topk_tie_aware(const reference::TopkSelection& e, const truth::Sco
                     " ids chosen, expected k_eff = " + std::to_string(d.k_eff);
       }
       if (d.problem.empty()) {
-        std::set<std::int32_t> forced;
-        for (std::int64_t j = 0; j < d.n_valid; ++j) {
-          if (j < p.init_blocks || j >= d.n_valid - p.local_blocks)
-            forced.insert(static_cast<std::int32_t>(j));
-        }
-        for (std::int32_t j : forced) {
-          if (static_cast<std::int64_t>(forced.size()) <= d.k_eff && !chosen.count(j)) {
+        const reference::ForcedBlocks f = reference::forced_blocks(
+            d.n_valid, d.k_eff, p, [&](std::int64_t j) { return e.score(q, g, j); });
+        for (std::int32_t j : f.forced) {
+          if (f.room && !chosen.count(j)) {
             d.problem = "forced block " + std::to_string(j) + " missing";
             break;
           }

@@ -96,6 +96,7 @@ TopkSelection indexer_topk(const spec::ModelConfig& c, const spec::IndexerParams
   check_tensor(index_q, "index_q", c.act_dtype, tq, p.num_index_heads, dim);
   const PagedCacheLayout layout(c);
   check_layer_caches(layout, spec::LayerKind::kSparse, caches);
+  const float factor = spec::index_score_factor(p.score_scale, dim);
 
   TopkSelection sel;
   sel.num_queries = tq;
@@ -124,10 +125,11 @@ TopkSelection indexer_topk(const spec::ModelConfig& c, const spec::IndexerParams
         const std::vector<float> iq = row_of(index_q, head_row(q, h, p.num_index_heads), dim);
         for (std::int64_t j = 0; j < n_valid; ++j) {
           // Head h's block score: max of the token scores of block j's valid tokens, ascending t,
-          // first max wins; the NaN block score if one of them is NaN.
-          HeadBlockScore<float> head;
+          // first max wins; NaN token scores by the index_nan rule. A token score is
+          // fl(dot * factor), the factor 1 or fl(index_dim^-0.5) (index_score_scale).
+          HeadBlockScore<float> head(p.index_nan);
           for (std::int64_t t = j * p.sparse_block; t < (j + 1) * p.sparse_block && t <= pos; ++t)
-            head.add(canonical_dot(iq, ik[static_cast<std::size_t>(t)]));
+            head.add(canonical_dot(iq, ik[static_cast<std::size_t>(t)]) * factor);
           group[static_cast<std::size_t>(j)].add(head.value());
         }
       }

@@ -58,6 +58,12 @@ void validate_batch(const ModelConfig& c, const ReadBatch& b) {
   }
 }
 
+float index_score_factor(IndexScoreScale scale, std::int64_t index_dim) {
+  if (scale == IndexScoreScale::kOne) return 1.0f;
+  // As the engines compute it: index_dim ** -0.5 in double (Python), handed to an fp32 kernel.
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(index_dim)));
+}
+
 void validate_indexer(const ModelConfig& c, const IndexerParams& p) {
   auto require = [](bool ok, const char* field, std::int64_t v, const char* why) {
     if (!ok) throw InvalidInput(field, -1, std::to_string(v), why);

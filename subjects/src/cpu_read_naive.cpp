@@ -52,6 +52,8 @@ std::vector<std::int32_t> naive_indexer(const spec::ModelConfig& config,
   const auto rows = reference::query_rows(batch);
   const std::int64_t nkv = config.geometry.num_kv_heads, dim = config.geometry.index_dim;
   const std::int64_t per_group = p.num_index_heads / nkv;
+  const float factor = spec::index_score_factor(p.score_scale, dim);
+  const spec::IndexNan nan_rule = m.nan_first ? spec::IndexNan::kFirst : p.index_nan;
   std::vector<std::int32_t> ids;
   for (std::size_t qi = 0; qi < rows.size(); ++qi) {
     const auto& row = rows[qi];
@@ -66,15 +68,31 @@ std::vector<std::int32_t> naive_indexer(const spec::ModelConfig& config,
     for (std::int64_t t = 0; t < visible; ++t)
       ik.push_back(reference::read_index_k(config, batch, caches, row.request, t));
     for (std::int64_t g = 0; g < nkv; ++g) {
-      std::vector<float> scores(static_cast<std::size_t>(std::max<std::int64_t>(n_valid, 0)),
-                                -INFINITY);
+      const auto blocks = static_cast<std::size_t>(std::max<std::int64_t>(n_valid, 0));
+      std::vector<float> scores(blocks, -INFINITY);
       for (std::int64_t h = g * per_group; h < (g + 1) * per_group; ++h) {
         const std::vector<float> iq =
             row_of(index_q, static_cast<std::int64_t>(qi) * p.num_index_heads + h, dim);
+        // This head's block maxima over its finite-or-infinite token scores, and which blocks saw
+        // a NaN token score; then the index_nan rule, then the max into the group's scores.
+        std::vector<float> best(blocks, -INFINITY);
+        std::vector<char> saw_nan(blocks, 0), saw_number(blocks, 0);
         for (std::int64_t t = 0; t < visible; ++t) {
-          const float s = naive_dot(iq, ik[static_cast<std::size_t>(t)]);
-          float& b = scores[static_cast<std::size_t>(t / p.sparse_block)];
-          b = std::isnan(s) ? reference::kNanBlockScore : std::max(b, s);
+          const float s = naive_dot(iq, ik[static_cast<std::size_t>(t)]) * factor;
+          const auto j = static_cast<std::size_t>(t / p.sparse_block);
+          if (std::isnan(s)) {
+            saw_nan[j] = 1;
+          } else {
+            saw_number[j] = 1;
+            best[j] = std::max(best[j], s);
+          }
+        }
+        for (std::size_t j = 0; j < blocks; ++j) {
+          float b = best[j];
+          if (saw_nan[j] && (nan_rule != spec::IndexNan::kSkip || !saw_number[j])) {
+            b = nan_rule == spec::IndexNan::kFirst ? INFINITY : -1e30f;
+          }
+          scores[j] = std::max(scores[j], b);
         }
       }
       for (std::int64_t j = 0; j < n_valid; ++j) {

@@ -1175,7 +1175,8 @@ TEST(PlantedBug, TruncatedSlotMinusOneCorruptsTheNeighbouringHead) {
 
 // Each write fault, as the mutation catalogue runs it (the factories of cuda_subjects.hpp), is
 // caught by the campaign on the cases it needs, and none of them faults the CUDA context: the
-// stray row of trunc_div_negative_slot stays in memory the host path owns.
+// stray row of trunc_div_negative_slot stays in memory the host path owns (the device mirror):
+// a mismatch where it lands in a guard band, failed-to-run naming its body offset past one.
 TEST(PlantedBug, CampaignCatchesEachWriteFault) {
   KVO_REQUIRE_GPU();
   oracle::SubjectList subjects;
@@ -1192,11 +1193,19 @@ TEST(PlantedBug, CampaignCatchesEachWriteFault) {
     ASSERT_EQ(r.subjects.size(), 1u);
     const oracle::SubjectSummary& sum = r.subjects[0];
     EXPECT_GT(sum.count(spec::Outcome::kMismatch), 0) << r.summary();
-    EXPECT_EQ(sum.count(spec::Outcome::kFailedToRun), 0) << r.summary();
+    // A write one token stride before the body lands in the guard band (a mismatch) when the
+    // stride fits in it, else in the device mirror's margin: failed-to-run naming the body offset.
+    if (sum.count(spec::Outcome::kFailedToRun) > 0) {
+      EXPECT_STREQ(name, "cuda-trunc-div-slot") << r.summary();
+    }
     EXPECT_EQ(sum.count(spec::Outcome::kUnsupported), 0) << r.summary();
-    std::printf("[planted] %s: %lld of %lld cases caught\n", name,
+    std::printf("[planted] %s: %lld of %lld cases caught (%lld mismatch, %lld failed to run)\n",
+                name,
+                static_cast<long long>(sum.count(spec::Outcome::kMismatch) +
+                                       sum.count(spec::Outcome::kFailedToRun)),
+                static_cast<long long>(sum.cases),
                 static_cast<long long>(sum.count(spec::Outcome::kMismatch)),
-                static_cast<long long>(sum.cases));
+                static_cast<long long>(sum.count(spec::Outcome::kFailedToRun)));
   }
 }
 

@@ -3,7 +3,8 @@
 #   2. move the tree to WORK_DIR/prefix (the package must be relocatable) and check that no file of
 #      its CMake package names the source or build tree;
 #   3. configure examples/cpp against the moved prefix with find_package(kvoracle CONFIG), build it
-#      and run its tests (each kernel correct, and with a planted bug that must fail).
+#      and run its tests (each kernel correct, and with a planted bug that must fail; built with
+#      CUDA, the CUDA twins compile too and their tests skip without a GPU).
 # Arguments (-D): BUILD_DIR SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER CXX_FLAGS LINKER_FLAGS
 # BUILD_TYPE, and CUDA_ROOT when kvoracle was built with CUDA.
 cmake_minimum_required(VERSION 3.25)
@@ -40,7 +41,9 @@ set(configure ${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/cpp -B ${WORK_DIR}/exam
     -DCMAKE_BUILD_TYPE=${BUILD_TYPE} "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
     "-DCMAKE_EXE_LINKER_FLAGS=${LINKER_FLAGS}")
 if(CUDA_ROOT)
-  list(APPEND configure -DCUDAToolkit_ROOT=${CUDA_ROOT})
+  # The example's CUDA twins compile with the toolkit kvoracle was built with (nvcc need not be on
+  # the PATH ctest runs with).
+  list(APPEND configure -DCUDAToolkit_ROOT=${CUDA_ROOT} -DCMAKE_CUDA_COMPILER=${CUDA_ROOT}/bin/nvcc)
 endif()
 run("configure examples/cpp" ${configure})
 run("build examples/cpp" ${CMAKE_COMMAND} --build ${WORK_DIR}/example)

@@ -246,20 +246,18 @@ RC_GTEST_PROP(ReadPath, TopkInvariantsHold, ()) {
         RC_ASSERT(ascending);
         RC_ASSERT(s.score(q, g, id) >= scores[static_cast<std::size_t>(k_eff - 1)]);  // >= k_eff-th
       }
-      // Forced blocks (init, local) are all present when there is room for them; otherwise every
-      // chosen block is a forced one.
-      std::set<std::int32_t> forced;
-      for (std::int64_t j = 0; j < n_valid; ++j) {
-        if (j < rc.indexer.init_blocks || j >= n_valid - rc.indexer.local_blocks)
-          forced.insert(static_cast<std::int32_t>(j));
-      }
-      const bool room = static_cast<std::int64_t>(forced.size()) <= k_eff;
-      for (std::int32_t j : forced) {
+      // Forced blocks (init, local) are all present when there is room for them and for the
+      // blocks that outrank them (index_nan first's NaN blocks); otherwise every chosen block is
+      // one of those.
+      const reference::ForcedBlocks fb = reference::forced_blocks(
+          n_valid, k_eff, rc.indexer, [&](std::int64_t j) { return s.score(q, g, j); });
+      const bool room = fb.room;
+      for (std::int32_t j : fb.forced) {
         const bool present = !room || seen.count(j) == 1u;
         RC_ASSERT(present);
       }
       for (std::int32_t j : seen) {
-        const bool forced_only = room || forced.count(j) == 1u;
+        const bool forced_only = room || fb.forced.count(j) == 1u || fb.outranking.count(j) == 1u;
         RC_ASSERT(forced_only);
       }
     }

@@ -9,6 +9,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../common/tiny.hpp"
@@ -82,24 +83,60 @@ NanCase nan_case(const std::vector<std::pair<float, float>>& ik, std::pair<float
   return n;
 }
 
-// SPEC 5: the NaN rule is per index head. Head 0 has a NaN token score in block 0 (0 * inf) and
-// scores 1 in block 1; head 1 scores -inf on that token, and 6 and 2 elsewhere. Head 0's block 0 is
-// the NaN block score, so the KV group's block 0 is max(-1e30, 6) = 6 in the reference, and must be
-// in the truth too (a truth that flags NaN per KV group gives -1e30).
+// SPEC 5: the NaN rule is per index head. Head 0 has a NaN token score in block 0 (0 * inf) beside
+// 3, 1 and 2, and scores 1 in block 1; head 1 scores -inf on that token, and 6 and 2 elsewhere.
+// Head 0's block 0 is 3 (skip), +inf (first) or -1e30 (lowest), so the KV group's block 0 is 6,
+// +inf and 6, in the reference and in the truth (a truth that flags NaN per KV group gives -1e30
+// for lowest).
 TEST(IndexerTruth, NanRuleIsPerIndexHeadAsInTheReference) {
   const std::vector<std::pair<float, float>> ik{{0, 3}, {kInf, 0}, {0, 1}, {0, 2},
                                                 {0, 1}, {0, 1},    {0, 1}, {0, 1}};
-  const NanCase n = nan_case(ik, {0, 1}, {-1, 2});
-  const TopkSelection ref =
-      reference::indexer_topk(n.config, n.params, n.batch, n.index_q, n.caches);
-  ASSERT_EQ(ref.score(0, 0, 0), 6.0f);  // max(head 0: NaN block -1e30, head 1: 6)
-  ASSERT_EQ(ref.score(0, 0, 1), 2.0f);  // max(1, 2)
-  for (Ordering o : {Ordering::kCanonical, Ordering::kForeign}) {
-    const ScoreTruth truth = indexer_truth(n.config, n.params, n.batch, n.index_q, n.caches, o);
-    for (std::int64_t j = 0; j < 2; ++j) {
-      const std::size_t at = reference::score_index(0, 0, j, 1, ref.max_blocks);
-      EXPECT_EQ(truth.scores[at], static_cast<double>(ref.score(0, 0, j)))
-          << "block " << j << ", " << spec::name_of(o);
+  for (const auto& [rule, block0] :
+       {std::pair{spec::IndexNan::kSkip, 6.0f}, std::pair{spec::IndexNan::kFirst, kInf},
+        std::pair{spec::IndexNan::kLowest, 6.0f}}) {
+    NanCase n = nan_case(ik, {0, 1}, {-1, 2});
+    n.params.index_nan = rule;
+    const TopkSelection ref =
+        reference::indexer_topk(n.config, n.params, n.batch, n.index_q, n.caches);
+    ASSERT_EQ(ref.score(0, 0, 0), block0) << spec::name_of(rule);
+    ASSERT_EQ(ref.score(0, 0, 1), 2.0f) << spec::name_of(rule);  // max(1, 2)
+    for (Ordering o : {Ordering::kCanonical, Ordering::kForeign}) {
+      const ScoreTruth truth = indexer_truth(n.config, n.params, n.batch, n.index_q, n.caches, o);
+      for (std::int64_t j = 0; j < 2; ++j) {
+        const std::size_t at = reference::score_index(0, 0, j, 1, ref.max_blocks);
+        EXPECT_EQ(truth.scores[at], static_cast<double>(ref.score(0, 0, j)))
+            << "block " << j << ", " << spec::name_of(o) << ", " << spec::name_of(rule);
+      }
+    }
+  }
+}
+
+// The three NaN rules decide the selection when both heads see the NaN token: block 0's token
+// scores are 3, NaN, 1, 2 and block 1's all 1; with topk 1, skip keeps block 0 (3 > 1), first keeps
+// it (+inf), lowest gives it -1e30 and keeps block 1. index_score_scale rsqrt_dim multiplies every
+// token score by fl(8^-0.5) in fp32, which keeps the order.
+TEST(IndexerReference, NanRulesAndScoreScaleByHand) {
+  const std::vector<std::pair<float, float>> ik{{0, 3}, {kInf, 0}, {0, 1}, {0, 2},
+                                                {0, 1}, {0, 1},    {0, 1}, {0, 1}};
+  const float f = spec::index_score_factor(spec::IndexScoreScale::kRsqrtDim, 8);
+  EXPECT_EQ(f, static_cast<float>(1.0 / std::sqrt(8.0)));
+  EXPECT_EQ(spec::index_score_factor(spec::IndexScoreScale::kOne, 8), 1.0f);
+  for (const auto& [rule, block0, kept] :
+       {std::tuple{spec::IndexNan::kSkip, 3.0f, 0}, std::tuple{spec::IndexNan::kFirst, kInf, 0},
+        std::tuple{spec::IndexNan::kLowest, -1e30f, 1}}) {
+    for (const spec::IndexScoreScale scale :
+         {spec::IndexScoreScale::kOne, spec::IndexScoreScale::kRsqrtDim}) {
+      NanCase n = nan_case(ik, {0, 1}, {0, 1});
+      n.params.index_nan = rule;
+      n.params.score_scale = scale;
+      n.params.topk = 1;
+      const float factor = spec::index_score_factor(scale, 8);
+      const TopkSelection ref =
+          reference::indexer_topk(n.config, n.params, n.batch, n.index_q, n.caches);
+      const float want0 = std::isfinite(block0) && block0 > -1e29f ? block0 * factor : block0;
+      EXPECT_EQ(ref.score(0, 0, 0), want0) << spec::name_of(rule) << " " << spec::name_of(scale);
+      EXPECT_EQ(ref.score(0, 0, 1), 1.0f * factor) << spec::name_of(rule);
+      EXPECT_EQ(ref.ids[0], kept) << spec::name_of(rule) << " " << spec::name_of(scale);
     }
   }
 }
@@ -138,8 +175,9 @@ RC_GTEST_PROP(IndexerTruth, ReferenceBlockScoresAreWithinTheDerivedBound, ()) {
     for (std::int64_t g = 0; g < s.num_kv_heads; ++g) {
       for (std::int64_t j = 0; j < s.n_valid[static_cast<std::size_t>(q)]; ++j) {
         const std::size_t at = reference::score_index(q, g, j, s.num_kv_heads, s.max_blocks);
-        RC_ASSERT(std::fabs(static_cast<double>(s.score(q, g, j)) - truth.scores[at]) <=
-                  truth.bound[at]);
+        // Equal covers the infinite scores of index_nan first.
+        const double ref = s.score(q, g, j);
+        RC_ASSERT(ref == truth.scores[at] || std::fabs(ref - truth.scores[at]) <= truth.bound[at]);
       }
     }
   }

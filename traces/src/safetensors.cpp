@@ -1,8 +1,12 @@
 #include "kvo/traces/safetensors.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -353,6 +357,39 @@ std::vector<std::uint8_t> build_safetensors(const std::map<std::string, std::str
     pos += t.bytes.size();
   }
   return out;
+}
+
+std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw spec::InvalidInput(what, -1, path.string(), "cannot open the file for reading");
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
+  if (in.bad()) throw spec::InvalidInput(what, -1, path.string(), "read error");
+  return bytes;
+}
+
+void write_file_atomically(const std::vector<std::uint8_t>& bytes,
+                           const std::filesystem::path& path) {
+  std::filesystem::path tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw spec::InvalidInput("output", -1, path.string(), "cannot open for writing");
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    if (!out) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw spec::InvalidInput("output", -1, path.string(), "write failed");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw spec::InvalidInput("output", -1, path.string(), "cannot rename the temporary file");
+  }
 }
 
 }  // namespace kvo::traces

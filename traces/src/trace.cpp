@@ -1,20 +1,13 @@
 #include "kvo/traces/trace.hpp"
 
-#include <unistd.h>
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <cerrno>
-#include <charconv>
-#include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <limits>
-#include <set>
 #include <unordered_set>
 
+#include "kvo/spec/metadata.hpp"
 #include "kvo/spec/outcome.hpp"
 #include "kvo/traces/safetensors.hpp"
 
@@ -55,94 +48,15 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return s + "]";
 }
 
-/// Strict decimal: digits only, no sign, no leading zero, fits int64.
-std::optional<std::int64_t> parse_count(std::string_view text) {
-  if (text.empty() || text.size() > 19) return std::nullopt;
-  if (text.size() > 1 && text[0] == '0') return std::nullopt;
-  std::int64_t v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || v < 0) return std::nullopt;
-  return v;
-}
-
-const std::string& require_key(const std::map<std::string, std::string>& m, const char* key) {
-  const auto it = m.find(key);
-  if (it == m.end()) {
-    throw spec::InvalidInput(std::string("__metadata__ '") + key + "'", -1, "missing",
-                             "required configuration key");
-  }
-  return it->second;
-}
-
-std::int64_t meta_int(const std::map<std::string, std::string>& m, const char* key) {
-  const std::string& v = require_key(m, key);
-  const auto n = parse_count(v);
-  if (!n) {
-    throw spec::InvalidInput(std::string("__metadata__ '") + key + "'", -1, "\"" + v + "\"",
-                             "expected a non-negative decimal integer");
-  }
-  return *n;
-}
-
-bool meta_bool(const std::map<std::string, std::string>& m, const char* key) {
-  const std::string& v = require_key(m, key);
-  if (v == "true") return true;
-  if (v == "false") return false;
-  throw spec::InvalidInput(std::string("__metadata__ '") + key + "'", -1, "\"" + v + "\"",
-                           "expected true or false");
-}
-
-template <class E>
-E meta_enum(const std::map<std::string, std::string>& m, const char* key) {
-  const std::string& v = require_key(m, key);
-  const auto e = spec::parse_enum<E>(v);
-  if (!e) {
-    throw spec::InvalidInput(std::string("__metadata__ '") + key + "'", -1, "\"" + v + "\"",
-                             "expected one of " + spec::enum_choices<E>());
-  }
-  return *e;
-}
-
-std::vector<float> meta_scales(const std::map<std::string, std::string>& m, const char* key) {
-  const std::string& v = require_key(m, key);
-  std::vector<float> out;
-  std::size_t at = 0;
-  while (true) {
-    const std::size_t comma = std::min(v.find(',', at), v.size());
-    const std::string item = v.substr(at, comma - at);
-    char* end = nullptr;
-    errno = 0;
-    const float x = item.empty() ? 0.0f : std::strtof(item.c_str(), &end);
-    if (item.empty() || end != item.c_str() + item.size() || errno == ERANGE ||
-        std::isspace(static_cast<unsigned char>(item[0]))) {
-      throw spec::InvalidInput(std::string("__metadata__ '") + key + "'",
-                               static_cast<std::int64_t>(out.size()), "\"" + item + "\"",
-                               "expected comma-separated float32 scales");
-    }
-    out.push_back(x);
-    if (comma == v.size()) break;
-    at = comma + 1;
-    if (out.size() > 4096) break;
-  }
-  return out;
-}
-
-/// An optional key read with one of the required-key readers, or `fallback` when absent.
-template <class T, class Read>
-T meta_optional(const std::map<std::string, std::string>& m, const char* key, T fallback,
-                Read read) {
-  return m.count(key) ? read(m, key) : fallback;
-}
-
 /// Largest head count, top-k or block count read from metadata: far beyond any model, small
 /// enough that a hostile file cannot make read replay allocate without bound.
 constexpr std::int64_t kMaxReadParam = std::int64_t{1} << 20;
 
 /// The optional read-side keys; absent ones keep the TraceReadParams defaults.
-TraceReadParams parse_read_params(const std::map<std::string, std::string>& m) {
+TraceReadParams parse_read_params(spec::MetadataReader& m) {
   TraceReadParams r;
   const auto bounded = [&](const char* key, std::int64_t fallback) {
-    const std::int64_t v = meta_optional(m, key, fallback, meta_int);
+    const std::int64_t v = m.optional(key, fallback, &spec::MetadataReader::count);
     if (v > kMaxReadParam) {
       throw spec::InvalidInput(std::string("__metadata__ '") + key + "'", -1, std::to_string(v),
                                "expected at most " + std::to_string(kMaxReadParam));
@@ -156,13 +70,13 @@ TraceReadParams parse_read_params(const std::map<std::string, std::string>& m) {
   r.init_blocks = bounded("init_blocks", r.init_blocks);
   r.local_blocks = bounded("local_blocks", r.local_blocks);
   const std::vector<float> sm =
-      meta_optional(m, "sm_scale", std::vector<float>{r.sm_scale}, meta_scales);
+      m.optional("sm_scale", std::vector<float>{r.sm_scale}, &spec::MetadataReader::floats);
   if (sm.size() != 1) {
-    throw spec::InvalidInput("__metadata__ 'sm_scale'", -1, m.at("sm_scale"),
+    throw spec::InvalidInput("__metadata__ 'sm_scale'", -1, m.text("sm_scale"),
                              "expected one float32 (0: the default)");
   }
   r.sm_scale = sm.front();
-  r.out_dtype = meta_optional(m, "out_dtype", r.out_dtype, meta_enum<spec::DType>);
+  r.out_dtype = m.optional_choice("out_dtype", r.out_dtype);
   r.dense_rotary_dim = bounded("dense_rotary_dim", r.dense_rotary_dim);
   if (r.dense_rotary_dim < 0 || r.dense_rotary_dim % 2 != 0) {
     throw spec::InvalidInput("__metadata__ 'dense_rotary_dim'", -1,
@@ -176,17 +90,6 @@ TraceReadParams parse_read_params(const std::map<std::string, std::string>& m) {
 std::int64_t default_heads(std::int64_t requested, std::int64_t spec_default, std::int64_t nkv) {
   if (requested != 0 || nkv < 1) return requested;
   return (spec_default + nkv - 1) / nkv * nkv;
-}
-
-std::string scales_text(const std::vector<float>& s) {
-  std::string out;
-  for (float x : s) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.9g", static_cast<double>(x));
-    if (!out.empty()) out += ',';
-    out += b;
-  }
-  return out;
 }
 
 IntTensor decode_int(const StTensor& t) {
@@ -370,37 +273,13 @@ std::vector<std::int64_t> TraceStep::starts() const {
 
 std::map<std::string, std::string> trace_metadata(const Trace& t) {
   std::map<std::string, std::string> m = t.extra;
-  const spec::ModelConfig& c = t.config;
-  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
   m["format"] = std::string(kTraceFormat);
   m["engine"] = t.engine;
   m["engine_version"] = t.engine_version;
   m["num_steps"] = std::to_string(t.steps.size());
-  m["layers"] = spec::format_layer_mix(c.layers);
-  m["num_blocks"] = std::to_string(c.geometry.num_blocks);
-  m["block_size"] = std::to_string(c.geometry.block_size);
-  m["num_kv_heads"] = std::to_string(c.geometry.num_kv_heads);
-  m["head_dim"] = std::to_string(c.geometry.head_dim);
-  m["index_dim"] = std::to_string(c.geometry.index_dim);
-  m["act_dtype"] = spec::name_of(c.act_dtype);
-  m["kv_dtype"] = spec::name_of(c.kv.cache_dtype);
-  m["saturation"] = spec::name_of(c.kv.saturation);
-  m["scale_mode"] = spec::name_of(c.kv.scale_mode);
-  m["per_head_scale"] = b(c.kv.per_head_scale);
-  m["via_model_dtype"] = b(c.kv.via_model_dtype);
-  m["layout"] = spec::name_of(c.layout);
-  m["index_layout"] = spec::name_of(c.index.layout);
-  m["index_dtype"] = spec::name_of(c.index.flat_dtype);
-  m["ue8m0"] = b(c.index.ue8m0);
-  // The later modes (kOptionalModeKeys) only when set, so that older traces keep their bytes.
-  if (c.kv.scale_in_model_dtype) m["scale_in_model_dtype"] = b(true);
-  if (c.index.blockscale_scale != spec::BlockScaleFormula::kDivide)
-    m["blockscale_scale"] = spec::name_of(c.index.blockscale_scale);
-  m["slot_mode"] = spec::name_of(c.slot_mode);
-  m["slot_type"] = spec::name_of(c.slot_type);
-  m["separate_index_slots"] = b(c.separate_index_slots);
-  m["k_scale"] = scales_text(t.k_scale);
-  m["v_scale"] = scales_text(t.v_scale);
+  spec::write_config(t.config, m);
+  m["k_scale"] = spec::floats_text(t.k_scale);
+  m["v_scale"] = spec::floats_text(t.v_scale);
   const spec::IndexerParams ip = indexer_params(t);
   const spec::AttentionParams ap = attention_params(t);
   m["num_index_heads"] = std::to_string(ip.num_index_heads);
@@ -409,7 +288,7 @@ std::map<std::string, std::string> trace_metadata(const Trace& t) {
   m["topk"] = std::to_string(ip.topk);
   m["init_blocks"] = std::to_string(ip.init_blocks);
   m["local_blocks"] = std::to_string(ip.local_blocks);
-  m["sm_scale"] = scales_text({ap.sm_scale});
+  m["sm_scale"] = spec::floats_text(std::vector<float>{ap.sm_scale});
   m["out_dtype"] = spec::name_of(ap.out_dtype);
   // Written only when set, so that traces without a fused dense insert keep their bytes.
   if (t.read.dense_rotary_dim != 0) m["dense_rotary_dim"] = std::to_string(t.read.dense_rotary_dim);
@@ -442,41 +321,19 @@ bool Trace::operator==(const Trace& o) const {
 
 Trace parse_trace(std::span<const std::uint8_t> bytes) {
   const StFile file = parse_safetensors(bytes);
-  const auto& m = file.metadata;
+  spec::MetadataReader m(file.metadata);
   Trace t;
-  const std::string& format = require_key(m, "format");
+  const std::string& format = m.text("format");
   if (format != kTraceFormat) {
     throw spec::InvalidInput("__metadata__ 'format'", -1, "\"" + format + "\"",
                              "expected \"" + std::string(kTraceFormat) + "\"");
   }
-  t.engine = require_key(m, "engine");
-  t.engine_version = require_key(m, "engine_version");
-  spec::ModelConfig& c = t.config;
-  c.layers = spec::parse_layer_mix(require_key(m, "layers"));
-  c.geometry.num_blocks = meta_int(m, "num_blocks");
-  c.geometry.block_size = meta_int(m, "block_size");
-  c.geometry.num_kv_heads = meta_int(m, "num_kv_heads");
-  c.geometry.head_dim = meta_int(m, "head_dim");
-  c.geometry.index_dim = meta_int(m, "index_dim");
-  c.act_dtype = meta_enum<spec::DType>(m, "act_dtype");
-  c.kv.cache_dtype = meta_enum<spec::DType>(m, "kv_dtype");
-  c.kv.saturation = meta_enum<spec::Saturation>(m, "saturation");
-  c.kv.scale_mode = meta_enum<spec::ScaleMode>(m, "scale_mode");
-  c.kv.per_head_scale = meta_bool(m, "per_head_scale");
-  c.kv.via_model_dtype = meta_bool(m, "via_model_dtype");
-  c.layout = meta_enum<spec::KvLayout>(m, "layout");
-  c.index.layout = meta_enum<spec::IndexLayout>(m, "index_layout");
-  c.index.flat_dtype = meta_enum<spec::DType>(m, "index_dtype");
-  c.index.ue8m0 = meta_bool(m, "ue8m0");
-  c.kv.scale_in_model_dtype = meta_optional(m, "scale_in_model_dtype", false, meta_bool);
-  c.index.blockscale_scale = meta_optional(m, "blockscale_scale", spec::BlockScaleFormula::kDivide,
-                                           meta_enum<spec::BlockScaleFormula>);
-  c.slot_mode = meta_enum<spec::SlotMode>(m, "slot_mode");
-  c.slot_type = meta_enum<spec::SlotType>(m, "slot_type");
-  c.separate_index_slots = meta_bool(m, "separate_index_slots");
-  spec::validate(c);
-  t.k_scale = meta_scales(m, "k_scale");
-  t.v_scale = meta_scales(m, "v_scale");
+  t.engine = m.text("engine");
+  t.engine_version = m.text("engine_version");
+  t.config = spec::read_config(m);
+  const spec::ModelConfig& c = t.config;
+  t.k_scale = m.floats("k_scale");
+  t.v_scale = m.floats("v_scale");
   spec::validate_scales(c, t.k_scale, "__metadata__ 'k_scale'");
   spec::validate_scales(c, t.v_scale, "__metadata__ 'v_scale'");
   t.read = parse_read_params(m);
@@ -487,19 +344,9 @@ Trace parse_trace(std::span<const std::uint8_t> bytes) {
     throw spec::InvalidInput("__metadata__ '" + e.field() + "'", -1, e.value(),
                              "inconsistent read-side parameter (" + std::string(e.what()) + ")");
   }
-  const std::int64_t num_steps = meta_int(m, "num_steps");
-  static const std::set<std::string> kRequired{
-      "format",          "engine",     "engine_version",       "num_steps",   "layers",
-      "num_blocks",      "block_size", "num_kv_heads",         "head_dim",    "index_dim",
-      "act_dtype",       "kv_dtype",   "saturation",           "scale_mode",  "per_head_scale",
-      "via_model_dtype", "layout",     "index_layout",         "index_dtype", "ue8m0",
-      "slot_mode",       "slot_type",  "separate_index_slots", "k_scale",     "v_scale"};
-  for (const auto& [k, v] : m) {
-    const bool read_key =
-        std::find(kReadParamKeys.begin(), kReadParamKeys.end(), k) != kReadParamKeys.end() ||
-        std::find(kOptionalModeKeys.begin(), kOptionalModeKeys.end(), k) != kOptionalModeKeys.end();
-    if (!kRequired.count(k) && !read_key) t.extra.emplace(k, v);
-  }
+  const std::int64_t num_steps = m.count("num_steps");
+  // Keys of no part of the format are kept verbatim (e.g. a synthetic trace's generator).
+  for (const std::string& k : m.unread()) t.extra.emplace(k, file.metadata.at(k));
 
   // Every tensor is step.<s>.<part> (s < num_steps, no leading zeros) or an x.* extension.
   std::map<std::int64_t, std::array<const StTensor*, 8>> parts;
@@ -508,7 +355,7 @@ Trace parse_trace(std::span<const std::uint8_t> bytes) {
     if (name.rfind("x.", 0) == 0) continue;
     const std::size_t dot = name.find('.', 5);
     const auto step = name.rfind("step.", 0) == 0 && dot != std::string::npos
-                          ? parse_count(std::string_view(name).substr(5, dot - 5))
+                          ? spec::parse_count(std::string_view(name).substr(5, dot - 5))
                           : std::nullopt;
     if (!step) {
       throw spec::InvalidInput("tensor '" + name + "'", -1, "name",
@@ -603,38 +450,11 @@ std::vector<std::uint8_t> serialize_trace(const Trace& t) {
 }
 
 Trace load_trace(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw spec::InvalidInput("trace", -1, path.string(), "cannot open the file for reading");
-  }
-  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                                  std::istreambuf_iterator<char>());
-  if (in.bad()) throw spec::InvalidInput("trace", -1, path.string(), "read error");
-  return parse_trace(bytes);
+  return parse_trace(read_file_bytes(path, "trace"));
 }
 
 void save_trace(const Trace& trace, const std::filesystem::path& path) {
-  const std::vector<std::uint8_t> bytes = serialize_trace(trace);
-  std::filesystem::path tmp = path;
-  tmp += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw spec::InvalidInput("output", -1, path.string(), "cannot open for writing");
-    out.write(reinterpret_cast<const char*>(bytes.data()),
-              static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw spec::InvalidInput("output", -1, path.string(), "write failed");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw spec::InvalidInput("output", -1, path.string(), "cannot rename the temporary file");
-  }
+  write_file_atomically(serialize_trace(trace), path);
 }
 
 }  // namespace kvo::traces

@@ -279,6 +279,7 @@ ScoreTruth indexer_truth(const spec::ModelConfig& c, const spec::IndexerParams& 
   const std::int64_t nkv = c.geometry.num_kv_heads, dim = c.geometry.index_dim;
   const std::int64_t per_group = p.num_index_heads / nkv;
   const std::int64_t max_blocks = reference::max_valid_blocks(rows, p.sparse_block);
+  const double factor = spec::index_score_factor(p.score_scale, dim);
   ScoreTruth truth;
   truth.scores.assign(static_cast<std::size_t>(tq * nkv * max_blocks), -INFINITY);
   truth.bound.assign(truth.scores.size(), 0.0);
@@ -299,18 +300,25 @@ ScoreTruth indexer_truth(const spec::ModelConfig& c, const spec::IndexerParams& 
         reference::GroupScore<double> group;
         double bound = 0.0;
         for (std::int64_t h = g * per_group; h < (g + 1) * per_group; ++h) {
-          reference::HeadBlockScore<double> head;
+          reference::HeadBlockScore<double> head(p.index_nan);
           double head_bound = 0.0;
           for (std::int64_t t = j * p.sparse_block;
                t < (j + 1) * p.sparse_block && t <= row.position; ++t) {
             const Eigen::VectorXd& k = ik[static_cast<std::size_t>(t)];
             const Eigen::VectorXd& qh = iq[static_cast<std::size_t>(h)];
-            head.add(qh.dot(k));
-            head_bound = std::max(head_bound,
-                                  dot_error_bound(dim, qh.cwiseAbs().dot(k.cwiseAbs()), ordering));
+            // The fp32 token score is fl(dot * factor): the dot's error scaled, plus the
+            // multiply's rounding (none for the factor 1).
+            const double dot = qh.dot(k);
+            const double dot_bound =
+                dot_error_bound(dim, qh.cwiseAbs().dot(k.cwiseAbs()), ordering);
+            head.add(factor * dot);
+            head_bound = std::max(
+                head_bound,
+                factor * dot_bound +
+                    (factor == 1.0 ? 0.0 : factor * (std::abs(dot) + dot_bound) * 0x1p-24));
           }
           group.add(head.value());
-          if (!head.has_nan()) bound = std::max(bound, head_bound);
+          if (!head.ruled_by_nan()) bound = std::max(bound, head_bound);
         }
         double score = group.value();
         if (const auto forced = reference::forced_block_score(j, n_valid, p)) {

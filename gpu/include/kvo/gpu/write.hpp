@@ -25,6 +25,7 @@
 
 #include <cstdint>
 
+#include "kvo/gpu/device_calls.hpp"
 #include "kvo/spec/config.hpp"
 #include "kvo/spec/dense_insert.hpp"
 #include "kvo/spec/write.hpp"
@@ -106,6 +107,11 @@ void write_layer_host(WritePath path, const spec::ModelConfig& config,
 /// 128 or 256 (else spec::Unsupported). Synchronous.
 spec::HostTensor dense_insert_host(const spec::ModelConfig& config, const spec::DenseInsert& in,
                                    spec::LayerCaches& caches);
+
+/// The same kernel on device memory: one launch on call.stream, no synchronisation (a
+/// DeviceDenseFunction, kvo/gpu/device_calls.hpp: dense_insert_host is run_device_dense of it).
+/// Contiguous inputs and caches only (else spec::Unsupported).
+void launch_dense_insert(const DeviceDenseCall& call);
 
 /// Self-check of the kernels' division rule (a power of two by multiply; else, in range, a
 /// correctly rounded reciprocal with two exact-residual corrections; else __fdiv_rn): the number of

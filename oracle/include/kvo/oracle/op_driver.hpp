@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kvo/oracle/case_tensors.hpp"
 #include "kvo/oracle/dense_case.hpp"
 #include "kvo/oracle/read_case.hpp"
 #include "kvo/oracle/subject.hpp"
@@ -118,6 +119,28 @@ class OpDriver {
   }
   /// Runs `subject` on the case once and keeps its answer.
   virtual std::unique_ptr<CapturedAnswer> capture(Subject& subject, PreparedCase& c) const;
+
+  // Case files (traces/case_file.hpp): a case and a subject's answer as tensors and metadata,
+  // named as case_tensors.hpp says. The case file module goes through these and never asks which
+  // op a case is.
+
+  /// The case: its configuration (spec::write_config) and sizes in the metadata; its inputs
+  /// (`input.*`), its caches (`cache.*`) and the reference's answer (`expected.*`).
+  virtual void encode_case(PreparedCase& c, TensorWriter& out) const = 0;
+  /// The case rebuilt from a file's tensors and metadata (not drawn from `seed`, which is only
+  /// its name in reports), strictly: each tensor and key of encode_case required with exactly the
+  /// dtype and shape the metadata implies, the inputs validated as a subject's would be; then the
+  /// reference's answer is recomputed and must equal the stored `expected.*` one. Throws
+  /// spec::InvalidInput naming the key, the tensor or the first differing element. The caller
+  /// rejects what is left unread (TensorReader::require_all_read).
+  virtual std::unique_ptr<PreparedCase> decode_case(TensorReader& in, std::uint64_t seed) const = 0;
+  /// Runs `subject` on the case and writes its answer: the `expected.*` tensors' names without the
+  /// prefix. What the subject throws propagates.
+  virtual void encode_answer(Subject& subject, PreparedCase& c, TensorWriter& out) const = 0;
+  /// Sets this op's function of `into` to one that answers the case with `result`'s tensors
+  /// (which the caller has checked: exactly the case's `expected.*` names, dtypes and shapes).
+  virtual void answer_from(const TensorSet& result, PreparedCase& c,
+                           SubjectFunctions& into) const = 0;
 };
 
 /// Every op's driver, in spec::Op order.

@@ -25,9 +25,14 @@ struct ReadOverrides {
   /// Judge foreign attention under this arithmetic profile instead of the subject's declared one
   /// (SPEC principle 4); no effect on the case drawn. A canonical subject has no profile.
   std::optional<spec::AttentionProfile> profile;
+  std::optional<spec::IndexNan> index_nan;                 ///< SPEC 5 index_nan
+  std::optional<spec::IndexScoreScale> index_score_scale;  ///< SPEC 5 index_score_scale
+  /// Some index-K rows hold a NaN (stored in the cache as NaN), so token scores are NaN and the
+  /// index_nan rule decides; drawn in one case of four.
+  std::optional<bool> nan_index_k;
 
   /// Command-line flags of the read-only fields (--sparse-block, --topk, --group-size,
-  /// --max-seq-len, --profile, ...); the fields shared with the write side come from
+  /// --max-seq-len, --profile, --index-nan, ...); the fields shared with the write side come from
   /// CaseOverrides::to_flags.
   std::string to_flags() const;
 };

@@ -23,6 +23,21 @@ enum class TopkOrder : std::uint8_t {
   kUnordered,        ///< a set of k_eff ids and topk - k_eff entries of -1 in any order
 };
 
+}  // namespace kvo::oracle
+
+namespace kvo::spec {
+template <>
+struct EnumInfo<oracle::TopkOrder> {
+  static constexpr std::string_view kNoun = "top-k order";
+  static constexpr std::array<EnumName<oracle::TopkOrder>, 3> kNames{
+      {{oracle::TopkOrder::kAscendingIds, "ascending_ids"},
+       {oracle::TopkOrder::kDescendingScore, "descending_score"},
+       {oracle::TopkOrder::kUnordered, "unordered"}}};
+};
+}  // namespace kvo::spec
+
+namespace kvo::oracle {
+
 struct TopkRowDiff {
   std::int64_t query = 0, kv_head = 0, n_valid = 0, k_eff = 0;
   std::vector<std::int32_t> expected, actual;

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "kvo/spec/read.hpp"
@@ -20,8 +21,12 @@ namespace kvo::reference {
 /// Forced block scores (SPEC 5): init blocks outrank local blocks, which outrank every real score.
 inline constexpr float kInitBlockScore = 1e30f;
 inline constexpr float kLocalBlockScore = 1e29f;
-/// The block score of one index head when one of the block's token scores is NaN.
+/// The block score of one index head under index_nan lowest when one of its token scores is NaN,
+/// and under skip when all of them are.
 inline constexpr float kNanBlockScore = -1e30f;
+/// The block score of one index head under index_nan first when one of its token scores is NaN:
+/// above every score, the forced ones included (torch's topk ranks NaN above +inf).
+inline constexpr float kNanFirstBlockScore = INFINITY;
 
 /// Position of every query row: request and position p (SPEC 5: p = seq_len - q_len + j).
 struct QueryRow {
@@ -60,6 +65,29 @@ constexpr std::optional<float> forced_block_score(std::int64_t j, std::int64_t n
   return std::nullopt;
 }
 
+/// The blocks of one row that top-k must respect beyond the scores' order: the forced blocks, and
+/// the blocks that outrank even them (index_nan first's NaN blocks, +inf). When both fit in k_eff
+/// (`room`), every forced block is chosen; otherwise every chosen block is one of them.
+struct ForcedBlocks {
+  std::set<std::int32_t> forced, outranking;
+  bool room = true;
+};
+template <class ScoreOf>
+ForcedBlocks forced_blocks(std::int64_t n_valid, std::int64_t k_eff,
+                           const spec::IndexerParams& params, ScoreOf score_of) {
+  ForcedBlocks f;
+  for (std::int64_t j = 0; j < n_valid; ++j) {
+    const auto id = static_cast<std::int32_t>(j);
+    if (forced_block_score(j, n_valid, params)) {
+      f.forced.insert(id);
+    } else if (static_cast<double>(score_of(j)) == static_cast<double>(kNanFirstBlockScore)) {
+      f.outranking.insert(id);
+    }
+  }
+  f.room = static_cast<std::int64_t>(f.forced.size() + f.outranking.size()) <= k_eff;
+  return f;
+}
+
 /// The running maximum of SPEC 5: comparison `>` in the order values are added, so the first
 /// maximum wins (and a NaN added first stays until a larger value comes).
 template <class T>
@@ -78,20 +106,32 @@ class FirstMax {
 };
 
 /// SPEC 5 block score S(h, q, j) of ONE index head: the max of its token scores over the block's
-/// valid tokens (add them in ascending t); kNanBlockScore when one of them is NaN. The NaN rule
-/// belongs to the head, never to its KV group: the group's score is the max over its heads'
-/// block scores (GroupScore).
+/// valid tokens (add them in ascending t), NaN token scores following `index_nan`: skip ignores
+/// them (a block of only NaN scores kNanBlockScore), first gives kNanFirstBlockScore and lowest
+/// kNanBlockScore when one of them is NaN. The NaN rule belongs to the head, never to its KV
+/// group: the group's score is the max over its heads' block scores (GroupScore).
 template <class T>
 class HeadBlockScore {
  public:
+  explicit HeadBlockScore(spec::IndexNan rule) : rule_(rule) {}
   void add(T token_score) {
-    nan_ = nan_ || std::isnan(token_score);
-    max_.add(token_score);
+    if (std::isnan(token_score)) {
+      nan_ = true;
+    } else {
+      max_.add(token_score);
+    }
   }
-  bool has_nan() const { return nan_; }
-  T value() const { return nan_ ? static_cast<T>(kNanBlockScore) : max_.value(); }
+  /// True when the value is one of the NaN rule's constants, not a token score.
+  bool ruled_by_nan() const { return rule_ == spec::IndexNan::kSkip ? nan_ && max_.empty() : nan_; }
+  T value() const {
+    if (ruled_by_nan()) {
+      return static_cast<T>(rule_ == spec::IndexNan::kFirst ? kNanFirstBlockScore : kNanBlockScore);
+    }
+    return max_.value();
+  }
 
  private:
+  spec::IndexNan rule_;
   FirstMax<T> max_;
   bool nan_ = false;
 };

@@ -134,6 +134,32 @@ struct ReadBatch {
   std::int64_t num_queries() const { return query_start_loc.empty() ? 0 : query_start_loc.back(); }
 };
 
+/// What a NaN token score does to its index head's block score (SPEC 5 `index_nan`).
+enum class IndexNan : std::uint8_t {
+  kSkip,    ///< ignored (fmax; vLLM's Triton indexer); a block of only NaN scores -1e30 (default)
+  kFirst,   ///< the block ranks above every score (+inf; torch amax + topk, TRT-LLM's torch path)
+  kLowest,  ///< the block scores -1e30
+};
+
+template <>
+struct EnumInfo<IndexNan> {
+  static constexpr std::string_view kNoun = "index_nan";
+  static constexpr std::array<EnumName<IndexNan>, 3> kNames{
+      {{IndexNan::kSkip, "skip"}, {IndexNan::kFirst, "first"}, {IndexNan::kLowest, "lowest"}}};
+};
+
+/// The factor of every token score (SPEC 5 `index_score_scale`): 1 (vLLM, TensorRT-LLM's MSA
+/// path), or fl(index_dim^-0.5) applied in fp32 to the dot (TensorRT-LLM's triton and vanilla
+/// backends, MSA's reference).
+enum class IndexScoreScale : std::uint8_t { kOne, kRsqrtDim };
+
+template <>
+struct EnumInfo<IndexScoreScale> {
+  static constexpr std::string_view kNoun = "index_score_scale";
+  static constexpr std::array<EnumName<IndexScoreScale>, 2> kNames{
+      {{IndexScoreScale::kOne, "one"}, {IndexScoreScale::kRsqrtDim, "rsqrt_dim"}}};
+};
+
 /// Block top-k selection parameters (SPEC 5; MiniMax-M3 defaults).
 struct IndexerParams {
   std::int64_t num_index_heads = 4;  ///< a multiple of num_kv_heads
@@ -141,7 +167,12 @@ struct IndexerParams {
   std::int64_t topk = 16;
   std::int64_t init_blocks = 0;
   std::int64_t local_blocks = 1;
+  IndexNan index_nan = IndexNan::kSkip;
+  IndexScoreScale score_scale = IndexScoreScale::kOne;
 };
+
+/// The factor of SPEC 5's token scores: 1, or index_dim^-0.5 correctly rounded to fp32.
+float index_score_factor(IndexScoreScale scale, std::int64_t index_dim);
 
 /// Attention parameters (SPEC 6).
 struct AttentionParams {

@@ -22,8 +22,9 @@ struct ReadMutation {
   bool no_causal_mask = false;      ///< attention reads the whole selected block, future tokens too
   std::int64_t n_valid_offset = 0;  ///< the indexer's n_valid off by this much
   bool ignore_local = false;        ///< local blocks not forced
-  bool ties_to_higher_id = false;   ///< canonical scores, but equal scores won by the higher id
-  bool scale_twice = false;         ///< sm_scale applied twice
+  bool nan_first = false;  ///< a block with a NaN token score ranks first, whatever index_nan says
+  bool ties_to_higher_id = false;  ///< canonical scores, but equal scores won by the higher id
+  bool scale_twice = false;        ///< sm_scale applied twice
 };
 
 /// Top-k ids [Tq, nkv, topk] of the batch's query rows, each row best first, then -1.

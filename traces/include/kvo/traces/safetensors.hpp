@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <span>
 #include <string>
@@ -87,5 +88,12 @@ struct StTensorOut {
 /// metadata string is not valid UTF-8.
 std::vector<std::uint8_t> build_safetensors(const std::map<std::string, std::string>& metadata,
                                             const std::vector<StTensorOut>& tensors);
+
+/// A whole file's bytes; InvalidInput naming `what` and the path when it cannot be read.
+std::vector<std::uint8_t> read_file_bytes(const std::filesystem::path& path, const char* what);
+/// Writes `bytes` to a temporary file next to `path`, then renames it over `path`, so a reader
+/// never sees half a file; InvalidInput naming the path when either step fails.
+void write_file_atomically(const std::vector<std::uint8_t>& bytes,
+                           const std::filesystem::path& path);
 
 }  // namespace kvo::traces

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kvo/spec/config.hpp"
+#include "kvo/spec/metadata.hpp"
 #include "kvo/spec/read.hpp"
 #include "kvo/spec/types.hpp"
 
@@ -98,7 +99,9 @@ inline const std::vector<std::string> kReadParamKeys{
 
 /// The optional __metadata__ keys of the write modes added after format 1 was fixed (SPEC 2):
 /// written only when not the default, so older traces keep their bytes; absent means the default.
-inline const std::vector<std::string> kOptionalModeKeys{"scale_in_model_dtype", "blockscale_scale"};
+/// The configuration codec's list (spec/metadata.hpp).
+inline const std::vector<std::string> kOptionalModeKeys{spec::kOptionalConfigKeys.begin(),
+                                                        spec::kOptionalConfigKeys.end()};
 
 /// The indexer and attention parameters of a trace, head counts resolved against its geometry.
 spec::IndexerParams indexer_params(const Trace& trace);

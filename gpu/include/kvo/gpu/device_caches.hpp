@@ -1,0 +1,105 @@
+#pragma once
+/// \file device_caches.hpp
+/// Device memory as a user's kernel sees it: a tensor view (pointer, element type, shape and
+/// strides in elements), a layer's caches as views in their SPEC 3 layouts, and the one device
+/// mirror of guarded host caches (spec::LayerCaches) that every CUDA subject uses: the built-in
+/// kernels' host paths (write, dense insert, indexer, attention) and users' device subjects
+/// (device_calls.hpp). No CUDA types here: host code links kvo_gpu without nvcc.
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "kvo/spec/config.hpp"
+#include "kvo/spec/write.hpp"
+
+namespace kvo::gpu {
+
+/// Element types of device tensors: the spec's value dtypes, then the integer types of slot
+/// mappings, block tables, ids, positions, and raw bytes (blockscale index-K blocks).
+enum class ElementType : std::uint8_t {
+  kF32,
+  kBF16,
+  kF16,
+  kFp8E4M3,
+  kFp8E5M2,
+  kI32,
+  kI64,
+  kU8,
+};
+
+/// Name ("bf16", "i64", ...) and bytes of an element type.
+std::string_view name_of(ElementType t);
+std::size_t element_bytes(ElementType t);
+/// The element type of a value dtype (same enumerator order).
+ElementType element_type_of(spec::DType t);
+
+/// A tensor in device memory. `data` is null for a tensor a call does not have (index-K of a dense
+/// layer, a selection of dense attention). Element (i0, i1, ...) lives at data + sum(ik *
+/// strides[k]) elements.
+struct DeviceTensor {
+  void* data = nullptr;
+  ElementType type = ElementType::kU8;
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;  ///< elements
+
+  bool present() const { return data != nullptr; }
+  std::int64_t numel() const;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+};
+
+/// A contiguous (row-major) view of `shape`.
+DeviceTensor contiguous_tensor(void* data, ElementType type, std::vector<std::int64_t> shape);
+
+/// One layer's caches on the device (bodies only; the guard bands around them are the mirror's).
+struct DeviceKvCaches {
+  /// The K tensor in its layout's SPEC 3 shape (nhd [nb, bs, nkv, hd], hnd [nb, nkv, bs, hd]); for
+  /// the one-tensor layouts the one KV tensor (packed_hnd [nb, nkv, bs, 2 hd], packed_nhd [nb, bs,
+  /// nkv, 2 hd], split_nhd [nb, 2, bs, nkv, hd], split_hnd [nb, 2, nkv, bs, hd]).
+  DeviceTensor k_cache;
+  /// The V tensor of the separate layouts; absent for the one-tensor layouts.
+  DeviceTensor v_cache;
+  /// K and V of every layout as logical views [nb, bs, nkv, hd] (block, offset in block, KV head,
+  /// dim) with the layout's strides: k[b][o][h][d] is SPEC 3's element of slot b * bs + o.
+  DeviceTensor k, v;
+  /// Sparse layers: index-K flat [nb, bs, index_dim] (bf16 or fp8), or blockscale
+  /// [nb, bs * index_dim + bs * (index_dim / 128) * 4] bytes (values token-major, then fp32
+  /// scales).
+  DeviceTensor index_cache;
+};
+
+/// The host buffers of one layer copied to the device, guard bands included, inside one device
+/// allocation with a margin of one token row (at least 256 bytes) before the first buffer and after
+/// the last: a kernel that writes a little outside a body writes into a guard band or the margin,
+/// memory the mirror owns, as a real engine's neighbouring allocation would be, rather than fault
+/// the context. download() brings every byte of every buffer back, guards included, so the diff
+/// reports a stray write with its coordinates; a write into the margin (outside every guard band)
+/// is spec::FailedToRun naming the offset.
+class DeviceCacheMirror {
+ public:
+  /// Checks that `caches` has exactly the buffers a `kind` layer of `config` has (K and V or the
+  /// one KV tensor; index-K on sparse layers) with the body sizes the config implies
+  /// (spec::InvalidInput naming the buffer otherwise), then uploads them.
+  DeviceCacheMirror(const spec::ModelConfig& config, const spec::LayerCaches& caches);
+  ~DeviceCacheMirror();
+  DeviceCacheMirror(const DeviceCacheMirror&) = delete;
+  DeviceCacheMirror& operator=(const DeviceCacheMirror&) = delete;
+
+  /// The bodies as views (DeviceKvCaches).
+  const DeviceKvCaches& views() const;
+  /// The device body of a buffer (null when the layer has none).
+  void* body(spec::BufferKind kind) const;
+  /// Copies every byte of every buffer (guards included) back into `caches` (the same layer it was
+  /// made from); spec::FailedToRun when a margin byte changed.
+  void download(spec::LayerCaches& caches) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvo::gpu

@@ -1,0 +1,243 @@
+// Device subjects (kvo/oracle/device_subject.hpp, kvo/gpu/device_calls.hpp): kvoracle's own CUDA
+// kernels, called through their device-pointer launchers exactly as a user's kernel would be (from
+// the DeviceTensors of each call), pass the default campaign of every op; and what a user's kernel
+// can get wrong is reported, never passed: a changed cache byte (mismatch with its coordinates), a
+// write outside every guard band (failed to run, naming the offset), an output never written
+// (poisoned: mismatch), a read that changes its caches, a function that throws (failed to run) or
+// does not implement the configuration (unsupported). Skips without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kvo/gpu/device.hpp"
+#include "kvo/gpu/device_calls.hpp"
+#include "kvo/gpu/read.hpp"
+#include "kvo/gpu/write.hpp"
+#include "kvo/oracle/device_subject.hpp"
+#include "kvo/oracle/testing.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo {
+namespace {
+
+using oracle::testing::passes;
+
+#define SKIP_WITHOUT_GPU()                                                       \
+  do {                                                                           \
+    std::string why;                                                             \
+    if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why; \
+  } while (0)
+
+void cuda(cudaError_t e) {
+  if (e != cudaSuccess) throw std::runtime_error(cudaGetErrorString(e));
+}
+
+/// The fused write kernel, fed from the call's tensors.
+void builtin_write(const gpu::DeviceWriteCall& call) {
+  gpu::DeviceWriteInputs in;
+  in.k = call.k.data;
+  in.v = call.v.data;
+  in.index_k = call.index_k.data;
+  in.slots = call.slot_mapping.data;
+  in.index_slots = call.index_slot_mapping.data;
+  in.k_scale = call.k_scale.as<const float>();
+  in.v_scale = call.v_scale.as<const float>();
+  in.num_tokens = call.slot_mapping.shape.at(0);
+  gpu::launch_fused_write(
+      *call.config, call.kind, in,
+      {call.caches.k_cache.data, call.caches.v_cache.data, call.caches.index_cache.data},
+      call.stream);
+}
+
+/// The largest n_valid of the call's rows (the launchers size their workspaces by it); a user's
+/// launcher would know it from its scheduler, this one reads the positions back.
+std::int64_t max_n_valid(const gpu::DeviceBatch& b, std::int64_t sparse_block) {
+  std::vector<std::int64_t> pos(static_cast<std::size_t>(b.row_position.numel()));
+  std::vector<std::int64_t> seq(static_cast<std::size_t>(b.seq_lens.numel()));
+  std::vector<std::int64_t> req(pos.size());
+  cuda(cudaMemcpy(pos.data(), b.row_position.data, pos.size() * 8, cudaMemcpyDeviceToHost));
+  cuda(cudaMemcpy(req.data(), b.row_request.data, req.size() * 8, cudaMemcpyDeviceToHost));
+  cuda(cudaMemcpy(seq.data(), b.seq_lens.data, seq.size() * 8, cudaMemcpyDeviceToHost));
+  std::int64_t m = 1;
+  for (std::size_t i = 0; i < pos.size(); ++i) {
+    if (seq[static_cast<std::size_t>(req[i])] > 0) m = std::max(m, pos[i] / sparse_block + 1);
+  }
+  return m;
+}
+
+gpu::DeviceReadBatch read_batch(const gpu::DeviceBatch& b) {
+  return {b.block_table.as<const std::int32_t>(),
+          b.row_request.as<const std::int64_t>(),
+          b.row_position.as<const std::int64_t>(),
+          b.seq_lens.as<const std::int64_t>(),
+          b.row_request.shape.at(0),
+          b.block_table.shape.at(1)};
+}
+
+/// Device scratch freed after the stream is done.
+struct Scratch {
+  void* p = nullptr;
+  cudaStream_t stream;
+  Scratch(std::size_t bytes, void* s) : stream(static_cast<cudaStream_t>(s)) {
+    cuda(cudaMalloc(&p, std::max<std::size_t>(bytes, 4)));
+  }
+  ~Scratch() {
+    cudaStreamSynchronize(stream);
+    cudaFree(p);
+  }
+};
+
+void builtin_indexer(const gpu::DeviceIndexerCall& call) {
+  const std::int64_t tq = call.index_q.shape.at(0);
+  if (tq == 0) return;
+  const std::int64_t n = max_n_valid(call.batch, call.params.sparse_block);
+  Scratch scores(static_cast<std::size_t>(tq * call.config->geometry.num_kv_heads * n) * 4,
+                 call.stream);
+  gpu::launch_indexer_topk(*call.config, call.params, read_batch(call.batch),
+                           {call.caches.index_cache.data, call.index_q.data, n,
+                            static_cast<float*>(scores.p), call.ids.as<std::int32_t>()},
+                           gpu::ReadKernel::kCanonical, call.stream);
+}
+
+void builtin_attention(const gpu::DeviceAttentionCall& call) {
+  const std::int64_t tq = call.q.shape.at(0);
+  if (tq == 0) return;
+  const std::int64_t slots = call.selection.present()
+                                 ? call.selection.shape.at(2)
+                                 : max_n_valid(call.batch, call.params.sparse_block);
+  Scratch ws(gpu::attention_workspace_floats(tq, call.params.num_q_heads,
+                                             call.config->geometry.head_dim, slots) *
+                 4,
+             call.stream);
+  gpu::DeviceAttention a;
+  a.k_cache = call.caches.k_cache.data;
+  a.v_cache = call.caches.v_cache.present() ? call.caches.v_cache.data : call.caches.k_cache.data;
+  a.q = call.q.data;
+  a.k_scale = call.k_scale.as<const float>();
+  a.v_scale = call.v_scale.as<const float>();
+  a.selection = call.selection.as<const std::int32_t>();
+  a.topk = call.selection.present() ? call.selection.shape.at(2) : 0;
+  a.slots = slots;
+  a.workspace = static_cast<float*>(ws.p);
+  a.out = call.out.data;
+  gpu::launch_attention(*call.config, call.params, read_batch(call.batch), a,
+                        gpu::ReadKernel::kCanonical, call.stream);
+}
+
+oracle::CheckOptions options(std::vector<spec::Op> ops, std::int64_t cases) {
+  oracle::CheckOptions o;
+  o.seed = 0xDE71CE;
+  o.cases = cases;
+  o.ops = std::move(ops);
+  return o;
+}
+
+TEST(DeviceSubject, BuiltinKernelsPassThroughTheDeviceApi) {
+  SKIP_WITHOUT_GPU();
+  oracle::DeviceSubjectFunctions f;
+  f.write = builtin_write;
+  f.dense = gpu::launch_dense_insert;
+  f.indexer = builtin_indexer;
+  f.attention = builtin_attention;
+  const ::testing::AssertionResult r =
+      passes(oracle::make_device_subject("device-builtin", f), options(oracle::all_ops(), 300));
+  EXPECT_TRUE(r);
+  // The summary's rows, for gpu/run_on_device.sh's table.
+  std::istringstream lines(r.message());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("device-builtin", 0) == 0)
+      std::printf("[gpu-device-subject] %s\n", line.c_str());
+  }
+}
+
+TEST(DeviceSubject, ChangedCacheByteIsAMismatchWithCoordinates) {
+  SKIP_WITHOUT_GPU();
+  oracle::DeviceSubjectFunctions f;
+  f.write = [](const gpu::DeviceWriteCall& call) {
+    builtin_write(call);
+    // The planted bug: the last byte of the K (or KV) body changes.
+    const std::int64_t bytes =
+        call.caches.k_cache.numel() *
+        static_cast<std::int64_t>(gpu::element_bytes(call.caches.k_cache.type));
+    cuda(cudaMemsetAsync(call.caches.k_cache.as<std::uint8_t>() + bytes - 1, 0x42, 1,
+                         static_cast<cudaStream_t>(call.stream)));
+  };
+  const ::testing::AssertionResult r =
+      passes(oracle::make_device_subject("device-stray-byte", f), options({spec::Op::kWrite}, 50));
+  ASSERT_FALSE(r);
+  const std::string m = r.message();
+  EXPECT_NE(m.find("result: mismatch"), std::string::npos) << m;
+  EXPECT_NE(m.find("first: layer "), std::string::npos) << m;
+}
+
+TEST(DeviceSubject, WriteOutsideEveryGuardBandFailsToRun) {
+  SKIP_WITHOUT_GPU();
+  oracle::DeviceSubjectFunctions f;
+  f.write = [](const gpu::DeviceWriteCall& call) {
+    // One byte before the first buffer's guard band: in the mirror's margin.
+    cuda(cudaMemsetAsync(call.caches.k_cache.as<std::uint8_t>() - spec::kGuardBytes - 1, 0x42, 1,
+                         static_cast<cudaStream_t>(call.stream)));
+  };
+  const ::testing::AssertionResult r =
+      passes(oracle::make_device_subject("device-margin", f), options({spec::Op::kWrite}, 5));
+  ASSERT_FALSE(r);
+  const std::string m = r.message();
+  EXPECT_NE(m.find("wrote outside every cache buffer and its guard bands"), std::string::npos) << m;
+}
+
+TEST(DeviceSubject, UnwrittenOutputsAreMismatches) {
+  SKIP_WITHOUT_GPU();
+  oracle::DeviceSubjectFunctions f;
+  f.indexer = [](const gpu::DeviceIndexerCall&) {};
+  f.attention = [](const gpu::DeviceAttentionCall&) {};
+  for (const spec::Op op : {spec::Op::kIndexer, spec::Op::kAttention}) {
+    const ::testing::AssertionResult r =
+        passes(oracle::make_device_subject("device-lazy", f), options({op}, 20));
+    ASSERT_FALSE(r);
+    EXPECT_NE(std::string(r.message()).find("result: mismatch"), std::string::npos) << r.message();
+  }
+}
+
+TEST(DeviceSubject, ReadThatChangesItsCachesFailsToRun) {
+  SKIP_WITHOUT_GPU();
+  oracle::DeviceSubjectFunctions f;
+  f.attention = [](const gpu::DeviceAttentionCall& call) {
+    builtin_attention(call);
+    cuda(
+        cudaMemsetAsync(call.caches.k_cache.data, 0x42, 1, static_cast<cudaStream_t>(call.stream)));
+  };
+  const ::testing::AssertionResult r = passes(oracle::make_device_subject("device-read-writes", f),
+                                              options({spec::Op::kAttention}, 5));
+  ASSERT_FALSE(r);
+  EXPECT_NE(std::string(r.message()).find("a read changed its caches"), std::string::npos)
+      << r.message();
+}
+
+TEST(DeviceSubject, ThrowingAndUnsupportedFunctionsAreNeverPasses) {
+  SKIP_WITHOUT_GPU();
+  oracle::DeviceSubjectFunctions throws;
+  throws.write = [](const gpu::DeviceWriteCall&) { throw std::runtime_error("launcher exploded"); };
+  const ::testing::AssertionResult r =
+      passes(oracle::make_device_subject("device-throws", throws), options({spec::Op::kWrite}, 5));
+  ASSERT_FALSE(r);
+  EXPECT_NE(std::string(r.message()).find("launcher exploded"), std::string::npos) << r.message();
+
+  oracle::DeviceSubjectFunctions unsupported;
+  unsupported.write = [](const gpu::DeviceWriteCall&) {
+    throw spec::Unsupported("only the dense layout of my dreams");
+  };
+  const ::testing::AssertionResult u =
+      passes(oracle::make_device_subject("device-unsupported", unsupported),
+             options({spec::Op::kWrite}, 5));
+  ASSERT_FALSE(u);  // nothing judged is not a pass
+}
+
+}  // namespace
+}  // namespace kvo
