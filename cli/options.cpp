@@ -1,6 +1,7 @@
 #include "options.hpp"
 
 #include "kvo/oracle/campaign.hpp"
+#include "kvo/spec/outcome.hpp"
 
 namespace kvo::cli {
 namespace {
@@ -82,6 +83,30 @@ void add_case_flags(CLI::App& app, oracle::Overrides& o) {
   add_model_flags(app, o.write);
   add_read_flags(app, o.read);
   add_int(app, "--rotary-dim", o.dense.rotary_dim, "dense: rotated dims (even, <= head_dim)");
+}
+
+oracle::Overrides parse_case_flags(const std::vector<std::string>& flags) {
+  oracle::Overrides o;
+  CLI::App app{"kvoracle case flags"};
+  add_case_flags(app, o);
+  std::vector<std::string> args(flags.rbegin(), flags.rend());  // CLI11 parses a reversed list
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    throw spec::InvalidInput("overrides", -1, e.get_name(), e.what());
+  }
+  return o;
+}
+
+std::vector<std::string> case_flag_names() {
+  oracle::Overrides o;
+  CLI::App app{"kvoracle case flags"};
+  add_case_flags(app, o);
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : app.get_options()) {
+    for (const std::string& n : opt->get_lnames()) names.push_back("--" + n);
+  }
+  return names;
 }
 
 std::uint64_t parse_u64(const std::string& text, const char* field) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "case_flags.hpp"
 #include "kvo/oracle/op_driver.hpp"
 #include "kvo/oracle/read_case.hpp"
 #include "kvo/oracle/write_case.hpp"

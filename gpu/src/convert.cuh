@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "call_inputs.hpp"
 #include "kvo/spec/types.hpp"
 
 namespace kvo::gpu::detail {
@@ -351,11 +352,5 @@ inline FastDiv make_fast_div(std::uint32_t d) {
   f.shr = p - 32;
   return f;
 }
-
-/// Element strides of a K/V cache view: element(b, o, h, kv, d) = b*block + o*token + h*head +
-/// kv*kv_part + d (kv_part 0 when K and V are separate tensors). The innermost dim is contiguous.
-struct KvStrides {
-  std::int64_t block = 0, token = 0, head = 0, kv_part = 0;
-};
 
 }  // namespace kvo::gpu::detail

@@ -22,87 +22,6 @@ constexpr std::uint8_t kMarginPoison = 0x5A;
 
 std::size_t round_up(std::size_t n) { return (n + 255) / 256 * 256; }
 
-/// The buffers a layer of this kind has, with their body sizes (gpu's own arithmetic of SPEC 3).
-struct WantedBuffer {
-  spec::BufferKind kind;
-  std::int64_t bytes;
-};
-std::vector<WantedBuffer> wanted_buffers(const spec::ModelConfig& c, spec::LayerKind kind) {
-  std::vector<WantedBuffer> want;
-  if (spec::kv_in_one_tensor(c.layout)) {
-    want.push_back({spec::BufferKind::kKv, kv_buffer_bytes(c)});
-  } else {
-    want.push_back({spec::BufferKind::kK, kv_buffer_bytes(c)});
-    want.push_back({spec::BufferKind::kV, kv_buffer_bytes(c)});
-  }
-  if (kind == spec::LayerKind::kSparse) {
-    want.push_back({spec::BufferKind::kIndexK, index_buffer_bytes(c)});
-  }
-  return want;
-}
-
-void check_buffers(const spec::ModelConfig& c, const spec::LayerCaches& caches) {
-  const std::vector<WantedBuffer> want = wanted_buffers(c, caches.kind);
-  if (caches.buffers.size() != want.size()) {
-    throw spec::InvalidInput("caches", -1, std::to_string(caches.buffers.size()) + " buffers",
-                             "a " + std::string(spec::name_of(caches.kind)) + " layer has " +
-                                 std::to_string(want.size()));
-  }
-  for (const WantedBuffer& x : want) {
-    const spec::CacheBuffer* b = caches.find(x.kind);
-    if (b == nullptr || b->guard_bytes < 0 || b->body_bytes() != x.bytes) {
-      throw spec::InvalidInput("caches", -1, std::string(spec::name_of(x.kind)),
-                               "missing, or not of " + std::to_string(x.bytes) + " body bytes");
-    }
-  }
-}
-
-/// The K (or one KV) tensor's SPEC 3 shape for each layout, in kLayoutFacts order.
-std::vector<std::int64_t> layout_shape(spec::KvLayout layout, const spec::CacheGeometry& g) {
-  const std::int64_t nb = g.num_blocks, bs = g.block_size, h = g.num_kv_heads, d = g.head_dim;
-  switch (layout) {
-    case spec::KvLayout::kNhd:
-      return {nb, bs, h, d};
-    case spec::KvLayout::kHnd:
-      return {nb, h, bs, d};
-    case spec::KvLayout::kPackedHnd:
-      return {nb, h, bs, 2 * d};
-    case spec::KvLayout::kPackedNhd:
-      return {nb, bs, h, 2 * d};
-    case spec::KvLayout::kSplitNhd:
-      return {nb, 2, bs, h, d};
-    case spec::KvLayout::kSplitHnd:
-      return {nb, 2, h, bs, d};
-  }
-  return {};
-}
-
-DeviceKvCaches make_views(const spec::ModelConfig& c, std::uint8_t* k_body, std::uint8_t* v_body,
-                          std::uint8_t* index_body) {
-  const spec::CacheGeometry& g = c.geometry;
-  const ElementType et = element_type_of(c.kv.cache_dtype);
-  const std::int64_t eb = static_cast<std::int64_t>(element_bytes(et));
-  const detail::KvStrides st = detail::kv_strides(g, c.layout);
-  DeviceKvCaches v;
-  v.k_cache = contiguous_tensor(k_body, et, layout_shape(c.layout, g));
-  if (v_body != nullptr) v.v_cache = contiguous_tensor(v_body, et, layout_shape(c.layout, g));
-  const std::vector<std::int64_t> logical{g.num_blocks, g.block_size, g.num_kv_heads, g.head_dim};
-  const std::vector<std::int64_t> strides{st.block, st.token, st.head, 1};
-  v.k = {k_body, et, logical, strides};
-  v.v = {v_body != nullptr ? v_body : k_body + st.kv_part * eb, et, logical, strides};
-  if (index_body != nullptr) {
-    if (c.index.layout == spec::IndexLayout::kBlockScale) {
-      const std::int64_t block_bytes =
-          g.block_size * g.index_dim + g.block_size * (g.index_dim / spec::kScaleGroup) * 4;
-      v.index_cache = contiguous_tensor(index_body, ElementType::kU8, {g.num_blocks, block_bytes});
-    } else {
-      v.index_cache = contiguous_tensor(index_body, element_type_of(c.index.flat_dtype),
-                                        {g.num_blocks, g.block_size, g.index_dim});
-    }
-  }
-  return v;
-}
-
 }  // namespace
 
 struct DeviceCacheMirror::Impl {
@@ -116,7 +35,7 @@ struct DeviceCacheMirror::Impl {
 DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::LayerCaches& caches)
     : impl_(std::make_unique<Impl>()) {
   spec::validate(c);
-  check_buffers(c, caches);
+  detail::require_buffers(c, caches);
   // The margin: one token row of the widest buffer (Triton's truncating // and % turn slot -1 into
   // page 0, offset -1: one token stride before the body, which must land in memory the mirror
   // owns), at least 256 bytes.
@@ -148,8 +67,7 @@ DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::Lay
   }
   auto* k = static_cast<std::uint8_t*>(body(spec::BufferKind::kK));
   if (k == nullptr) k = static_cast<std::uint8_t*>(body(spec::BufferKind::kKv));
-  impl_->views = make_views(c, k, static_cast<std::uint8_t*>(body(spec::BufferKind::kV)),
-                            static_cast<std::uint8_t*>(body(spec::BufferKind::kIndexK)));
+  impl_->views = cache_views(c, k, body(spec::BufferKind::kV), body(spec::BufferKind::kIndexK));
 }
 
 DeviceCacheMirror::~DeviceCacheMirror() = default;

@@ -83,9 +83,6 @@ inline constexpr int kMaxTileTokens = 64;
 /// Throws spec::FailedToRun("what: <CUDA error string>") when err is not cudaSuccess.
 void check_cuda(cudaError_t err, const char* what);
 
-/// The strides of `layout` for this geometry (elements).
-KvStrides kv_strides(const spec::CacheGeometry& g, spec::KvLayout layout);
-
 /// Checks the config, the pointers the layer needs and their 16-byte alignment; fills the parts of
 /// FusedParams common to both paths (pointers, strides, shapes, quantization). Throws
 /// spec::InvalidInput.

@@ -86,15 +86,8 @@ std::vector<std::int32_t> detail::indexer_topk_host_via(
     IndexerLaunch launch, const spec::ModelConfig& c, const spec::IndexerParams& p,
     const spec::ReadBatch& b, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
     ReadKernel kernel) {
-  const QueryRows rows(c, b);
-  spec::validate_indexer(c, p);
+  const QueryRows rows = detail::check_indexer_inputs(c, p, b, index_q, caches);
   const std::int64_t tq = rows.size();
-  detail::check_tensor(index_q, "index_q", c.act_dtype, tq, p.num_index_heads,
-                       c.geometry.index_dim);
-  if (caches.kind != spec::LayerKind::kSparse) {
-    throw spec::InvalidInput("caches.kind", -1, std::string(spec::name_of(caches.kind)),
-                             "the indexer reads a sparse layer's index-K");
-  }
   const std::int64_t max_nvalid = rows.max_n_valid(b, p.sparse_block);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(tq * c.geometry.num_kv_heads * p.topk),
                                 -1);
@@ -129,19 +122,10 @@ spec::HostTensor attention_host_common(const RunAttention& run, bool workspace,
                                        const std::vector<float>& v_scale,
                                        const std::vector<std::int32_t>& selection,
                                        std::int64_t topk) {
-  const QueryRows rows(c, b);
-  spec::validate_attention(c, p);
-  spec::validate_scales(c, k_scale, "k_scale");
-  spec::validate_scales(c, v_scale, "v_scale");
+  const QueryRows rows =
+      detail::check_attention_inputs(c, p, b, q, k_scale, v_scale, selection, topk);
   const std::int64_t tq = rows.size(), hd = c.geometry.head_dim;
-  detail::check_tensor(q, "q", c.act_dtype, tq, p.num_q_heads, hd);
-  std::int64_t slots = 1;
-  if (!selection.empty()) {
-    detail::check_selection(c, p, b, rows, selection, topk);
-    slots = topk;
-  } else {
-    slots = rows.max_n_valid(b, p.sparse_block);
-  }
+  const std::int64_t slots = selection.empty() ? rows.max_n_valid(b, p.sparse_block) : topk;
   const DeviceCacheMirror mirror(c, caches);  // checks the buffers
   spec::HostTensor out;
   out.dtype = p.out_dtype;

@@ -1,4 +1,4 @@
-// Pooled device memory, the call stream and the host checks every host path shares (staging.cuh).
+// Pooled device memory and the call stream every host path shares (staging.cuh).
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -121,81 +121,6 @@ cudaStream_t call_stream() {
   };
   thread_local Stream stream;
   return stream.s;
-}
-
-std::vector<std::uint8_t> slot_storage(const spec::SlotMapping& m) {
-  const std::size_t eb = m.type == spec::SlotType::kI64 ? 8 : 4;
-  std::vector<std::uint8_t> out(m.slots.size() * eb);
-  for (std::size_t i = 0; i < m.slots.size(); ++i) {
-    if (eb == 8) {
-      std::memcpy(out.data() + i * 8, &m.slots[i], 8);
-    } else {
-      const auto v = static_cast<std::int32_t>(m.slots[i]);
-      std::memcpy(out.data() + i * 4, &v, 4);
-    }
-  }
-  return out;
-}
-
-QueryRows::QueryRows(const spec::ModelConfig& c, const spec::ReadBatch& b) {
-  spec::validate_batch(c, b);
-  for (std::int64_t r = 0; r < b.num_requests(); ++r) {
-    const std::int64_t q_len = b.query_start_loc[static_cast<std::size_t>(r + 1)] -
-                               b.query_start_loc[static_cast<std::size_t>(r)];
-    for (std::int64_t j = 0; j < q_len; ++j) {
-      request.push_back(r);
-      position.push_back(b.seq_lens[static_cast<std::size_t>(r)] - q_len + j);
-    }
-  }
-}
-
-std::int64_t QueryRows::n_valid(const spec::ReadBatch& b, std::int64_t row, std::int64_t sb) const {
-  const auto i = static_cast<std::size_t>(row);
-  return b.seq_lens[static_cast<std::size_t>(request[i])] == 0 ? 0 : position[i] / sb + 1;
-}
-
-std::int64_t QueryRows::max_n_valid(const spec::ReadBatch& b, std::int64_t sb) const {
-  std::int64_t m = 1;
-  for (std::int64_t i = 0; i < size(); ++i) m = std::max(m, n_valid(b, i, sb));
-  return m;
-}
-
-void check_tensor(const spec::HostTensor& t, const char* field, spec::DType dt, std::int64_t rows,
-                  std::int64_t heads, std::int64_t dim) {
-  if (t.dtype != dt || t.shape != std::vector<std::int64_t>{rows, heads, dim} ||
-      static_cast<std::int64_t>(t.bytes.size()) !=
-          rows * heads * dim * static_cast<std::int64_t>(spec::dtype_bytes(dt))) {
-    throw spec::InvalidInput(field, -1, "tensor",
-                             "expected " + std::string(spec::name_of(dt)) + " [" +
-                                 std::to_string(rows) + ", " + std::to_string(heads) + ", " +
-                                 std::to_string(dim) + "]");
-  }
-}
-
-void check_selection(const spec::ModelConfig& c, const spec::AttentionParams& p,
-                     const spec::ReadBatch& b, const QueryRows& rows,
-                     const std::vector<std::int32_t>& selection, std::int64_t topk) {
-  const std::int64_t tq = rows.size(), nkv = c.geometry.num_kv_heads;
-  if (topk < 1 || static_cast<std::int64_t>(selection.size()) != tq * nkv * topk) {
-    throw spec::InvalidInput(
-        "selection", -1, std::to_string(selection.size()) + " ids",
-        "expected [" + std::to_string(tq) + ", " + std::to_string(nkv) + ", topk]");
-  }
-  for (std::int64_t qi = 0; qi < tq; ++qi) {
-    const std::int64_t n_valid = rows.n_valid(b, qi, p.sparse_block);
-    for (std::int64_t g = 0; g < nkv; ++g) {
-      const std::int32_t* row = &selection[static_cast<std::size_t>((qi * nkv + g) * topk)];
-      for (std::int64_t k = 0; k < topk; ++k) {
-        const std::int32_t id = row[k];
-        const bool dup = id >= 0 && std::find(row, row + k, id) != row + k;
-        if (id >= 0 && (id >= n_valid || dup)) {
-          throw spec::InvalidInput(
-              "selection", (qi * nkv + g) * topk + k, std::to_string(id),
-              "a duplicate or a block past n_valid = " + std::to_string(n_valid));
-        }
-      }
-    }
-  }
 }
 
 }  // namespace kvo::gpu::detail

@@ -1,8 +1,8 @@
 #pragma once
 /// \file staging.cuh
 /// What every host path of kvo_gpu shares to move a case to the device and back: pooled device
-/// memory, the per-thread stream of a call, slot mappings in their storage type, a validated read
-/// batch's query rows, and the host checks of read inputs (tensor shapes, attention selections).
+/// memory and the per-thread stream of a call (the host checks and query rows they share with
+/// host-memory calls: call_inputs.hpp).
 /// The built-in kernels' host paths (write_host.cu, dense_insert.cu, read_host.cu) and users'
 /// device calls (device_calls.cu) use these; the guarded caches travel in a DeviceCacheMirror
 /// (kvo/gpu/device_caches.hpp, device_caches.cu).
@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "call_inputs.hpp"
 #include "kvo/gpu/device_caches.hpp"
 #include "kvo/spec/read.hpp"
 #include "kvo/spec/write.hpp"
@@ -75,32 +76,5 @@ DeviceTensor poisoned_tensor(std::vector<DeviceBuffer>& keep, ElementType type,
 
 /// The stream a call runs on: one non-blocking stream per host thread.
 cudaStream_t call_stream();
-
-/// The mapping's values in its storage type (int32 or int64), [T].
-std::vector<std::uint8_t> slot_storage(const spec::SlotMapping& m);
-
-/// A validated batch's query rows on the host (spec::validate_batch first).
-struct QueryRows {
-  std::vector<std::int64_t> request;   ///< [Tq] request of each query row
-  std::vector<std::int64_t> position;  ///< [Tq] its position p
-
-  QueryRows(const spec::ModelConfig& config, const spec::ReadBatch& batch);
-  std::int64_t size() const { return static_cast<std::int64_t>(request.size()); }
-  /// floor(p / sparse_block) + 1, or 0 for a padded request's row.
-  std::int64_t n_valid(const spec::ReadBatch& batch, std::int64_t row,
-                       std::int64_t sparse_block) const;
-  /// The largest n_valid of any row, at least 1.
-  std::int64_t max_n_valid(const spec::ReadBatch& batch, std::int64_t sparse_block) const;
-};
-
-/// Throws spec::InvalidInput unless `t` is `dtype` [rows, heads, dim] with its bytes.
-void check_tensor(const spec::HostTensor& t, const char* field, spec::DType dtype,
-                  std::int64_t rows, std::int64_t heads, std::int64_t dim);
-
-/// Throws spec::InvalidInput unless `selection` is [Tq, nkv, topk] (topk >= 1) of ids that are -1,
-/// or distinct within their row and below the row's n_valid.
-void check_selection(const spec::ModelConfig& config, const spec::AttentionParams& params,
-                     const spec::ReadBatch& batch, const QueryRows& rows,
-                     const std::vector<std::int32_t>& selection, std::int64_t topk);
 
 }  // namespace kvo::gpu::detail

@@ -1,10 +1,9 @@
-// Host side of the GPU writes: layout strides and buffer sizes (gpu's own arithmetic of SPEC 3),
+// Host side of the GPU writes (the layout strides and buffer sizes are call_inputs.cpp's):
 // parameter checks, the unfused workspace, and the host-memory convenience that validates a call,
 // moves it to the device, writes and moves the caches back.
 #include <cuda_runtime.h>
 
 #include <algorithm>
-
 #include <cstring>
 #include <unordered_set>
 #include <vector>
@@ -24,25 +23,6 @@ void check_cuda(cudaError_t err, const char* what) {
     throw spec::FailedToRun(std::string(what) + ": " + cudaGetErrorString(err) + " (" +
                             cudaGetErrorName(err) + ")");
   }
-}
-
-KvStrides kv_strides(const spec::CacheGeometry& g, KvLayout layout) {
-  const std::int64_t bs = g.block_size, nkv = g.num_kv_heads, hd = g.head_dim;
-  switch (layout) {
-    case KvLayout::kNhd:  // [nb, bs, nkv, hd]
-      return {bs * nkv * hd, nkv * hd, hd, 0};
-    case KvLayout::kHnd:  // [nb, nkv, bs, hd]
-      return {nkv * bs * hd, hd, bs * hd, 0};
-    case KvLayout::kPackedHnd:  // [nb, nkv, bs, 2*hd], V at hd
-      return {nkv * bs * 2 * hd, 2 * hd, bs * 2 * hd, hd};
-    case KvLayout::kPackedNhd:  // [nb, bs, nkv, 2*hd]
-      return {bs * nkv * 2 * hd, nkv * 2 * hd, 2 * hd, hd};
-    case KvLayout::kSplitNhd:  // [nb, 2, bs, nkv, hd]
-      return {2 * bs * nkv * hd, nkv * hd, hd, bs * nkv * hd};
-    case KvLayout::kSplitHnd:  // [nb, 2, nkv, bs, hd]
-      return {2 * nkv * bs * hd, hd, bs * hd, nkv * bs * hd};
-  }
-  return {};
 }
 
 int sm_count() {
@@ -153,22 +133,6 @@ FusedParams make_params(const spec::ModelConfig& c, spec::LayerKind kind,
 }
 
 }  // namespace detail
-
-std::int64_t kv_buffer_bytes(const spec::ModelConfig& c) {
-  const spec::CacheGeometry& g = c.geometry;
-  const std::int64_t one = g.num_blocks * g.block_size * g.num_kv_heads * g.head_dim *
-                           static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
-  return spec::kv_in_one_tensor(c.layout) ? 2 * one : one;
-}
-
-std::int64_t index_buffer_bytes(const spec::ModelConfig& c) {
-  const spec::CacheGeometry& g = c.geometry;
-  if (c.index.layout == spec::IndexLayout::kBlockScale) {
-    return g.num_blocks * g.block_size * (g.index_dim + (g.index_dim / spec::kScaleGroup) * 4);
-  }
-  return g.num_blocks * g.block_size * g.index_dim *
-         static_cast<std::int64_t>(spec::dtype_bytes(c.index.flat_dtype));
-}
 
 // ---------------------------------------------------------------------------------------------
 // Unfused workspace: 3 tensors x 4 vectors x [max_tokens] int64.

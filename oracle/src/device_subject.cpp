@@ -1,5 +1,6 @@
-// Device subjects (device_subject.hpp): a function subject whose functions run the user's device
-// functions through kvo::gpu's runners (staging, the call, the copy back).
+// Device and host-call subjects (device_subject.hpp): a function subject whose functions run the
+// user's call functions through kvo::gpu's runners of one memory (staging, the call, the copy
+// back).
 #include "kvo/oracle/device_subject.hpp"
 
 #include <utility>
@@ -15,38 +16,62 @@ std::string device_unavailable_reason() {
   return "no CUDA device answers (" + why + ")";
 }
 
-std::unique_ptr<Subject> make_device_subject(std::string name, DeviceSubjectFunctions d) {
+namespace {
+
+/// The runners of one memory (kvo/gpu/device_calls.hpp).
+struct Runners {
+  decltype(&gpu::run_device_write) write;
+  decltype(&gpu::run_device_dense) dense;
+  decltype(&gpu::run_device_indexer) indexer;
+  decltype(&gpu::run_device_attention) attention;
+};
+constexpr Runners kDeviceRunners{gpu::run_device_write, gpu::run_device_dense,
+                                 gpu::run_device_indexer, gpu::run_device_attention};
+constexpr Runners kHostRunners{gpu::run_host_write, gpu::run_host_dense, gpu::run_host_indexer,
+                               gpu::run_host_attention};
+
+SubjectFunctions call_functions(DeviceSubjectFunctions d, const Runners& run) {
   SubjectFunctions f;
   if (d.write) {
-    f.write = [fn = std::move(d.write)](const spec::ModelConfig& c, const spec::LayerWrite& w,
-                                        spec::LayerCaches& caches) {
-      gpu::run_device_write(fn, c, w, caches);
+    f.write = [fn = std::move(d.write), run](const spec::ModelConfig& c, const spec::LayerWrite& w,
+                                             spec::LayerCaches& caches) {
+      run.write(fn, c, w, caches);
     };
   }
   if (d.dense) {
-    f.dense = [fn = std::move(d.dense)](const spec::ModelConfig& c, const spec::DenseInsert& in,
-                                        spec::LayerCaches& caches) {
-      return gpu::run_device_dense(fn, c, in, caches);
-    };
+    f.dense = [fn = std::move(d.dense), run](
+                  const spec::ModelConfig& c, const spec::DenseInsert& in,
+                  spec::LayerCaches& caches) { return run.dense(fn, c, in, caches); };
   }
   if (d.indexer) {
-    f.indexer = [fn = std::move(d.indexer)](const ReadCase& c) {
-      return gpu::run_device_indexer(fn, c.config, c.indexer, c.batch, c.index_q, c.caches);
+    f.indexer = [fn = std::move(d.indexer), run](const ReadCase& c) {
+      return run.indexer(fn, c.config, c.indexer, c.batch, c.index_q, c.caches);
     };
   }
   if (d.attention) {
-    f.attention = [fn = std::move(d.attention)](const ReadCase& c,
-                                                const reference::TopkSelection* sel) {
-      return gpu::run_device_attention(
-          fn, c.config, c.attention, c.batch, c.q, c.caches, c.k_scale, c.v_scale,
-          sel != nullptr ? sel->ids : std::vector<std::int32_t>{}, sel != nullptr ? sel->topk : 0);
+    f.attention = [fn = std::move(d.attention), run](const ReadCase& c,
+                                                     const reference::TopkSelection* sel) {
+      return run.attention(fn, c.config, c.attention, c.batch, c.q, c.caches, c.k_scale, c.v_scale,
+                           sel != nullptr ? sel->ids : std::vector<std::int32_t>{},
+                           sel != nullptr ? sel->topk : 0);
     };
   }
   f.ordering = d.ordering;
   f.topk_order = d.topk_order;
   f.attention_profile = d.attention_profile;
+  return f;
+}
+
+}  // namespace
+
+std::unique_ptr<Subject> make_device_subject(std::string name, DeviceSubjectFunctions d) {
+  SubjectFunctions f = call_functions(std::move(d), kDeviceRunners);
   f.unavailable_reason = device_unavailable_reason;
   return make_function_subject(std::move(name), std::move(f));
+}
+
+std::unique_ptr<Subject> make_host_call_subject(std::string name, DeviceSubjectFunctions d) {
+  return make_function_subject(std::move(name), call_functions(std::move(d), kHostRunners));
 }
 
 }  // namespace kvo::oracle

@@ -2,7 +2,9 @@
 // selection (so an indexer bug does not mask an attention one). Both draw the same read case from
 // a seed, so the campaign prepares it once for both; judge_read applies the subject's ordering
 // (and, for foreign attention, its arithmetic profile or --profile). Attention's mode for mode
-// detection (SPEC 7) is that profile: one answer judged exactly and under every profile's bound.
+// detection (SPEC 7) is that profile: one answer judged exactly and under every profile's bound;
+// the indexer's are index_nan and index_score_scale: one answer judged against the reference's
+// selection of the case under each combination.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -52,6 +54,49 @@ class AttentionAnswer final : public CapturedAnswer {
   ReadPrepared& c_;
 };
 
+/// The indexer's mode axes, in ModeChoice order: index_nan, then index_score_scale, each value in
+/// its name table's order (the contract's default first).
+constexpr std::size_t kIndexNanValues = spec::EnumInfo<spec::IndexNan>::kNames.size();
+constexpr std::size_t kScoreScaleValues = spec::EnumInfo<spec::IndexScoreScale>::kNames.size();
+
+/// An indexer's ids on one case, judged under any combination of the indexer's modes: the case
+/// with those modes, its reference selection (and score truth, for a foreign subject) computed once
+/// per combination, the ids diffed by the subject's ordering and top-k order.
+class IndexerAnswer final : public CapturedAnswer {
+ public:
+  IndexerAnswer(const ReadCase& c, spec::Ordering ordering, TopkOrder order)
+      : c_(c), ordering_(ordering), order_(order) {}
+  Verdict judge_under(const ModeChoice& choice) override {
+    const std::size_t at = choice.at(0) * kScoreScaleValues + choice.at(1);
+    Variant& v = variants_[at];
+    if (!v.expectation) {
+      v.rc = std::make_unique<ReadCase>(c_);
+      v.rc->indexer.index_nan = spec::EnumInfo<spec::IndexNan>::kNames.at(choice.at(0)).value;
+      v.rc->indexer.score_scale =
+          spec::EnumInfo<spec::IndexScoreScale>::kNames.at(choice.at(1)).value;
+      v.expectation = std::make_unique<ReadExpectation>(*v.rc);
+    }
+    ReadExpectation& e = *v.expectation;
+    const TopkDiff d = ordering_ == spec::Ordering::kCanonical
+                           ? diff_topk_exact(e.selection(), ids)
+                           : diff_topk_tie_aware(e.selection(), e.score_truth(ordering_),
+                                                 v.rc->indexer, ids, order_);
+    return {d.equal() ? spec::Outcome::kPass : spec::Outcome::kMismatch, d.report(), d.differing};
+  }
+
+  std::vector<std::int32_t> ids;  ///< [Tq, nkv, topk]
+
+ private:
+  struct Variant {
+    std::unique_ptr<ReadCase> rc;  ///< the expectation refers to it: never moved
+    std::unique_ptr<ReadExpectation> expectation;
+  };
+  const ReadCase& c_;
+  spec::Ordering ordering_;
+  TopkOrder order_;
+  std::array<Variant, kIndexNanValues * kScoreScaleValues> variants_;
+};
+
 /// The read overrides, with the dimensions shared with the write side (--block-size, --head-dim,
 /// --num-kv-heads, --index-dim, --kv-dtype, --layout, --index-layout) taken from the write
 /// overrides where the read ones leave them open.
@@ -66,6 +111,14 @@ ReadOverrides effective_read(const Overrides& o) {
   if (!r.layout) r.layout = w.layout;
   if (!r.index_layout) r.index_layout = w.index_layout;
   return r;
+}
+
+/// An axis whose values are E's names, in its table's order.
+template <class E>
+ModeAxis names_axis(const char* name) {
+  ModeAxis axis{name, {}};
+  for (const auto& entry : spec::EnumInfo<E>::kNames) axis.values.emplace_back(entry.name);
+  return axis;
 }
 
 class ReadDriver final : public OpDriver {
@@ -128,21 +181,32 @@ class ReadDriver final : public OpDriver {
     return o.write.to_flags() + o.read.to_flags();
   }
 
-  // Mode detection: attention has one axis, the arithmetic profile (exact first); the indexer's
-  // modes are not detected here.
+  // Mode detection: attention has one axis, the arithmetic profile (exact first); the indexer two,
+  // index_nan and index_score_scale (SPEC 5; the contract's defaults first).
   std::vector<ModeAxis> mode_axes() const override {
-    if (op_ != spec::Op::kAttention) return {};
+    if (op_ == spec::Op::kIndexer)
+      return {names_axis<spec::IndexNan>("index_nan"),
+              names_axis<spec::IndexScoreScale>("index_score_scale")};
     ModeAxis axis{"profile", {std::string(kExact)}};
     for (spec::AttentionProfile p : kProfilesByLooseness)
       axis.values.emplace_back(spec::name_of(p));
     return {axis};
   }
 
-  /// The overrides as given; the profile pinned to --profile, else the subject-independent default
-  /// fp32 (the profile changes how an answer is judged, never what a subject is asked).
+  /// Attention: the overrides as given, the profile pinned to --profile, else the
+  /// subject-independent default fp32 (the profile changes how an answer is judged, never what a
+  /// subject is asked). The indexer: its modes pinned to the overrides', else the defaults, and the
+  /// case drawn with them (the subject is told them in its params).
   Overrides pin_modes(const Overrides& o, ModeChoice& pinned) const override {
     pinned.clear();
-    if (op_ != spec::Op::kAttention) return o;
+    if (op_ == spec::Op::kIndexer) {
+      Overrides p = o;
+      p.read.index_nan = o.read.index_nan.value_or(spec::IndexNan::kSkip);
+      p.read.index_score_scale = o.read.index_score_scale.value_or(spec::IndexScoreScale::kOne);
+      pinned.push_back(static_cast<std::size_t>(*p.read.index_nan));
+      pinned.push_back(static_cast<std::size_t>(*p.read.index_score_scale));
+      return p;
+    }
     const spec::AttentionProfile p = o.read.profile.value_or(spec::AttentionProfile::kFp32);
     const auto at = std::find(kProfilesByLooseness.begin(), kProfilesByLooseness.end(), p);
     pinned.push_back(1 + static_cast<std::size_t>(at - kProfilesByLooseness.begin()));
@@ -150,8 +214,18 @@ class ReadDriver final : public OpDriver {
   }
 
   std::unique_ptr<CapturedAnswer> capture(Subject& subject, PreparedCase& pc) const override {
-    if (op_ != spec::Op::kAttention) return OpDriver::capture(subject, pc);
     auto& rp = static_cast<ReadPrepared&>(pc);
+    if (op_ == spec::Op::kIndexer) {
+      auto answer =
+          std::make_unique<IndexerAnswer>(rp.rc, subject.ordering(), subject.topk_order());
+      answer->run_outcome = run_guarded(
+          [&] {
+            answer->ids = subject.indexer(rp.rc);
+            return spec::Outcome::kPass;
+          },
+          answer->run_error);
+      return answer;
+    }
     auto answer = std::make_unique<AttentionAnswer>(rp);
     answer->run_outcome = run_guarded(
         [&] {

@@ -21,17 +21,19 @@ std::string hex64(std::uint64_t v) {
 }
 
 /// This process's executable, for the replay line; a placeholder where /proc is not there.
-std::string this_binary() {
-  std::error_code ec;
-  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec || p.empty() ? "<test binary>" : p.string();
-}
-
 bool failed(spec::Outcome o) {
   return o != spec::Outcome::kPass && o != spec::Outcome::kUnsupported;
 }
 
 }  // namespace
+
+std::string gtest_rerun(const std::string& test_name) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::string command = ec || p.empty() ? "<test binary>" : p.string();
+  if (!test_name.empty()) command += " --gtest_filter=" + test_name;
+  return command;
+}
 
 void apply_test_environment(CheckOptions& o) {
   if (const char* v = std::getenv(kCaseSeedVariable)) o.case_seed = parse_u64(v, kCaseSeedVariable);
@@ -46,7 +48,7 @@ void apply_test_environment(CheckOptions& o) {
 }
 
 TestVerdict run_test_campaign(SubjectList& subjects, CheckOptions options,
-                              const std::string& test_name) {
+                              const std::string& rerun) {
   TestVerdict v;
   v.seed = options.seed;
   CheckReport report;
@@ -90,9 +92,7 @@ TestVerdict run_test_campaign(SubjectList& subjects, CheckOptions options,
   for (const SubjectSummary& s : report.subjects) {
     if (!s.failing_seed) continue;
     m << "\nreproduce in this test (" << s.name << ", " << spec::name_of(s.op)
-      << "): " << kCaseSeedVariable << "=" << hex64(*s.failing_seed) << " " << this_binary();
-    if (!test_name.empty()) m << " --gtest_filter=" << test_name;
-    m << "\n";
+      << "): " << kCaseSeedVariable << "=" << hex64(*s.failing_seed) << " " << rerun << "\n";
     if (std::find(built_in.begin(), built_in.end(), s.name) == built_in.end()) {
       m << "(the kvoracle command line replays its own subjects only; its flags above say which "
            "dimensions the case fixed)\n";

@@ -197,6 +197,40 @@ TEST(DetectModes, DenseInsertModesAreDetected) {
   for (const ModeAxis& a : r.axes) EXPECT_NE(a.name, "ue8m0");
 }
 
+TEST(DetectModes, IndexerToldItsModesIsNamedInThem) {
+  // cpu-naive-f32 follows the params' index_nan and index_score_scale; cases with NaN index-K
+  // tokens and scaled scores tell the modes apart.
+  SubjectList subjects;
+  subjects.push_back(make_cpu_naive_subject());
+  CheckOptions o = options(spec::Op::kIndexer, 120);
+  o.overrides.read.nan_index_k = true;
+  o.overrides.read.index_nan = spec::IndexNan::kLowest;
+  o.overrides.read.index_score_scale = spec::IndexScoreScale::kRsqrtDim;
+  const DetectResult r = detect(o, subjects, "cpu-naive-f32");
+  std::cout << r.report();
+  ASSERT_EQ(r.outcome(), spec::Outcome::kPass);
+  EXPECT_EQ(matched_values(r, "index_nan"), Values{"lowest"});
+  // A positive factor keeps the blocks' order: a foreign indexer's ids cannot tell the score
+  // scales apart (only ties through rounding could), so both stay, the told one among them.
+  const Values scales = matched_values(r, "index_score_scale");
+  EXPECT_NE(std::find(scales.begin(), scales.end(), "rsqrt_dim"), scales.end());
+}
+
+TEST(DetectModes, IndexerThatRanksNanBlocksFirstIsNamedIndexNanFirst) {
+  // torch's amax + topk (TensorRT-LLM's torch selector), whatever it is told.
+  ReadMutation nan_first;
+  nan_first.nan_first = true;
+  SubjectList subjects;
+  subjects.push_back(make_cpu_naive_subject(nan_first, "amax-topk"));
+  CheckOptions o = options(spec::Op::kIndexer, 120);
+  o.overrides.read.nan_index_k = true;
+  const DetectResult r = detect(o, subjects, "amax-topk");
+  std::cout << r.report();
+  ASSERT_EQ(r.outcome(), spec::Outcome::kPass);
+  EXPECT_EQ(matched_values(r, "index_nan"), Values{"first"});
+  EXPECT_NE(r.report().find("told:    index_nan=skip index_score_scale=one"), std::string::npos);
+}
+
 TEST(DetectModes, ASubjectWithoutModedOpsIsBadInput) {
   SubjectList subjects = make_cpu_subjects();
   CheckOptions o = options(spec::Op::kIndexer, 5);

@@ -79,6 +79,16 @@ FileHead read_head(spec::MetadataReader& m, std::string_view format) {
   return head;
 }
 
+/// A result file's head: the case's, who produced it and how it is judged.
+void write_result_head(spec::Metadata& m, const CaseFile& c, const std::string& subject,
+                       const Declared& declared) {
+  write_head(m, kResultFormat, c.op, c.seed);
+  m["subject"] = subject;
+  m["ordering"] = spec::name_of(declared.ordering.value_or(spec::Ordering::kCanonical));
+  m["topk_order"] = spec::name_of(declared.topk_order.value_or(oracle::TopkOrder::kAscendingIds));
+  m["attention_profile"] = spec::name_of(declared.profile.value_or(spec::AttentionProfile::kFp32));
+}
+
 /// A subject whose every op fails as a result file says its producer did.
 class FailedProducer final : public oracle::Subject {
  public:
@@ -194,6 +204,15 @@ std::vector<std::filesystem::path> emit_campaign(const std::vector<spec::Op>& op
   return written;
 }
 
+std::vector<std::uint8_t> serialize_result(const CaseFile& c,
+                                           std::vector<oracle::NamedTensor> tensors,
+                                           const std::string& subject, const Declared& declared) {
+  TensorSet set;
+  set.tensors = std::move(tensors);
+  write_result_head(set.metadata, c, subject, declared);
+  return to_safetensors(set);
+}
+
 std::vector<std::uint8_t> run_case(CaseFile& c, oracle::Subject& subject) {
   TensorSet set;
   oracle::TensorWriter out(set);
@@ -208,11 +227,8 @@ std::vector<std::uint8_t> run_case(CaseFile& c, oracle::Subject& subject) {
         error);
   }
   spec::Metadata& m = set.metadata;
-  write_head(m, kResultFormat, c.op, c.seed);
-  m["subject"] = subject.name();
-  m["ordering"] = spec::name_of(subject.ordering());
-  m["topk_order"] = spec::name_of(subject.topk_order());
-  m["attention_profile"] = spec::name_of(subject.attention_profile());
+  write_result_head(m, c, subject.name(),
+                    {subject.ordering(), subject.attention_profile(), subject.topk_order()});
   if (outcome != spec::Outcome::kPass) {
     set.tensors.clear();
     m["run_outcome"] = spec::name_of(outcome);

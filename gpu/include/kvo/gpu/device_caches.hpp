@@ -72,6 +72,12 @@ struct DeviceKvCaches {
   DeviceTensor index_cache;
 };
 
+/// The views of a layer's caches whose bodies start at `k_body` (K, or the one KV tensor), `v_body`
+/// (null for the one-tensor layouts) and `index_body` (null on dense layers), in device or host
+/// memory alike: what every call of device_calls.hpp receives.
+DeviceKvCaches cache_views(const spec::ModelConfig& config, void* k_body, void* v_body,
+                           void* index_body);
+
 /// The host buffers of one layer copied to the device, guard bands included, inside one device
 /// allocation with a margin of one token row (at least 256 bytes) before the first buffer and after
 /// the last: a kernel that writes a little outside a body writes into a guard band or the margin,

@@ -127,4 +127,29 @@ spec::HostTensor run_device_attention(
     const std::vector<float>& v_scale, const std::vector<std::int32_t>& selection,
     std::int64_t topk);
 
+// The same calls in host memory (CPU implementations; the Python package's NumPy functions): every
+// tensor a host pointer with the same shapes and strides, the caches a copy of the guarded host
+// buffers (guard bands in place around each body) brought back whole, no stream (null). Validation,
+// poisoned outputs and the unchanged-caches rule of a read are the device runners' (one
+// definition: call_runner.hpp). Built with or without CUDA.
+
+void run_host_write(const DeviceWriteFunction& fn, const spec::ModelConfig& config,
+                    const spec::LayerWrite& write, spec::LayerCaches& caches);
+spec::HostTensor run_host_dense(const DeviceDenseFunction& fn, const spec::ModelConfig& config,
+                                const spec::DenseInsert& in, spec::LayerCaches& caches);
+std::vector<std::int32_t> run_host_indexer(const DeviceIndexerFunction& fn,
+                                           const spec::ModelConfig& config,
+                                           const spec::IndexerParams& params,
+                                           const spec::ReadBatch& batch,
+                                           const spec::HostTensor& index_q,
+                                           const spec::LayerCaches& caches);
+spec::HostTensor run_host_attention(const DeviceAttentionFunction& fn,
+                                    const spec::ModelConfig& config,
+                                    const spec::AttentionParams& params,
+                                    const spec::ReadBatch& batch, const spec::HostTensor& q,
+                                    const spec::LayerCaches& caches,
+                                    const std::vector<float>& k_scale,
+                                    const std::vector<float>& v_scale,
+                                    const std::vector<std::int32_t>& selection, std::int64_t topk);
+
 }  // namespace kvo::gpu

@@ -37,6 +37,11 @@ struct DeviceSubjectFunctions {
 /// The ops it implements are the functions given.
 std::unique_ptr<Subject> make_device_subject(std::string name, DeviceSubjectFunctions functions);
 
+/// The same functions called in host memory (kvo/gpu/device_calls.hpp's run_host_*): the calls have
+/// the same tensors, shapes and strides, each a host pointer, and no stream. For implementations on
+/// the CPU, and for the Python package's NumPy functions. Always available.
+std::unique_ptr<Subject> make_host_call_subject(std::string name, DeviceSubjectFunctions functions);
+
 /// Empty when a CUDA device answers here, else why not ("no CUDA device answers (...)").
 std::string device_unavailable_reason();
 

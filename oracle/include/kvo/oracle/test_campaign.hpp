@@ -32,12 +32,16 @@ struct TestVerdict {
 /// variable when one is malformed (KVO_CASES must be >= 1).
 void apply_test_environment(CheckOptions& options);
 
+/// The command that reruns test `test_name` ("Suite.Test"; empty: the whole binary) of this
+/// GoogleTest binary: "<this binary> --gtest_filter=Suite.Test".
+std::string gtest_rerun(const std::string& test_name);
+
 /// Runs the campaign of `options` (after apply_test_environment) over `subjects` (those named by
 /// options.subjects; all when empty) and judges it. Never throws: options the campaign rejects
 /// (an unknown subject, inconsistent overrides) become a failed verdict that names them.
-/// `test_name` ("Suite.Test"; empty outside a test) goes into the line that replays the first
-/// failing case in this test: `KVO_CASE_SEED=S <this binary> --gtest_filter=Suite.Test`.
+/// `rerun` is the command that reruns this test (gtest_rerun; the Python package's pytest line):
+/// the line that replays the first failing case in it is `KVO_CASE_SEED=S <rerun>`.
 TestVerdict run_test_campaign(SubjectList& subjects, CheckOptions options,
-                              const std::string& test_name);
+                              const std::string& rerun);
 
 }  // namespace kvo::oracle::testing

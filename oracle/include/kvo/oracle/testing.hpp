@@ -49,7 +49,7 @@ inline ::testing::AssertionResult to_assertion(const TestVerdict& v) {
 /// Judges the subjects of `subjects` named by options.subjects (all when empty) on options.ops.
 inline ::testing::AssertionResult passes(SubjectList& subjects, CheckOptions options = {}) {
   return detail::to_assertion(
-      run_test_campaign(subjects, std::move(options), detail::current_test_name()));
+      run_test_campaign(subjects, std::move(options), gtest_rerun(detail::current_test_name())));
 }
 
 /// Judges `subject` on every op of options.ops it implements.

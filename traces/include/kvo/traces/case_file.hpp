@@ -85,6 +85,13 @@ struct Declared {
   std::optional<oracle::TopkOrder> topk_order;
 };
 
+/// The result file of case `c` holding `tensors` (named as the case's `expected.*` ones without the
+/// prefix), produced by `subject` and declared as `declared` says (unset: canonical, ascending ids,
+/// fp32): what a producer outside kvoracle (the Python package) hands to judge_result.
+std::vector<std::uint8_t> serialize_result(const CaseFile& c,
+                                           std::vector<oracle::NamedTensor> tensors,
+                                           const std::string& subject, const Declared& declared);
+
 struct Judgement {
   spec::Outcome outcome = spec::Outcome::kPass;
   /// The campaign's report of this case: the case seed and sizes, the subject and how it was

@@ -1,0 +1,235 @@
+// The host side of every call (call_inputs.hpp) and the cache views of device_caches.hpp, built
+// with or without CUDA: a user's function in host memory gets the same views as one on the device.
+#include "call_inputs.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "kvo/gpu/device_caches.hpp"
+#include "kvo/gpu/write.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::gpu {
+
+std::int64_t kv_buffer_bytes(const spec::ModelConfig& c) {
+  const spec::CacheGeometry& g = c.geometry;
+  const std::int64_t one = g.num_blocks * g.block_size * g.num_kv_heads * g.head_dim *
+                           static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+  return spec::kv_in_one_tensor(c.layout) ? 2 * one : one;
+}
+
+std::int64_t index_buffer_bytes(const spec::ModelConfig& c) {
+  const spec::CacheGeometry& g = c.geometry;
+  if (c.index.layout == spec::IndexLayout::kBlockScale) {
+    return g.num_blocks * g.block_size * (g.index_dim + (g.index_dim / spec::kScaleGroup) * 4);
+  }
+  return g.num_blocks * g.block_size * g.index_dim *
+         static_cast<std::int64_t>(spec::dtype_bytes(c.index.flat_dtype));
+}
+
+namespace detail {
+
+void require_buffers(const spec::ModelConfig& c, const spec::LayerCaches& caches) {
+  struct Wanted {
+    spec::BufferKind kind;
+    std::int64_t bytes;
+  };
+  std::vector<Wanted> want;
+  if (spec::kv_in_one_tensor(c.layout)) {
+    want.push_back({spec::BufferKind::kKv, kv_buffer_bytes(c)});
+  } else {
+    want.push_back({spec::BufferKind::kK, kv_buffer_bytes(c)});
+    want.push_back({spec::BufferKind::kV, kv_buffer_bytes(c)});
+  }
+  if (caches.kind == spec::LayerKind::kSparse) {
+    want.push_back({spec::BufferKind::kIndexK, index_buffer_bytes(c)});
+  }
+  if (caches.buffers.size() != want.size()) {
+    throw spec::InvalidInput("caches", -1, std::to_string(caches.buffers.size()) + " buffers",
+                             "a " + std::string(spec::name_of(caches.kind)) + " layer has " +
+                                 std::to_string(want.size()));
+  }
+  for (const Wanted& x : want) {
+    const spec::CacheBuffer* b = caches.find(x.kind);
+    if (b == nullptr || b->guard_bytes < 0 || b->body_bytes() != x.bytes) {
+      throw spec::InvalidInput("caches", -1, std::string(spec::name_of(x.kind)),
+                               "missing, or not of " + std::to_string(x.bytes) + " body bytes");
+    }
+  }
+}
+
+KvStrides kv_strides(const spec::CacheGeometry& g, spec::KvLayout layout) {
+  const std::int64_t bs = g.block_size, nkv = g.num_kv_heads, hd = g.head_dim;
+  switch (layout) {
+    case spec::KvLayout::kNhd:  // [nb, bs, nkv, hd]
+      return {bs * nkv * hd, nkv * hd, hd, 0};
+    case spec::KvLayout::kHnd:  // [nb, nkv, bs, hd]
+      return {nkv * bs * hd, hd, bs * hd, 0};
+    case spec::KvLayout::kPackedHnd:  // [nb, nkv, bs, 2*hd], V at hd
+      return {nkv * bs * 2 * hd, 2 * hd, bs * 2 * hd, hd};
+    case spec::KvLayout::kPackedNhd:  // [nb, bs, nkv, 2*hd]
+      return {bs * nkv * 2 * hd, nkv * 2 * hd, 2 * hd, hd};
+    case spec::KvLayout::kSplitNhd:  // [nb, 2, bs, nkv, hd]
+      return {2 * bs * nkv * hd, nkv * hd, hd, bs * nkv * hd};
+    case spec::KvLayout::kSplitHnd:  // [nb, 2, nkv, bs, hd]
+      return {2 * nkv * bs * hd, hd, bs * hd, nkv * bs * hd};
+  }
+  return {};
+}
+
+std::vector<std::int64_t> layout_shape(spec::KvLayout layout, const spec::CacheGeometry& g) {
+  const std::int64_t nb = g.num_blocks, bs = g.block_size, h = g.num_kv_heads, d = g.head_dim;
+  switch (layout) {
+    case spec::KvLayout::kNhd:
+      return {nb, bs, h, d};
+    case spec::KvLayout::kHnd:
+      return {nb, h, bs, d};
+    case spec::KvLayout::kPackedHnd:
+      return {nb, h, bs, 2 * d};
+    case spec::KvLayout::kPackedNhd:
+      return {nb, bs, h, 2 * d};
+    case spec::KvLayout::kSplitNhd:
+      return {nb, 2, bs, h, d};
+    case spec::KvLayout::kSplitHnd:
+      return {nb, 2, h, bs, d};
+  }
+  return {};
+}
+
+std::vector<std::uint8_t> slot_storage(const spec::SlotMapping& m) {
+  const std::size_t eb = m.type == spec::SlotType::kI64 ? 8 : 4;
+  std::vector<std::uint8_t> out(m.slots.size() * eb);
+  for (std::size_t i = 0; i < m.slots.size(); ++i) {
+    if (eb == 8) {
+      std::memcpy(out.data() + i * 8, &m.slots[i], 8);
+    } else {
+      const auto v = static_cast<std::int32_t>(m.slots[i]);
+      std::memcpy(out.data() + i * 4, &v, 4);
+    }
+  }
+  return out;
+}
+
+QueryRows::QueryRows(const spec::ModelConfig& c, const spec::ReadBatch& b) {
+  spec::validate_batch(c, b);
+  for (std::int64_t r = 0; r < b.num_requests(); ++r) {
+    const std::int64_t q_len = b.query_start_loc[static_cast<std::size_t>(r + 1)] -
+                               b.query_start_loc[static_cast<std::size_t>(r)];
+    for (std::int64_t j = 0; j < q_len; ++j) {
+      request.push_back(r);
+      position.push_back(b.seq_lens[static_cast<std::size_t>(r)] - q_len + j);
+    }
+  }
+}
+
+std::int64_t QueryRows::n_valid(const spec::ReadBatch& b, std::int64_t row, std::int64_t sb) const {
+  const auto i = static_cast<std::size_t>(row);
+  return b.seq_lens[static_cast<std::size_t>(request[i])] == 0 ? 0 : position[i] / sb + 1;
+}
+
+std::int64_t QueryRows::max_n_valid(const spec::ReadBatch& b, std::int64_t sb) const {
+  std::int64_t m = 1;
+  for (std::int64_t i = 0; i < size(); ++i) m = std::max(m, n_valid(b, i, sb));
+  return m;
+}
+
+void check_tensor(const spec::HostTensor& t, const char* field, spec::DType dt, std::int64_t rows,
+                  std::int64_t heads, std::int64_t dim) {
+  if (t.dtype != dt || t.shape != std::vector<std::int64_t>{rows, heads, dim} ||
+      static_cast<std::int64_t>(t.bytes.size()) !=
+          rows * heads * dim * static_cast<std::int64_t>(spec::dtype_bytes(dt))) {
+    throw spec::InvalidInput(field, -1, "tensor",
+                             "expected " + std::string(spec::name_of(dt)) + " [" +
+                                 std::to_string(rows) + ", " + std::to_string(heads) + ", " +
+                                 std::to_string(dim) + "]");
+  }
+}
+
+void check_selection(const spec::ModelConfig& c, const spec::AttentionParams& p,
+                     const spec::ReadBatch& b, const QueryRows& rows,
+                     const std::vector<std::int32_t>& selection, std::int64_t topk) {
+  const std::int64_t tq = rows.size(), nkv = c.geometry.num_kv_heads;
+  if (topk < 1 || static_cast<std::int64_t>(selection.size()) != tq * nkv * topk) {
+    throw spec::InvalidInput(
+        "selection", -1, std::to_string(selection.size()) + " ids",
+        "expected [" + std::to_string(tq) + ", " + std::to_string(nkv) + ", topk]");
+  }
+  for (std::int64_t qi = 0; qi < tq; ++qi) {
+    const std::int64_t n_valid = rows.n_valid(b, qi, p.sparse_block);
+    for (std::int64_t g = 0; g < nkv; ++g) {
+      const std::int32_t* row = &selection[static_cast<std::size_t>((qi * nkv + g) * topk)];
+      for (std::int64_t k = 0; k < topk; ++k) {
+        const std::int32_t id = row[k];
+        const bool dup = id >= 0 && std::find(row, row + k, id) != row + k;
+        if (id >= 0 && (id >= n_valid || dup)) {
+          throw spec::InvalidInput(
+              "selection", (qi * nkv + g) * topk + k, std::to_string(id),
+              "a duplicate or a block past n_valid = " + std::to_string(n_valid));
+        }
+      }
+    }
+  }
+}
+
+QueryRows check_indexer_inputs(const spec::ModelConfig& c, const spec::IndexerParams& p,
+                               const spec::ReadBatch& b, const spec::HostTensor& index_q,
+                               const spec::LayerCaches& caches) {
+  spec::validate(c);
+  QueryRows rows(c, b);
+  spec::validate_indexer(c, p);
+  check_tensor(index_q, "index_q", c.act_dtype, rows.size(), p.num_index_heads,
+               c.geometry.index_dim);
+  if (caches.kind != spec::LayerKind::kSparse) {
+    throw spec::InvalidInput("caches.kind", -1, std::string(spec::name_of(caches.kind)),
+                             "the indexer reads a sparse layer's index-K");
+  }
+  return rows;
+}
+
+QueryRows check_attention_inputs(const spec::ModelConfig& c, const spec::AttentionParams& p,
+                                 const spec::ReadBatch& b, const spec::HostTensor& q,
+                                 const std::vector<float>& k_scale,
+                                 const std::vector<float>& v_scale,
+                                 const std::vector<std::int32_t>& selection, std::int64_t topk) {
+  spec::validate(c);
+  QueryRows rows(c, b);
+  spec::validate_attention(c, p);
+  spec::validate_scales(c, k_scale, "k_scale");
+  spec::validate_scales(c, v_scale, "v_scale");
+  check_tensor(q, "q", c.act_dtype, rows.size(), p.num_q_heads, c.geometry.head_dim);
+  if (!selection.empty()) check_selection(c, p, b, rows, selection, topk);
+  return rows;
+}
+
+}  // namespace detail
+
+DeviceKvCaches cache_views(const spec::ModelConfig& c, void* k_body, void* v_body,
+                           void* index_body) {
+  const spec::CacheGeometry& g = c.geometry;
+  const ElementType et = element_type_of(c.kv.cache_dtype);
+  const auto eb = static_cast<std::int64_t>(element_bytes(et));
+  const detail::KvStrides st = detail::kv_strides(g, c.layout);
+  DeviceKvCaches v;
+  v.k_cache = contiguous_tensor(k_body, et, detail::layout_shape(c.layout, g));
+  if (v_body != nullptr)
+    v.v_cache = contiguous_tensor(v_body, et, detail::layout_shape(c.layout, g));
+  const std::vector<std::int64_t> logical{g.num_blocks, g.block_size, g.num_kv_heads, g.head_dim};
+  const std::vector<std::int64_t> strides{st.block, st.token, st.head, 1};
+  v.k = {k_body, et, logical, strides};
+  v.v = {v_body != nullptr ? v_body : static_cast<std::uint8_t*>(k_body) + st.kv_part * eb, et,
+         logical, strides};
+  if (index_body != nullptr) {
+    if (c.index.layout == spec::IndexLayout::kBlockScale) {
+      const std::int64_t block_bytes =
+          g.block_size * g.index_dim + g.block_size * (g.index_dim / spec::kScaleGroup) * 4;
+      v.index_cache = contiguous_tensor(index_body, ElementType::kU8, {g.num_blocks, block_bytes});
+    } else {
+      v.index_cache = contiguous_tensor(index_body, element_type_of(c.index.flat_dtype),
+                                        {g.num_blocks, g.block_size, g.index_dim});
+    }
+  }
+  return v;
+}
+
+}  // namespace kvo::gpu

@@ -1,0 +1,110 @@
+"""NumPy stand-ins with the engines' own kernel signatures (what the adapters must carry without
+glue), each correct where the engine's kernel is, with the bugs real kernels had as options."""
+
+import numpy as np
+
+from kvoracle.bits import bf16_to_float32, float32_to_bf16
+
+
+def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
+                            k_scale, v_scale, *, skip_negative=True):
+    """vLLM's signature; "auto" only (the cache holds the model dtype). skip_negative=False is the
+    vllm#43810 bug class: slot -1 indexes from the end, as torch and NumPy indexing do."""
+    assert kv_cache_dtype == "auto", kv_cache_dtype
+    tokens = slot_mapping.shape[0]
+    block_size = key_cache.shape[1]
+    slots = slot_mapping[:tokens]
+    rows = np.nonzero(slots >= 0)[0] if skip_negative else np.arange(tokens)
+    s = slots[rows]
+    key_cache[s // block_size, s % block_size] = key[rows]
+    value_cache[s // block_size, s % block_size] = value[rows]
+
+
+def append_paged_kv_cache(append_key, append_value, batch_indices, positions, paged_kv_cache,
+                          kv_indices, kv_indptr, kv_last_page_len, kv_layout="NHD"):
+    """FlashInfer's signature and page-table addressing (flashinfer/page.py)."""
+    if isinstance(paged_kv_cache, tuple):
+        k_cache, v_cache = paged_kv_cache
+    else:  # [num_pages, 2, ...]
+        k_cache, v_cache = paged_kv_cache[:, 0], paged_kv_cache[:, 1]
+    page_size = k_cache.shape[1] if kv_layout == "NHD" else k_cache.shape[2]
+    for i in range(append_key.shape[0]):
+        b, pos = int(batch_indices[i]), int(positions[i])
+        page = int(kv_indices[int(kv_indptr[b]) + pos // page_size])
+        entry = pos % page_size
+        if kv_layout == "NHD":
+            k_cache[page, entry] = append_key[i]
+            v_cache[page, entry] = append_value[i]
+        else:
+            k_cache[page, :, entry] = append_key[i]
+            v_cache[page, :, entry] = append_value[i]
+
+
+def set_kv_buffer(k_buffer, v_buffer, loc, cache_k, cache_v, k_scale, v_scale):
+    """SGLang's MHATokenToKVPool.set_kv_buffer body (no quantization)."""
+    assert k_scale is None and v_scale is None
+    k_buffer[loc] = cache_k
+    v_buffer[loc] = cache_v
+
+
+def msa_fused_write(k, v, index_k, k_cache, v_cache, index_cache, slot_mapping):
+    """TensorRT-LLM MiniMax-M3's fused write over the HND pool, flat index-K, no quantization."""
+    tokens = slot_mapping.shape[0]
+    if v_cache is None:  # the [nb, 2, H, bs, D] pool
+        k_cache, v_cache = k_cache[:, 0], k_cache[:, 1]
+    block_size = k_cache.shape[2]
+    for t in range(tokens):
+        s = int(slot_mapping[t])
+        if s < 0:
+            continue
+        page, within = s // block_size, s % block_size
+        k_cache[page, :, within] = k[t]
+        v_cache[page, :, within] = v[t]
+        if index_k is not None:
+            index_cache[page, within] = index_k[t]
+
+
+def attention(call, *, include_own_token=True):
+    """Sparse (or dense) paged attention in float64 over the call's selection; the answer rounded
+    to the output dtype. include_own_token=False is the off-by-one a causal mask gets wrong."""
+    cfg, p = call.config, call.params
+    assert call.dtype("q") == "bf16" and call.dtype("k_view") == "bf16"
+    q = bf16_to_float32(call.q).astype(np.float64)
+    k = bf16_to_float32(call.k_view)
+    v = bf16_to_float32(call.v_view)
+    tq, nq, hd = q.shape
+    nkv, bs, sb = cfg["num_kv_heads"], cfg["block_size"], p["sparse_block"]
+    group = nq // nkv
+
+    def scale(scales, g):  # SPEC 2: dequantized with the scale unless the scale mode is none
+        return 1.0 if cfg["scale_mode"] == "none" else float(scales[min(g, scales.size - 1)])
+
+    sm_scale = p["sm_scale"] or float(np.float32(1) / np.float32(np.sqrt(np.float32(hd))))
+    out = np.zeros((tq, nq, hd), dtype=np.float64)
+    for row in range(tq):
+        r, pos = int(call.row_request[row]), int(call.row_position[row])
+        if int(call.seq_lens[r]) == 0:
+            continue
+        last = pos + 1 if include_own_token else pos
+        for g in range(nkv):
+            if call.selection is None:
+                tokens = np.arange(last)
+            else:
+                blocks = [int(b) for b in call.selection[row, g] if b >= 0]
+                tokens = np.concatenate(
+                    [np.arange(b * sb, min((b + 1) * sb, last)) for b in blocks] or [[]]
+                ).astype(np.int64)
+            if tokens.size == 0:
+                continue
+            pages = call.block_table[r, tokens // bs]
+            kk = k[pages, tokens % bs, g].astype(np.float64) * scale(call.k_scale, g)
+            vv = v[pages, tokens % bs, g].astype(np.float64) * scale(call.v_scale, g)
+            for h in range(g * group, (g + 1) * group):
+                s = kk @ q[row, h] * sm_scale
+                w = np.exp(s - s.max())
+                out[row, h] = (w / w.sum()) @ vv
+    if p["out_dtype"] == "f32":
+        return out.astype(np.float32)
+    if p["out_dtype"] == "bf16":
+        return float32_to_bf16(out.astype(np.float32))
+    return out.astype(np.float16)

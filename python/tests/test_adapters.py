@@ -1,0 +1,66 @@
+"""The adapters carry each engine's own signature to kvoracle: NumPy stand-ins of the engines'
+kernels pass, and the bug classes real kernels had fail."""
+
+import engines_numpy as eng
+import kvoracle
+from kvoracle import adapters
+
+
+def test_vllm_reshape_and_cache_flash_every_layout():
+    a = adapters.vllm_reshape_and_cache_flash(eng.reshape_and_cache_flash)
+    assert a.overrides["slot_type"] == "i64" and "csrc/cache_kernels.cu" in a.evidence
+    report = kvoracle.check(a, op="write", cases=80)
+    assert report.passed, report.message
+    assert "vllm.reshape_and_cache_flash" in report.message
+
+
+def test_vllm_reshape_and_cache_flash_without_the_negative_check_fails():
+    def kernel(*args):
+        eng.reshape_and_cache_flash(*args, skip_negative=False)
+
+    report = kvoracle.check(adapters.vllm_reshape_and_cache_flash(kernel), op="write", cases=80)
+    assert not report.passed and "KVO_CASE_SEED=" in report.message
+
+
+def test_flashinfer_append_paged_kv_cache():
+    for layout in ("nhd", "hnd", "split_nhd", "split_hnd"):
+        report = kvoracle.check(adapters.flashinfer_append_paged_kv_cache(
+            eng.append_paged_kv_cache), op="write", cases=25, layout=layout)
+        assert report.passed, report.message
+
+
+def test_flashinfer_with_page_and_entry_swapped_fails():
+    def kernel(k, v, b, positions, cache, indices, indptr, last, layout):
+        eng.append_paged_kv_cache(k, v, b, positions, cache, indices, indptr, last,
+                                  "HND" if layout == "NHD" else "NHD")
+
+    report = kvoracle.check(adapters.flashinfer_append_paged_kv_cache(kernel), op="write",
+                            cases=25, layout="nhd")
+    assert not report.passed
+
+
+def test_sglang_set_kv_buffer():
+    report = kvoracle.check(adapters.sglang_set_kv_buffer(eng.set_kv_buffer), op="write",
+                            cases=60)
+    assert report.passed, report.message
+
+
+def test_trtllm_msa_fused_write_sparse_layers():
+    report = kvoracle.check(adapters.trtllm_msa_fused_write(eng.msa_fused_write), op="write",
+                            cases=60, act_dtype="bf16", kv_dtype="bf16", index_dtype="bf16",
+                            layers="1D2S")
+    assert report.passed, report.message
+
+
+def test_user_overrides_win_over_an_adapters():
+    a = adapters.vllm_reshape_and_cache_flash(eng.reshape_and_cache_flash)
+    report = kvoracle.check(a, op="write", cases=20, layers="3D", block_size=16)
+    assert report.passed, report.message
+    assert "--block-size 16" in kvoracle._core.parse_flags(["--block-size", "16"])
+
+
+def test_foreign_attention_adapter_declares_its_profile():
+    a = adapters.foreign_attention(eng.attention)
+    assert a.ordering == "foreign" and a.profile == "fp32"
+    report = kvoracle.check(a, op="attention", cases=20, act_dtype="bf16", kv_dtype="bf16")
+    assert report.passed, report.message

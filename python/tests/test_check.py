@@ -1,0 +1,155 @@
+"""kvoracle.check over NumPy subjects: correct ones pass, planted bugs fail with the SPEC 7 report,
+bad functions and bad arguments are named."""
+
+import numpy as np
+import pytest
+
+import kvoracle
+from engines_numpy import attention
+
+# What the NumPy write below implements: bf16 in, bf16 cache, no scale, -1 skipped, dense layers.
+WRITE_MODES = dict(act_dtype="bf16", kv_dtype="bf16", scale_mode="none", slot_mode="strict",
+                   layers="2D")
+
+
+def numpy_write(call, *, skip_negative=True):
+    """Any layout, through the logical [nb, bs, nkv, hd] views."""
+    if call.layer_kind != "dense":
+        raise kvoracle.Unsupported("dense layers only")
+    tokens = call.slot_mapping.shape[0]
+    bs = call.config["block_size"]
+    slots = call.slot_mapping[:tokens]
+    rows = np.nonzero(slots >= 0)[0] if skip_negative else np.arange(tokens)
+    s = slots[rows]
+    call.k_view[s // bs, s % bs] = call.k[rows]
+    call.v_view[s // bs, s % bs] = call.v[rows]
+
+
+def test_numpy_write_passes_every_layout():
+    report = kvoracle.check(numpy_write, op="write", cases=150, **WRITE_MODES)
+    assert report.passed, report.message
+    assert "150 cases" in report.message  # the summary, with the seed, on a pass too
+    assert "0x000000006B766F72" in report.message
+
+
+def test_wrapping_slot_fails_with_seed_mismatch_and_reproduce_line():
+    def bug(call):
+        numpy_write(call, skip_negative=False)
+
+    report = kvoracle.check(bug, op="write", cases=100, **WRITE_MODES)
+    assert not report.passed
+    m = report.message
+    assert "mismatch" in m
+    assert "first: layer" in m  # the first differing byte with its coordinates
+    assert "expected byte 0x" in m and "got 0x" in m
+    assert "KVO_CASE_SEED=0x" in m and "-m pytest" in m  # replays this test's failing case
+    assert "shrunk failure" in m
+
+
+def test_case_seed_replays_one_case(monkeypatch):
+    failing = kvoracle.check(lambda c: numpy_write(c, skip_negative=False), op="write", cases=100,
+                             name="bug", **WRITE_MODES)
+    seed = failing.message.split("KVO_CASE_SEED=")[1].split()[0]
+    monkeypatch.setenv("KVO_CASE_SEED", seed)
+    again = kvoracle.check(lambda c: numpy_write(c, skip_negative=False), op="write", name="bug",
+                           **WRITE_MODES)
+    assert not again.passed and "1 cases" in again.message
+
+
+def test_raising_function_is_failed_to_run_never_pass():
+    def broken(call):
+        raise RuntimeError("kernel exploded")
+
+    report = kvoracle.check(broken, op="write", cases=5, **WRITE_MODES)
+    assert not report.passed
+    assert "failed-to-run" in report.message and "kernel exploded" in report.message
+
+
+def test_all_unsupported_is_not_a_pass():
+    def nothing(call):
+        raise kvoracle.Unsupported("not this one")
+
+    report = kvoracle.check(nothing, op="write", cases=5, **WRITE_MODES)
+    assert not report.passed and "unsupported" in report.message
+
+
+def test_write_that_does_nothing_is_a_mismatch():
+    report = kvoracle.check(lambda call: None, op="write", cases=5, **WRITE_MODES)
+    assert not report.passed and "mismatch" in report.message
+
+
+ATTENTION_MODES = dict(act_dtype="bf16", kv_dtype="bf16")
+
+
+def test_numpy_attention_passes_as_foreign():
+    report = kvoracle.check(attention, op="attention", cases=40, ordering="foreign",
+                            **ATTENTION_MODES)
+    assert report.passed, report.message
+
+
+def test_attention_that_hides_its_own_token_fails():
+    report = kvoracle.check(lambda call: attention(call, include_own_token=False), op="attention",
+                            cases=40, ordering="foreign", **ATTENTION_MODES)
+    assert not report.passed
+    assert "KVO_CASE_SEED=0x" in report.message
+
+
+def test_wrong_output_shape_is_failed_to_run():
+    def wrong(call):
+        return attention(call)[:, :1]
+
+    report = kvoracle.check(wrong, op="attention", cases=3, ordering="foreign", **ATTENTION_MODES)
+    assert not report.passed
+    assert "failed-to-run" in report.message and "shape" in report.message
+
+
+def test_wrong_output_dtype_is_failed_to_run():
+    def wrong(call):
+        return np.zeros(call.out.shape, dtype=np.float64)
+
+    report = kvoracle.check(wrong, op="attention", cases=3, ordering="foreign", **ATTENTION_MODES)
+    assert not report.passed and "dtype" in report.message
+
+
+def test_unknown_override_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="block_sise"):
+        kvoracle.check(numpy_write, op="write", block_sise=16)
+
+
+def test_bad_override_value_is_a_value_error_naming_it():
+    with pytest.raises(ValueError, match="layout"):
+        kvoracle.check(numpy_write, op="write", layout="diagonal")
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match="not callable"):
+        kvoracle.check(42, op="write")
+    with pytest.raises(ValueError, match="unknown op"):
+        kvoracle.check(numpy_write, op="scribble")
+    with pytest.raises(ValueError, match="device"):
+        kvoracle.check(numpy_write, op="write", device="tpu")
+    with pytest.raises(TypeError, match="no function"):
+        kvoracle.check(op="write")
+    with pytest.raises(TypeError, match="cases must be an int"):
+        kvoracle.check(numpy_write, op="write", cases="many")
+    with pytest.raises(ValueError, match="seed"):
+        kvoracle.check(numpy_write, op="write", seed=-1)
+    with pytest.raises(ValueError, match="ordering"):
+        kvoracle.check(numpy_write, op="write", cases=1, ordering="sideways")
+
+
+def test_cuda_subject_without_a_gpu_is_not_a_pass():
+    if kvoracle._core.cuda_unavailable_reason() == "":
+        pytest.skip("a GPU answers here")
+    report = kvoracle.check(numpy_write, op="write", cases=2, device="cuda", **WRITE_MODES)
+    assert not report.passed and "did not run here" in report.message
+
+
+def test_detect_modes_names_the_write_modes():
+    results = kvoracle.detect_modes(numpy_write, op="write", cases=24, act_dtype="bf16",
+                                    kv_dtype="bf16", scale_mode="none", layers="2D")
+    assert [r.op for r in results] == ["write"]
+    (r,) = results
+    assert r.outcome == "pass", r.report
+    assert any("slot_mode=strict" in m for m in r.matched), r.matched
+    assert not any("slot_mode=legacy_wrap" in m for m in r.matched)

@@ -1,0 +1,114 @@
+"""torch ops and Triton kernels judged on the GPU as a user's kernels are, through the adapters:
+each correct one passes under the modes it implies (and mode detection names them), each planted
+bug fails. Skips without torch, Triton or a CUDA device (CI has none: gpu/run_on_device.sh runs
+these on the H200). Every test prints one `[py-gpu]` line: subject, op, cases, result, modes."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+import kvoracle  # noqa: E402
+from kvoracle import adapters  # noqa: E402
+
+if kvoracle._core.cuda_unavailable_reason():
+    pytest.skip(kvoracle._core.cuda_unavailable_reason(), allow_module_level=True)
+
+import gpu_subjects as gs  # noqa: E402
+
+CASES = 200
+FP8 = dict(act_dtype="bf16", kv_dtype="fp8_e4m3", layers="2D", layout="nhd")
+
+
+def record(subject, op, report, modes="-"):
+    cases = report.message.split(" cases in ")[0].rsplit(" ", 1)[-1]
+    print(f"\n[py-gpu] {subject:34s} {op:9s} cases {cases:>4s}  "
+          f"{'pass' if report.passed else 'FAIL'}  modes: {modes}")
+
+
+def detected(fn, **kwargs):
+    """Mode detection's result and its per-mode line (every value each mode matched with)."""
+    results = kvoracle.detect_modes(fn, device="cuda", cases=48, **kwargs)
+    (r,) = results
+    per_mode = [line for line in r.report.splitlines() if line.strip().startswith("per mode:")]
+    return r, (per_mode[0].split("per mode:", 1)[1].strip() if per_mode else "none matched")
+
+
+def test_torch_index_put_fallback():
+    a = adapters.vllm_reshape_and_cache_flash(gs.torch_index_put)
+    report = kvoracle.check(a, op="write", device="cuda", cases=CASES, layout="nhd")
+    record("torch index_put_ (flat view)", "write", report, "auto (bf16 copy)")
+    assert report.passed, report.message
+
+
+@pytest.mark.parametrize("form,modes", [
+    ("fp32_divide", dict(scale_mode="divide", sat="torch")),
+    # x / (Python float) on a bf16 tensor: the quotient is rounded to bf16, the scale is not (torch
+    # computes in fp32 with the scalar as it is): via_model_dtype, not scale_in_model_dtype
+    # (measured on the H200: mode detection named it, and scale_in_model_dtype failed 188/200).
+    ("model_dtype_divide", dict(scale_mode="divide", sat="torch", via_model_dtype=True,
+                                scale_in_model_dtype=False, per_head_scale=False)),
+    ("fp32_mul_recip", dict(scale_mode="mul_recip", sat="torch")),
+])
+def test_torch_fp8_cast_in_its_three_scale_forms(form, modes):
+    a = adapters.vllm_reshape_and_cache_flash(gs.torch_fp8_write(form), fp8=True)
+    told = dict(FP8, per_head_scale=False) if form == "model_dtype_divide" else FP8
+    r, best = detected(a, op="write", **told)
+    assert r.outcome == "pass", r.report
+    report = kvoracle.check(a, op="write", device="cuda", cases=CASES, **FP8, **modes)
+    record(f"torch (x / s).to(fp8) {form}", "write", report, best)
+    assert report.passed, report.message
+
+
+def test_torch_sdpa_as_a_foreign_attention():
+    a = adapters.foreign_attention(gs.torch_sdpa_attention, profile="fp32")
+    report = kvoracle.check(a, op="attention", device="cuda", cases=CASES)
+    record("torch gather + SDPA (fp32)", "attention", report, "foreign, profile fp32")
+    assert report.passed, report.message
+
+
+def test_torch_topk_as_a_foreign_indexer():
+    a = adapters.topk_indexer(gs.torch_topk_indexer, order="descending_score")
+    report = kvoracle.check(a, op="indexer", device="cuda", cases=CASES, index_layout="flat",
+                            index_dtype="bf16", index_nan="skip")
+    record("torch block scores + torch.topk", "indexer", report, "foreign, descending_score")
+    assert report.passed, report.message
+
+
+@pytest.mark.parametrize("mul_recip,mode", [(False, "div_approx"), (True, "mul_recip")])
+def test_triton_fused_kv_index_write(mul_recip, mode):
+    fn = gs.triton_fused_write(mul_recip)
+    r, best = detected(fn, op="write", act_dtype="bf16", kv_dtype="fp8_e4m3",
+                       scale_mode="divide" if not mul_recip else "mul_recip",
+                       index_layout="flat", index_dtype="bf16", slot_mode="strict",
+                       via_model_dtype=False, scale_in_model_dtype=False, sat="satfinite")
+    assert r.outcome == "pass", r.report
+    assert f"scale_mode={mode}" in " ".join(r.matched), r.matched
+    report = kvoracle.check(fn, op="write", device="cuda", cases=CASES, scale_mode=mode,
+                            index_layout="flat", index_dtype="bf16", slot_mode="strict",
+                            via_model_dtype=False, scale_in_model_dtype=False, sat="satfinite",
+                            act_dtype="bf16")
+    record(fn.__name__, "write", report, best)
+    assert report.passed, report.message
+
+
+def test_triton_index_k_blockscale_quantizer():
+    fn = gs.triton_fused_write(False)
+    report = kvoracle.check(fn, op="write", device="cuda", cases=CASES, layers="1D2S",
+                            index_layout="blockscale", index_dim=256, ue8m0=False,
+                            blockscale_scale="divide", kv_dtype="bf16", scale_mode="none",
+                            slot_mode="strict", act_dtype="bf16")
+    record("triton index-K blockscale quantizer", "write", report, "blockscale, s = amax / 448")
+    assert report.passed, report.message
+
+
+def test_triton_write_without_the_negative_slot_check_fails():
+    fn = gs.triton_fused_write(False, check_negative=False)
+    report = kvoracle.check(fn, op="write", device="cuda", cases=60, scale_mode="none",
+                            kv_dtype="bf16", act_dtype="bf16", index_layout="flat",
+                            index_dtype="bf16", slot_mode="strict")
+    record("planted: triton write, no slot < 0 check", "write", report, "-")
+    assert not report.passed
+    assert "KVO_CASE_SEED=" in report.message
