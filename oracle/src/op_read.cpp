@@ -97,20 +97,38 @@ class IndexerAnswer final : public CapturedAnswer {
   std::array<Variant, kIndexNanValues * kScoreScaleValues> variants_;
 };
 
-/// The read overrides, with the dimensions shared with the write side (--block-size, --head-dim,
-/// --num-kv-heads, --index-dim, --kv-dtype, --layout, --index-layout) taken from the write
-/// overrides where the read ones leave them open.
+/// The dimensions a read case shares with the write side (--block-size, --head-dim, --num-kv-heads,
+/// --index-dim, --kv-dtype, --layout, --index-layout): `f(write member, read member)` for each, the
+/// one table both directions below use.
+template <class F>
+void for_each_shared_dimension(F&& f) {
+  f(&CaseOverrides::block_size, &ReadOverrides::block_size);
+  f(&CaseOverrides::num_kv_heads, &ReadOverrides::num_kv_heads);
+  f(&CaseOverrides::head_dim, &ReadOverrides::head_dim);
+  f(&CaseOverrides::index_dim, &ReadOverrides::index_dim);
+  f(&CaseOverrides::kv_dtype, &ReadOverrides::kv_dtype);
+  f(&CaseOverrides::layout, &ReadOverrides::layout);
+  f(&CaseOverrides::index_layout, &ReadOverrides::index_layout);
+}
+
+/// The read overrides, the shared dimensions taken from the write overrides where the read ones
+/// leave them open.
 ReadOverrides effective_read(const Overrides& o) {
   ReadOverrides r = o.read;
-  const CaseOverrides& w = o.write;
-  if (!r.block_size) r.block_size = w.block_size;
-  if (!r.num_kv_heads) r.num_kv_heads = w.num_kv_heads;
-  if (!r.head_dim) r.head_dim = w.head_dim;
-  if (!r.index_dim) r.index_dim = w.index_dim;
-  if (!r.kv_dtype) r.kv_dtype = w.kv_dtype;
-  if (!r.layout) r.layout = w.layout;
-  if (!r.index_layout) r.index_layout = w.index_layout;
+  for_each_shared_dimension([&](auto w, auto rd) {
+    if (!(r.*rd)) r.*rd = o.write.*w;
+  });
   return r;
+}
+
+/// The write overrides with the shared dimensions fixed on the read side only (a C++ caller's
+/// ReadOverrides): their flags are the write side's, so the reproduce line carries them.
+CaseOverrides shared_as_write(const Overrides& o) {
+  CaseOverrides w = o.write;
+  for_each_shared_dimension([&](auto wr, auto r) {
+    if (!(w.*wr)) w.*wr = o.read.*r;
+  });
+  return w;
 }
 
 /// An axis whose values are E's names, in its table's order.
@@ -178,7 +196,7 @@ class ReadDriver final : public OpDriver {
   }
 
   std::string flags(const Overrides& o) const override {
-    return o.write.to_flags() + o.read.to_flags();
+    return shared_as_write(o).to_flags() + o.read.to_flags();
   }
 
   // Mode detection: attention has one axis, the arithmetic profile (exact first); the indexer two,

@@ -82,6 +82,13 @@ def _require_dense_layer(call: Call, engine: str) -> None:
 
 _VLLM_CACHE_DTYPE = {"fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2"}
 
+# vLLM's CUDA cache writes: "auto" stores the model dtype unscaled; fp8 is
+# __nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE) in fp32 (scaled_fp8_conversion).
+_VLLM_AUTO: Dict[str, Any] = {"act_dtype": "bf16", "kv_dtype": "bf16", "scale_mode": "none"}
+_VLLM_FP8: Dict[str, Any] = {"act_dtype": "bf16", "kv_dtype": "fp8_e4m3", "sat": "satfinite",
+                             "scale_mode": "divide", "via_model_dtype": False,
+                             "scale_in_model_dtype": False}
+
 
 def vllm_kv_cache_dtype(config: Dict[str, Any]) -> str:
     """vLLM's kv_cache_dtype string for a kvoracle configuration: "auto" when the cache holds the
@@ -100,12 +107,8 @@ def vllm_reshape_and_cache_flash(kernel: Callable, *, fp8: bool = False) -> Adap
     rows past it are CUDA-graph padding); key_cache/value_cache [num_blocks, block_size, H, D] with
     the layout's strides (NHD, HND by strides, vLLM's packed and split pools the same way);
     slot_mapping int64, -1 skipped; k_scale/v_scale [1] or [H]. Dense layers (K and V only)."""
-    overrides: Dict[str, Any] = {"layers": "2D", "slot_type": "i64", "slot_mode": "strict"}
-    if fp8:
-        overrides.update(act_dtype="bf16", kv_dtype="fp8_e4m3", sat="satfinite",
-                         scale_mode="divide", via_model_dtype=False, scale_in_model_dtype=False)
-    else:
-        overrides.update(act_dtype="bf16", kv_dtype="bf16", scale_mode="none")
+    overrides: Dict[str, Any] = {"layers": "2D", "slot_type": "i64", "slot_mode": "strict",
+                                 **(_VLLM_FP8 if fp8 else _VLLM_AUTO)}
 
     def write(call: Call):
         _require_dense_layer(call, "reshape_and_cache_flash")
@@ -153,6 +156,37 @@ def vllm_indexer_k_quant_and_cache(kernel: Callable, kv_write: Adapter, *,
         "fp32 (ue8m0: a power of two, rounded up), values cvt_satfinite(x / scale), the page "
         "block-major: B * index_dim fp8 bytes then B * index_dim / 128 fp32 scales "
         "(research/anchors_kvcache.md 1.5); peer_findings.md: 16/16 identical.")
+
+
+def vllm_concat_and_cache_mla(kernel: Callable, *, pe_dim: int = 64, fp8: bool = False) -> Adapter:
+    """vLLM's MLA write `concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype,
+    scale)`: kv_c [T, kv_lora_rank], k_pe [T, pe_dim], kv_cache [num_blocks, block_size,
+    kv_lora_rank + pe_dim], one scalar scale. MLA caches one latent row per token, which kvoracle
+    models as a one-head NHD K cache of head_dim kv_lora_rank + pe_dim (the row kv_c ‖ k_pe); the
+    layer's V rows go through the same kernel into the V cache, so every byte kvoracle checks is the
+    kernel's. kv_lora_rank = head_dim - pe_dim (pe_dim capped at half the head)."""
+    overrides: Dict[str, Any] = {"layers": "2D", "layout": "nhd", "num_kv_heads": 1,
+                                 "slot_type": "i64", "slot_mode": "strict", "per_head_scale": False,
+                                 **(_VLLM_FP8 if fp8 else _VLLM_AUTO)}
+
+    def write(call: Call):
+        _require_dense_layer(call, "concat_and_cache_mla")
+        nb, bs, heads, hd = call.k_view.shape
+        if heads != 1:
+            raise Unsupported("an MLA cache holds one latent row per token (num_kv_heads=1)")
+        pe = min(pe_dim, hd // 2)
+        dtype = vllm_kv_cache_dtype(call.config)
+        for rows, cache, scale in ((call.k, call.k_view, call.k_scale),
+                                   (call.v, call.v_view, call.v_scale)):
+            latent = rows[:, 0]
+            kernel(latent[:, : hd - pe], latent[:, hd - pe:], cache.reshape(nb, bs, hd),
+                   call.slot_mapping, dtype, scale)
+
+    return Adapter(
+        "vllm.concat_and_cache_mla", write, overrides,
+        "vLLM csrc/cache_kernels.cu concat_and_cache_mla: dst = blk * block_stride + off * "
+        "entry_stride + i (+ kv_lora_rank for k_pe), slot < 0 skipped, fp8 through "
+        "scaled_convert(x, *scale) = cvt_satfinite(x / scale) (research/anchors_kvcache.md 1.4).")
 
 
 def _flashinfer_layout(call: Call):

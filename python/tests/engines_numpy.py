@@ -20,6 +20,19 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
     value_cache[s // block_size, s % block_size] = value[rows]
 
 
+def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale, *,
+                         swap_parts=False):
+    """vLLM's MLA write ("auto"). swap_parts=True stores k_pe first: a layout bug."""
+    assert kv_cache_dtype == "auto", kv_cache_dtype
+    tokens = slot_mapping.shape[0]
+    block_size = kv_cache.shape[1]
+    slots = slot_mapping[:tokens]
+    rows = np.nonzero(slots >= 0)[0]
+    s = slots[rows]
+    parts = (k_pe[rows], kv_c[rows]) if swap_parts else (kv_c[rows], k_pe[rows])
+    kv_cache[s // block_size, s % block_size] = np.concatenate(parts, axis=1)
+
+
 def append_paged_kv_cache(append_key, append_value, batch_indices, positions, paged_kv_cache,
                           kv_indices, kv_indptr, kv_last_page_len, kv_layout="NHD"):
     """FlashInfer's signature and page-table addressing (flashinfer/page.py)."""

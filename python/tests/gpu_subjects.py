@@ -262,3 +262,18 @@ def triton_fused_write(mul_recip: bool, check_negative: bool = True):
     write.__name__ = "triton_fused_write_" + ("mul_recip" if mul_recip else "divide") + (
         "" if check_negative else "_no_negative_check")
     return write
+
+
+def triton_indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale_fmt):
+    """vLLM's `indexer_k_quant_and_cache` signature over the Triton blockscale quantizer: k
+    [T_src, index_dim]; kv_cache [num_blocks, block_size, index_dim + index_dim / 128 * 4] uint8, a
+    byte-count view of the block-major page."""
+    if quant_block_size != 128 or scale_fmt:
+        raise Unsupported("quant_block_size 128 without ue8m0 only")
+    t = slot_mapping.shape[0]
+    nb, bs, stride = kv_cache.shape
+    pages = kv_cache.reshape(nb, bs * stride)
+    if t > 0:
+        _index_blockscale_kernel[(t, k.shape[1] // 128)](
+            k, slot_mapping, pages.view(torch.float8_e4m3fn), pages.view(-1).view(torch.float32),
+            bs, bs * stride, INDEX_DIM=k.shape[1])

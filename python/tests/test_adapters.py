@@ -22,6 +22,20 @@ def test_vllm_reshape_and_cache_flash_without_the_negative_check_fails():
     assert not report.passed and "KVO_CASE_SEED=" in report.message
 
 
+def test_vllm_concat_and_cache_mla():
+    report = kvoracle.check(adapters.vllm_concat_and_cache_mla(eng.concat_and_cache_mla),
+                            op="write", cases=60)
+    assert report.passed, report.message
+
+
+def test_vllm_concat_and_cache_mla_with_its_parts_swapped_fails():
+    def kernel(*args):
+        eng.concat_and_cache_mla(*args, swap_parts=True)
+
+    report = kvoracle.check(adapters.vllm_concat_and_cache_mla(kernel), op="write", cases=60)
+    assert not report.passed
+
+
 def test_flashinfer_append_paged_kv_cache():
     for layout in ("nhd", "hnd", "split_nhd", "split_hnd"):
         report = kvoracle.check(adapters.flashinfer_append_paged_kv_cache(
@@ -64,3 +78,24 @@ def test_foreign_attention_adapter_declares_its_profile():
     assert a.ordering == "foreign" and a.profile == "fp32"
     report = kvoracle.check(a, op="attention", cases=20, act_dtype="bf16", kv_dtype="bf16")
     assert report.passed, report.message
+
+
+def test_mode_detection_confirms_what_each_adapter_implies():
+    """Each adapter's implied modes that are detection axes are among what detection names."""
+    stand_ins = [
+        (adapters.vllm_reshape_and_cache_flash(eng.reshape_and_cache_flash), {}),
+        (adapters.vllm_concat_and_cache_mla(eng.concat_and_cache_mla), {}),
+        (adapters.flashinfer_append_paged_kv_cache(eng.append_paged_kv_cache), {"layout": "hnd"}),
+        (adapters.sglang_set_kv_buffer(eng.set_kv_buffer), {}),
+    ]
+    axes = {"slot_mode": "slot_mode", "scale_mode": "scale_mode", "sat": "saturation",
+            "via_model_dtype": "via_model_dtype", "scale_in_model_dtype": "scale_in_model_dtype"}
+    for a, fixed in stand_ins:
+        (r,) = kvoracle.detect_modes(a, op="write", cases=16, **fixed)
+        assert r.outcome == "pass", r.report
+        matched = " ".join(r.matched)
+        for key, axis in axes.items():
+            if key in a.overrides and a.overrides[key] != "none":
+                value = a.overrides[key]
+                value = str(value).lower() if isinstance(value, bool) else value
+                assert f"{axis}={value}" in matched, (a, key, r.report)

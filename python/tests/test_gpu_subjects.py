@@ -104,6 +104,14 @@ def test_triton_index_k_blockscale_quantizer():
     assert report.passed, report.message
 
 
+def test_vllm_sparse_layer_through_its_two_kernels():
+    kv = adapters.vllm_reshape_and_cache_flash(gs.torch_index_put)
+    a = adapters.vllm_indexer_k_quant_and_cache(gs.triton_indexer_k_quant_and_cache, kv)
+    report = kvoracle.check(a, op="write", device="cuda", cases=CASES, layout="nhd")
+    record("vllm layer: index_put_ + triton index-K", "write", report, "blockscale, amax / 448")
+    assert report.passed, report.message
+
+
 def test_triton_write_without_the_negative_slot_check_fails():
     fn = gs.triton_fused_write(False, check_negative=False)
     report = kvoracle.check(fn, op="write", device="cuda", cases=60, scale_mode="none",

@@ -43,6 +43,20 @@ TEST(OpRegistry, OpNamesParseAndUnknownOnesAreNamed) {
   }
 }
 
+TEST(OpRegistry, ReadFlagsCarryTheSharedDimensionsFixedOnTheReadSide) {
+  // A C++ caller may fix a shared dimension in ReadOverrides: the reproduce line must carry it.
+  Overrides o;
+  o.read.block_size = 16;
+  o.read.kv_dtype = spec::DType::kBF16;
+  o.write.head_dim = 32;
+  for (spec::Op op : {spec::Op::kIndexer, spec::Op::kAttention}) {
+    const std::string flags = driver_of(op).flags(o);
+    EXPECT_NE(flags.find("--block-size 16"), std::string::npos) << flags;
+    EXPECT_NE(flags.find("--kv-dtype bf16"), std::string::npos) << flags;
+    EXPECT_NE(flags.find("--head-dim 32"), std::string::npos) << flags;
+  }
+}
+
 TEST(Subjects, EveryOpHasACpuSubjectAndEveryNameIsUnique) {
   const SubjectList subjects = make_subjects();
   std::set<std::string> names;
