@@ -77,6 +77,16 @@ void add_read_flags(CLI::App& app, oracle::ReadOverrides& r) {
                   "indexer: token scores times 1 or fl(index_dim^-0.5) (SPEC 5)");
   add_bool(app, "--nan-index-k", r.nan_index_k,
            "indexer: some index-K rows hold a NaN, so the index_nan rule decides");
+  add_enum_option(app, "--index-group", r.index_group,
+                  "indexer: a KV head's selection from its index heads, max of their scores or "
+                  "union of their top-k (SPEC 5 index_group)");
+  add_enum_option(app, "--index-neg-inf", r.index_neg_inf,
+                  "indexer: keep a chosen block scoring -inf, or drop it to -1 (SPEC 5 "
+                  "drop_neg_inf)");
+  add_enum_option(app, "--index-q", r.index_q,
+                  "indexer: index-Q in the activation dtype or e4m3 (over an e4m3 index-K cache)");
+  add_bool(app, "--neg-inf-block", r.neg_inf_block,
+           "indexer: one block scores -inf in every index head (the dot overflows)");
 }
 
 void add_case_flags(CLI::App& app, oracle::Overrides& o) {

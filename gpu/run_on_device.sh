@@ -28,8 +28,10 @@ if [[ "${1:-}" == "--stage" ]]; then
   cp "$B/tests/gpu/test_gpu_write" "$B/bench/bench_write_gpu" "$B/bench/bench_read_gpu" \
      "$B/cli/kvoracle" "$BIN/"
   # The Python extension is built on the device for its Python (python/prebuilt) against these.
+  # The libraries of the build itself: not the copies installed or kept by the package tests
+  # (tests/package/example_run/prefix), which may be older and would overwrite them here.
   find "$B" -name 'libkvo_*.a' -not -path '*/install/*' -not -path '*/example/*' \
-    -exec cp {} "$BIN/pylibs/" \;
+    -not -path "$B/tests/*" -exec cp {} "$BIN/pylibs/" \;
   strip -g "$BIN"/pylibs/*.a
   # The user's-kernel example (examples/cpp) built as a user builds it: against the installed
   # package, with find_package(kvoracle); its CUDA twin runs on the device (section 3e).

@@ -178,7 +178,7 @@ QueryRows check_indexer_inputs(const spec::ModelConfig& c, const spec::IndexerPa
   spec::validate(c);
   QueryRows rows(c, b);
   spec::validate_indexer(c, p);
-  check_tensor(index_q, "index_q", c.act_dtype, rows.size(), p.num_index_heads,
+  check_tensor(index_q, "index_q", spec::index_q_dtype(c, p), rows.size(), p.num_index_heads,
                c.geometry.index_dim);
   if (caches.kind != spec::LayerKind::kSparse) {
     throw spec::InvalidInput("caches.kind", -1, std::string(spec::name_of(caches.kind)),

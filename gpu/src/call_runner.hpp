@@ -165,9 +165,12 @@ std::vector<std::int32_t> run_indexer_call(Stager& s, const DeviceIndexerFunctio
   call.index_q = s.input(index_q);
   call.batch = stage_batch(s, b, rows);
   const std::vector<std::int32_t> poison(
-      static_cast<std::size_t>(rows.size() * c.geometry.num_kv_heads * p.topk), kIdPoison);
-  call.ids =
-      s.input(poison.data(), ElementType::kI32, {rows.size(), c.geometry.num_kv_heads, p.topk});
+      static_cast<std::size_t>(rows.size() * c.geometry.num_kv_heads *
+                               spec::selection_width(p, c.geometry.num_kv_heads)),
+      kIdPoison);
+  call.ids = s.input(
+      poison.data(), ElementType::kI32,
+      {rows.size(), c.geometry.num_kv_heads, spec::selection_width(p, c.geometry.num_kv_heads)});
   s.invoke(fn, call);
   std::vector<std::int32_t> ids(poison.size());
   s.fetch(call.ids, ids.data());

@@ -7,8 +7,9 @@
 /// group at once (the index-K rows are shared by all index heads): per index head the `>` maximum
 /// of its token scores fl(dot * factor), NaN scores by the index_nan rule (skip: ignored, a block
 /// of only NaN -1e30; first: +inf; lowest: -1e30), per group the `>` maximum over its heads in
-/// ascending order, then the init (1e30) and local (1e29) forcing. Kernel 2 (topk.cuh) has one CUDA
-/// block per (row, KV head) and selects the top k.
+/// ascending order, then the init (1e30) and local (1e29) forcing. Under index_group union a score
+/// row is one index head (no group max). Kernel 2 (topk.cuh) has one CUDA block per (row, KV head)
+/// and selects the top k of each of its score rows (their union under union).
 
 #include <cuda_runtime.h>
 
@@ -23,10 +24,14 @@ namespace kvo::gpu::detail {
 
 struct IndexArgs : BatchView {
   const unsigned char* cache;
-  const unsigned char* iq;  // [Tq, nih, idim]
-  float* scores;            // [Tq, nkv, max_nv]
-  int* ids;                 // [Tq, nkv, topk]
+  const unsigned char* iq;  // [Tq, nih, idim] of iq_dtype
+  float* scores;            // [Tq, score_rows, max_nv]
+  int* ids;                 // [Tq, nkv, topk * lanes]
   int nih;
+  int iq_dtype;    // the activation dtype, or e4m3 (SPEC 5 fp8 index-Q)
+  int score_rows;  // nkv * lanes: KV heads (index_group max) or index heads (union)
+  long long lanes;
+  bool drop_neg_inf;
   int tile;  // tokens per staged tile
   long long sb, topk, init_blocks, local_blocks, max_nv;
   float score_factor;  // 1 or fl(index_dim^-0.5): token score = fl(dot * score_factor)
@@ -92,9 +97,9 @@ __global__ void __launch_bounds__(kScoreThreads) index_score_kernel(IndexArgs a)
     voff_s[i] = page + o * row_bytes;
     soff_s[i] = page + g.block_size * idim + o * scale_groups * 4;
   }
-  const int ab = dtype_size(g.act_dtype);
+  const int ab = dtype_size(a.iq_dtype);
   for (int e = threadIdx.x; e < nih * idim; e += blockDim.x)
-    iq_s[e] = load_act(a.iq + (row * nih * idim + e) * ab, g.act_dtype);
+    iq_s[e] = load_act(a.iq + (row * nih * idim + e) * ab, a.iq_dtype);
   for (int e = threadIdx.x; e < segs * nih; e += blockDim.x) best_s[e] = -INFINITY, nan_s[e] = 0;
   __syncthreads();
   // Pages of 3 or 17 block-scaled rows start at 4-byte boundaries: the unit divides both sizes.
@@ -137,10 +142,11 @@ __global__ void __launch_bounds__(kScoreThreads) index_score_kernel(IndexArgs a)
     }
     __syncthreads();  // raw is staged again by the next tile
   }
-  const int per_group = nih / static_cast<int>(g.nkv);
-  for (int grp = threadIdx.x; grp < g.nkv; grp += blockDim.x) {
+  // Score row sr: KV head sr over its index heads (index_group max), or index head sr (union).
+  const int per_row = nih / a.score_rows;
+  for (int sr = threadIdx.x; sr < a.score_rows; sr += blockDim.x) {
     float gs = 0.0f;
-    for (int h = grp * per_group; h < (grp + 1) * per_group; ++h) {
+    for (int h = sr * per_row; h < (sr + 1) * per_row; ++h) {
       float best = -INFINITY;
       int saw = 0;
       for (int sg = 0; sg < segs; ++sg) {
@@ -151,11 +157,11 @@ __global__ void __launch_bounds__(kScoreThreads) index_score_kernel(IndexArgs a)
       if ((saw & kSawNan) != 0 && (!skip || (saw & kSawNumber) == 0)) {
         best = a.index_nan == static_cast<int>(spec::IndexNan::kFirst) ? INFINITY : -1e30f;
       }
-      if (h == grp * per_group || best > gs) gs = best;
+      if (h == sr * per_row || best > gs) gs = best;
     }
     if (jb < a.init_blocks) gs = 1e30f;
     if (F != ReadBug::kIgnoreLocal && jb >= n_valid - a.local_blocks) gs = 1e29f;  // overrides init
-    a.scores[(row * g.nkv + grp) * a.max_nv + jb] = gs;
+    a.scores[(row * a.score_rows + sr) * a.max_nv + jb] = gs;
   }
 }
 
@@ -166,7 +172,7 @@ void run_indexer(const IndexArgs& a, std::int64_t rows, std::size_t smem, cudaSt
       <<<dim3(static_cast<unsigned>(a.max_nv), static_cast<unsigned>(rows)), kScoreThreads, smem,
          s>>>(a);
   check_cuda(cudaGetLastError(), "index_score_kernel launch");
-  launch_batch_topk({a.scores, a.ids, a.g.nkv, a.max_nv, a.topk}, rows,
+  launch_batch_topk({a.scores, a.ids, a.g.nkv, a.max_nv, a.topk, a.lanes, a.drop_neg_inf}, rows,
                     {a.row_req, a.row_pos, a.seq_lens, a.sb}, kCanonical, s);
 }
 
@@ -250,6 +256,10 @@ void launch_indexer_topk_t(const spec::ModelConfig& c, const spec::IndexerParams
   a.max_nv = ix.max_n_valid;
   a.score_factor = spec::index_score_factor(p.score_scale, idim);
   a.index_nan = static_cast<int>(p.index_nan);
+  a.iq_dtype = static_cast<int>(spec::index_q_dtype(c, p));
+  a.lanes = spec::selection_lanes(p, c.geometry.num_kv_heads);
+  a.score_rows = static_cast<int>(c.geometry.num_kv_heads * a.lanes);
+  a.drop_neg_inf = p.neg_inf == spec::IndexNegInf::kDrop;
   const auto s = static_cast<cudaStream_t>(stream);
   if constexpr (F == ReadBug::kNone) {  // planted bugs: the fast family only is instantiated
     if (kernel == ReadKernel::kCanonical) return dispatch_indexer<true, F>(a, b.num_rows, smem, s);

@@ -113,13 +113,15 @@ __device__ inline float load1(const unsigned char* p) {
   }
 }
 
-/// One element of runtime dtype dt (activations: f32, bf16, fp16).
+/// One element of runtime dtype dt (activations: f32, bf16, fp16; e4m3 for fp8 index-Q).
 __device__ inline float load_act(const unsigned char* p, int dt) {
   switch (dt) {
     case kDtF32:
       return __uint_as_float(load_le(p, 4));
     case kDtBf16:
       return __uint_as_float(load_le(p, 2) << 16);
+    case kDtE4m3:  // fp8 index-Q (SPEC 5), read unscaled
+      return load1<kDtE4m3>(p);
     default:
       return __half2float(__ushort_as_half(static_cast<unsigned short>(load_le(p, 2))));
   }

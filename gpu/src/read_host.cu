@@ -89,14 +89,18 @@ std::vector<std::int32_t> detail::indexer_topk_host_via(
   const QueryRows rows = detail::check_indexer_inputs(c, p, b, index_q, caches);
   const std::int64_t tq = rows.size();
   const std::int64_t max_nvalid = rows.max_n_valid(b, p.sparse_block);
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(tq * c.geometry.num_kv_heads * p.topk),
-                                -1);
+  std::vector<std::int32_t> ids(
+      static_cast<std::size_t>(tq * c.geometry.num_kv_heads *
+                               spec::selection_width(p, c.geometry.num_kv_heads)),
+      -1);
   const DeviceCacheMirror mirror(c, caches);  // checks the buffers
   if (tq == 0) return ids;
   const DeviceRows d_rows(b, rows);
   const DeviceBuffer d_q(index_q.bytes), d_out(ids.size() * sizeof(std::int32_t));
-  const DeviceBuffer d_scores(static_cast<std::size_t>(tq * c.geometry.num_kv_heads * max_nvalid) *
-                              sizeof(float));
+  const DeviceBuffer d_scores(
+      static_cast<std::size_t>(tq * c.geometry.num_kv_heads *
+                               spec::selection_lanes(p, c.geometry.num_kv_heads) * max_nvalid) *
+      sizeof(float));
   launch(c, p, d_rows.view,
          {mirror.body(spec::BufferKind::kIndexK), d_q.data(), max_nvalid, d_scores.as<float>(),
           d_out.as<std::int32_t>()},

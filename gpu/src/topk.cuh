@@ -23,12 +23,17 @@ inline constexpr int kMaxNValid = kTopkThreads * kRanksPerThread;
 inline constexpr int kKeyTile = 4096;  // keys sorted in shared memory (32 KiB)
 inline constexpr int kTourney = 16;    // k_eff up to this: the tournament top-k
 
-/// One selection launch: the scores of (row, head) are scores[(row * heads + head) * stride + j]
-/// for blocks j < n_valid(row) (never NaN); the ids go to ids[(row * heads + head) * topk + k].
+/// One selection launch. Each (row, head) has `lanes` score rows (SPEC 5 index_group: 1 under max,
+/// the head's index heads under union): lane l's scores are
+/// scores[((row * heads + head) * lanes + l) * stride + j] for blocks j < n_valid(row) (never NaN).
+/// The ids go to ids[(row * heads + head) * topk * lanes + k]: each lane's top k, their union.
+/// drop_neg_inf: a chosen block whose score is -inf is left out (SPEC 5 drop_neg_inf).
 struct TopkArgs {
   const float* scores;
   int* ids;
   long long heads, stride, topk;
+  long long lanes = 1;
+  bool drop_neg_inf = false;
 };
 
 /// n_valid of an indexer query row: 0 for a padded request, else pos / sparse_block + 1.
@@ -150,17 +155,66 @@ __device__ inline void select_best(const float* sc, long long n, long long k_eff
   }
 }
 
+/// The union of every lane's chosen blocks (less the -inf ones under drop_neg_inf), written
+/// ascending to out[0, width) and padded with -1 (canonical; the fast family's order too when
+/// there are several lanes). A bitmap of the row's blocks in shared memory, then a scan of its
+/// words' counts.
+__device__ inline void select_union(const TopkArgs& a, long long row, long long grp,
+                                    long long n_valid, long long k_eff, unsigned long long* keys,
+                                    int* best, int* out) {
+  __shared__ unsigned chosen[kMaxNValid / 32];
+  __shared__ int before[kMaxNValid / 32 + 1];  // chosen blocks in the words before each word
+  const int words = static_cast<int>((n_valid + 31) / 32);
+  for (int w = threadIdx.x; w < words; w += blockDim.x) chosen[w] = 0;
+  for (long long l = 0; l < a.lanes; ++l) {
+    const float* sc = a.scores + ((row * a.heads + grp) * a.lanes + l) * a.stride;
+    __syncthreads();  // best and keys are reused lane after lane
+    select_best(sc, n_valid, k_eff, keys, best);
+    __syncthreads();
+    for (int e = threadIdx.x; e < k_eff; e += blockDim.x) {
+      const int id = best[e];
+      if (!(a.drop_neg_inf && sc[id] == -INFINITY)) atomicOr(&chosen[id / 32], 1u << (id % 32));
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int total = 0;
+    for (int w = 0; w < words; ++w) before[w] = total, total += __popc(chosen[w]);
+    before[words] = total;
+  }
+  __syncthreads();
+  for (int w = threadIdx.x; w < words; w += blockDim.x) {
+    int at = before[w];
+    for (unsigned bits = chosen[w]; bits != 0; bits &= bits - 1)
+      out[at++] = w * 32 + __ffs(bits) - 1;
+  }
+  for (long long k = before[words] + threadIdx.x; k < a.topk * a.lanes; k += blockDim.x)
+    out[k] = -1;
+}
+
 /// Kernel 2 of the indexer: one CUDA block per (head, row); n_valid(row) blocks of scores.
 template <bool kCanonical, class NValid>
 __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkArgs a, NValid n_valid_of) {
   __shared__ unsigned long long keys[kKeyTile];
   __shared__ int best[kMaxTopk];
   const long long grp = blockIdx.x, row = blockIdx.y;
-  int* out = a.ids + (row * a.heads + grp) * a.topk;
+  int* out = a.ids + (row * a.heads + grp) * a.topk * a.lanes;
   const long long n_valid = n_valid_of(row);
   const long long k_eff = a.topk < n_valid ? a.topk : n_valid;
-  select_best(a.scores + (row * a.heads + grp) * a.stride, n_valid, k_eff, keys, best);
+  if (a.lanes > 1 || (kCanonical && a.drop_neg_inf)) {
+    select_union(a, row, grp, n_valid, k_eff, keys, best, out);
+    return;
+  }
+  const float* sc = a.scores + (row * a.heads + grp) * a.stride;
+  select_best(sc, n_valid, k_eff, keys, best);
   __syncthreads();
+  if (!kCanonical && a.drop_neg_inf) {
+    // Best first: the -inf blocks are the last chosen, so dropping them shortens the row.
+    long long kept = k_eff;
+    while (kept > 0 && sc[best[kept - 1]] == -INFINITY) --kept;
+    for (long long k = threadIdx.x; k < a.topk; k += blockDim.x) out[k] = k < kept ? best[k] : -1;
+    return;
+  }
   for (int e = threadIdx.x; e < k_eff; e += blockDim.x) {
     if constexpr (kCanonical) {  // ascending ids
       int at = 0;

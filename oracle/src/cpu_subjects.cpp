@@ -1,5 +1,8 @@
 #include "kvo/oracle/cpu_subjects.hpp"
 
+#include <cmath>
+#include <set>
+
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/subjects/cpu_write.hpp"
 
@@ -80,10 +83,20 @@ class CanonicalMutant final : public Subject {
     std::vector<std::int32_t> ids;
     for (std::int64_t q = 0; q < s.num_queries; ++q) {
       for (std::int64_t g = 0; g < s.num_kv_heads; ++g) {
-        std::vector<float> scores;
-        for (std::int64_t j = 0; j < s.n_valid[static_cast<std::size_t>(q)]; ++j)
-          scores.push_back(s.score(q, g, j));
-        const auto row = subjects::select_topk(scores, s.topk, true, true);
+        // Each lane's top-k by the reversed tie rule; their union ascending (SPEC 5).
+        std::set<std::int32_t> chosen;
+        for (std::int64_t l = 0; l < s.lanes; ++l) {
+          std::vector<float> scores;
+          for (std::int64_t j = 0; j < s.n_valid[static_cast<std::size_t>(q)]; ++j)
+            scores.push_back(s.score(q, g, j, l));
+          for (std::int32_t id : subjects::select_topk(scores, c.indexer.topk, true, true)) {
+            const bool dropped = id >= 0 && c.indexer.neg_inf == spec::IndexNegInf::kDrop &&
+                                 scores[static_cast<std::size_t>(id)] == -INFINITY;
+            if (id >= 0 && !dropped) chosen.insert(id);
+          }
+        }
+        std::vector<std::int32_t> row(chosen.begin(), chosen.end());
+        row.resize(static_cast<std::size_t>(s.topk), -1);
         ids.insert(ids.end(), row.begin(), row.end());
       }
     }

@@ -215,6 +215,14 @@ std::vector<Mutant> build_catalogue() {
                           "indexer: a block with a NaN token score ranks first (torch amax + topk) "
                           "where index_nan skip or lowest is declared",
                           spec::Op::kIndexer, nan_rows, {.nan_first = true}, false));
+  c.push_back(read_mutant("union-where-max",
+                          "indexer: each index head's top-k and their union (TensorRT-LLM's "
+                          "triton backend) where index_group max is declared",
+                          spec::Op::kIndexer, {}, {.union_where_max = true}, false));
+  c.push_back(read_mutant("neg-inf-dropped",
+                          "indexer: a chosen -inf block dropped to -1 (TensorRT-LLM's selector) "
+                          "where index_neg_inf keep is declared",
+                          spec::Op::kIndexer, {}, {.drop_neg_inf_always = true}, false));
   ReadOverrides ties;
   ties.tied_scores = true;
   c.push_back(read_mutant("reversed-tie-order", "top-k: equal scores won by the higher block id",

@@ -54,10 +54,41 @@ class AttentionAnswer final : public CapturedAnswer {
   ReadPrepared& c_;
 };
 
-/// The indexer's mode axes, in ModeChoice order: index_nan, then index_score_scale, each value in
-/// its name table's order (the contract's default first).
-constexpr std::size_t kIndexNanValues = spec::EnumInfo<spec::IndexNan>::kNames.size();
-constexpr std::size_t kScoreScaleValues = spec::EnumInfo<spec::IndexScoreScale>::kNames.size();
+/// The indexer's mode axes, in ModeChoice order (each value in its name table's order, the
+/// contract's default first): the one table mode_axes, pin_modes and IndexerAnswer read.
+/// index_group is not among them: it sets the output's width, so a subject is told it and never
+/// detected in it; index-Q's type is an input, not a mode of the answer.
+struct IndexerModeAxis {
+  const char* name;
+  std::size_t values;
+  std::optional<std::size_t> (*overridden)(const ReadOverrides&);
+  void (*set)(spec::IndexerParams&, std::size_t value);
+};
+
+template <class E, std::optional<E> ReadOverrides::*kField, E spec::IndexerParams::*kParam>
+constexpr IndexerModeAxis indexer_axis() {
+  return {spec::EnumInfo<E>::kNoun.data(), spec::EnumInfo<E>::kNames.size(),
+          [](const ReadOverrides& o) -> std::optional<std::size_t> {
+            if (!(o.*kField)) return std::nullopt;
+            return static_cast<std::size_t>(*(o.*kField));
+          },
+          [](spec::IndexerParams& p, std::size_t v) {
+            p.*kParam = spec::EnumInfo<E>::kNames.at(v).value;
+          }};
+}
+
+constexpr std::array kIndexerModeAxes{
+    indexer_axis<spec::IndexNan, &ReadOverrides::index_nan, &spec::IndexerParams::index_nan>(),
+    indexer_axis<spec::IndexScoreScale, &ReadOverrides::index_score_scale,
+                 &spec::IndexerParams::score_scale>(),
+    indexer_axis<spec::IndexNegInf, &ReadOverrides::index_neg_inf, &spec::IndexerParams::neg_inf>(),
+};
+
+constexpr std::size_t kIndexerModeCombinations = [] {
+  std::size_t n = 1;
+  for (const IndexerModeAxis& a : kIndexerModeAxes) n *= a.values;
+  return n;
+}();
 
 /// An indexer's ids on one case, judged under any combination of the indexer's modes: the case
 /// with those modes, its reference selection (and score truth, for a foreign subject) computed once
@@ -67,13 +98,14 @@ class IndexerAnswer final : public CapturedAnswer {
   IndexerAnswer(const ReadCase& c, spec::Ordering ordering, TopkOrder order)
       : c_(c), ordering_(ordering), order_(order) {}
   Verdict judge_under(const ModeChoice& choice) override {
-    const std::size_t at = choice.at(0) * kScoreScaleValues + choice.at(1);
+    std::size_t at = 0;
+    for (std::size_t a = 0; a < kIndexerModeAxes.size(); ++a)
+      at = at * kIndexerModeAxes[a].values + choice.at(a);
     Variant& v = variants_[at];
     if (!v.expectation) {
       v.rc = std::make_unique<ReadCase>(c_);
-      v.rc->indexer.index_nan = spec::EnumInfo<spec::IndexNan>::kNames.at(choice.at(0)).value;
-      v.rc->indexer.score_scale =
-          spec::EnumInfo<spec::IndexScoreScale>::kNames.at(choice.at(1)).value;
+      for (std::size_t a = 0; a < kIndexerModeAxes.size(); ++a)
+        kIndexerModeAxes[a].set(v.rc->indexer, choice.at(a));
       v.expectation = std::make_unique<ReadExpectation>(*v.rc);
     }
     ReadExpectation& e = *v.expectation;
@@ -84,7 +116,7 @@ class IndexerAnswer final : public CapturedAnswer {
     return {d.equal() ? spec::Outcome::kPass : spec::Outcome::kMismatch, d.report(), d.differing};
   }
 
-  std::vector<std::int32_t> ids;  ///< [Tq, nkv, topk]
+  std::vector<std::int32_t> ids;  ///< [Tq, nkv, spec::selection_width]
 
  private:
   struct Variant {
@@ -94,12 +126,12 @@ class IndexerAnswer final : public CapturedAnswer {
   const ReadCase& c_;
   spec::Ordering ordering_;
   TopkOrder order_;
-  std::array<Variant, kIndexNanValues * kScoreScaleValues> variants_;
+  std::array<Variant, kIndexerModeCombinations> variants_;
 };
 
 /// The dimensions a read case shares with the write side (--block-size, --head-dim, --num-kv-heads,
-/// --index-dim, --kv-dtype, --layout, --index-layout): `f(write member, read member)` for each, the
-/// one table both directions below use.
+/// --index-dim, --kv-dtype, --layout, --index-layout, --index-dtype): `f(write member, read
+/// member)` for each, the one table both directions below use.
 template <class F>
 void for_each_shared_dimension(F&& f) {
   f(&CaseOverrides::block_size, &ReadOverrides::block_size);
@@ -109,6 +141,7 @@ void for_each_shared_dimension(F&& f) {
   f(&CaseOverrides::kv_dtype, &ReadOverrides::kv_dtype);
   f(&CaseOverrides::layout, &ReadOverrides::layout);
   f(&CaseOverrides::index_layout, &ReadOverrides::index_layout);
+  f(&CaseOverrides::index_dtype, &ReadOverrides::index_dtype);
 }
 
 /// The read overrides, the shared dimensions taken from the write overrides where the read ones
@@ -199,12 +232,14 @@ class ReadDriver final : public OpDriver {
     return shared_as_write(o).to_flags() + o.read.to_flags();
   }
 
-  // Mode detection: attention has one axis, the arithmetic profile (exact first); the indexer two,
-  // index_nan and index_score_scale (SPEC 5; the contract's defaults first).
+  // Mode detection: attention has one axis, the arithmetic profile (exact first); the indexer
+  // kIndexerModeAxes (SPEC 5; the contract's defaults first).
   std::vector<ModeAxis> mode_axes() const override {
-    if (op_ == spec::Op::kIndexer)
+    if (op_ == spec::Op::kIndexer) {
       return {names_axis<spec::IndexNan>("index_nan"),
-              names_axis<spec::IndexScoreScale>("index_score_scale")};
+              names_axis<spec::IndexScoreScale>("index_score_scale"),
+              names_axis<spec::IndexNegInf>("index_neg_inf")};
+    }
     ModeAxis axis{"profile", {std::string(kExact)}};
     for (spec::AttentionProfile p : kProfilesByLooseness)
       axis.values.emplace_back(spec::name_of(p));
@@ -221,8 +256,8 @@ class ReadDriver final : public OpDriver {
       Overrides p = o;
       p.read.index_nan = o.read.index_nan.value_or(spec::IndexNan::kSkip);
       p.read.index_score_scale = o.read.index_score_scale.value_or(spec::IndexScoreScale::kOne);
-      pinned.push_back(static_cast<std::size_t>(*p.read.index_nan));
-      pinned.push_back(static_cast<std::size_t>(*p.read.index_score_scale));
+      p.read.index_neg_inf = o.read.index_neg_inf.value_or(spec::IndexNegInf::kKeep);
+      for (const IndexerModeAxis& a : kIndexerModeAxes) pinned.push_back(*a.overridden(p.read));
       return p;
     }
     const spec::AttentionProfile p = o.read.profile.value_or(spec::AttentionProfile::kFp32);
@@ -256,12 +291,13 @@ class ReadDriver final : public OpDriver {
 
   // Case file (the same inputs for both ops): metadata the configuration, requests (B),
   // max_blocks, queries (Tq), num_index_heads (nih), num_q_heads (nq), sparse_block, topk,
-  // init_blocks, local_blocks, index_nan, index_score_scale, sm_scale and out_dtype; tensors
-  // input.block_table [B, max_blocks] I32, input.seq_lens [B] and input.query_start_loc [B + 1]
-  // I64, input.index_q [Tq, nih, index_dim] and input.q [Tq, nq, hd] (act dtype), input.k_scale,
+  // init_blocks, local_blocks, index_nan, index_score_scale, index_group, index_neg_inf, index_q,
+  // sm_scale and out_dtype; tensors input.block_table [B, max_blocks] I32, input.seq_lens [B] and
+  // input.query_start_loc [B + 1] I64, input.index_q [Tq, nih, index_dim] (act dtype, or e4m3
+  // under index_q e4m3) and input.q [Tq, nq, hd] (act dtype), input.k_scale,
   // input.v_scale [1 or nkv] F32 and cache.<buffer> (the sparse layer, written). Expected and
-  // result: the indexer's topk_ids [Tq, nkv, topk] I32 (ids ascending, then -1), attention's out
-  // [Tq, nq, hd] (out_dtype) over the reference's selection.
+  // result: the indexer's topk_ids [Tq, nkv, topk * lanes] I32 (ids ascending, then -1),
+  // attention's out [Tq, nq, hd] (out_dtype) over the reference's selection.
 
   void encode_case(PreparedCase& pc, TensorWriter& out) const override {
     auto& rp = static_cast<ReadPrepared&>(pc);
@@ -280,6 +316,9 @@ class ReadDriver final : public OpDriver {
     m["local_blocks"] = text(rc.indexer.local_blocks);
     m["index_nan"] = spec::name_of(rc.indexer.index_nan);
     m["index_score_scale"] = spec::name_of(rc.indexer.score_scale);
+    m["index_group"] = spec::name_of(rc.indexer.index_group);
+    m["index_neg_inf"] = spec::name_of(rc.indexer.neg_inf);
+    m["index_q"] = spec::name_of(rc.indexer.index_q_type);
     m["sm_scale"] = spec::floats_text(std::vector<float>{rc.attention.sm_scale});
     m["out_dtype"] = spec::name_of(rc.attention.out_dtype);
     out.put_i32("input.block_table", {rc.batch.num_requests(), rc.batch.max_blocks},
@@ -312,6 +351,10 @@ class ReadDriver final : public OpDriver {
     rc.indexer.local_blocks = case_count(m, "local_blocks");
     rc.indexer.index_nan = m.choice<spec::IndexNan>("index_nan");
     rc.indexer.score_scale = m.choice<spec::IndexScoreScale>("index_score_scale");
+    // The later modes may be absent (case files before them): the contract's defaults.
+    rc.indexer.index_group = m.optional_choice("index_group", spec::IndexGroup::kMax);
+    rc.indexer.neg_inf = m.optional_choice("index_neg_inf", spec::IndexNegInf::kKeep);
+    rc.indexer.index_q_type = m.optional_choice("index_q", spec::IndexQType::kActivation);
     const std::vector<float> sm = m.floats("sm_scale");
     if (sm.size() != 1) {
       throw spec::InvalidInput("__metadata__ 'sm_scale'", -1, m.text("sm_scale"),
@@ -344,7 +387,7 @@ class ReadDriver final : public OpDriver {
             "expected in [0, max_blocks * block_size = " + std::to_string(max_seq) + "]");
       }
     }
-    rc.index_q = in.take_host("input.index_q", rc.config.act_dtype,
+    rc.index_q = in.take_host("input.index_q", spec::index_q_dtype(rc.config, rc.indexer),
                               {queries, rc.indexer.num_index_heads, g.index_dim});
     rc.q = in.take_host("input.q", rc.config.act_dtype,
                         {queries, rc.attention.num_q_heads, g.head_dim});
@@ -394,7 +437,8 @@ class ReadDriver final : public OpDriver {
 
  private:
   static std::vector<std::int64_t> topk_shape(const ReadCase& rc) {
-    return {rc.batch.num_queries(), rc.config.geometry.num_kv_heads, rc.indexer.topk};
+    return {rc.batch.num_queries(), rc.config.geometry.num_kv_heads,
+            spec::selection_width(rc.indexer, rc.config.geometry.num_kv_heads)};
   }
 
   /// The reference's answer to this op of the case, named as a result holds it.

@@ -63,6 +63,10 @@ std::string ReadOverrides::to_flags() const {
   if (index_nan) s << " --index-nan " << spec::name_of(*index_nan);
   if (index_score_scale) s << " --index-score-scale " << spec::name_of(*index_score_scale);
   if (nan_index_k) s << " --nan-index-k " << (*nan_index_k ? "true" : "false");
+  if (index_group) s << " --index-group " << spec::name_of(*index_group);
+  if (index_neg_inf) s << " --index-neg-inf " << spec::name_of(*index_neg_inf);
+  if (index_q) s << " --index-q " << spec::name_of(*index_q);
+  if (neg_inf_block) s << " --neg-inf-block " << (*neg_inf_block ? "true" : "false");
   return s.str();
 }
 
@@ -93,6 +97,10 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
                                ? 128
                                : pick(rng, std::array<std::int64_t, 3>{16, 64, 128}));
   c.index.flat_dtype = rng.chance(1, 2) ? spec::DType::kBF16 : spec::DType::kFp8E4M3;
+  // fp8 index-Q asked for over a flat cache implies its e4m3 dtype (SPEC 5); an explicit
+  // contradicting --index-dtype stays, and validation names index_q.
+  if (o.index_q == spec::IndexQType::kFp8E4m3) c.index.flat_dtype = spec::DType::kFp8E4M3;
+  c.index.flat_dtype = o.index_dtype.value_or(c.index.flat_dtype);
   c.index.ue8m0 = rng.chance(1, 2);
   c.kv.cache_dtype =
       o.kv_dtype.value_or(pick(rng, std::array{spec::DType::kBF16, spec::DType::kFp8E4M3,
@@ -129,6 +137,20 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
   const bool nan_index_k = o.nan_index_k.value_or(later.chance(1, 4));
   rc.indexer.index_nan = o.index_nan.value_or(drawn_nan);
   rc.indexer.score_scale = o.index_score_scale.value_or(drawn_scale);
+  // The modes of session 7 (index_group, drop_neg_inf, fp8 index-Q, -inf blocks): a third stream,
+  // for the same reason.
+  SplitMix64 third(reference::mix64(seed ^ 0x5E1EC7ull));
+  const auto drawn_group = third.chance(1, 2) ? spec::IndexGroup::kMax : spec::IndexGroup::kUnion;
+  const auto drawn_neg_inf =
+      third.chance(2, 3) ? spec::IndexNegInf::kKeep : spec::IndexNegInf::kDrop;
+  const bool e4m3_index_k = c.index.layout == spec::IndexLayout::kBlockScale ||
+                            c.index.flat_dtype == spec::DType::kFp8E4M3;
+  const auto drawn_q = e4m3_index_k && third.chance(1, 2) ? spec::IndexQType::kFp8E4m3
+                                                          : spec::IndexQType::kActivation;
+  const bool neg_inf_block = o.neg_inf_block.value_or(third.chance(1, 4));
+  rc.indexer.index_group = o.index_group.value_or(drawn_group);
+  rc.indexer.neg_inf = o.index_neg_inf.value_or(drawn_neg_inf);
+  rc.indexer.index_q_type = o.index_q.value_or(drawn_q);
 
   // Requests: lengths up to max_seq_len; query lengths of decode (1), MTP (2-4) or a prefill chunk;
   // one in five a padded row (seq_len 0).
@@ -217,6 +239,23 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
             &w.index_k.bytes[(k * static_cast<std::size_t>(c.geometry.index_dim) + d) * eb]);
       }
     }
+    if (neg_inf_block) {
+      // Every token of one logical block of request 0: index-K [2^127, 0, ...] (see
+      // ReadOverrides::neg_inf_block; index-Q's dim 0 is set below).
+      const std::int64_t seq0 = b.seq_lens[0];
+      const std::int64_t sb = rc.indexer.sparse_block;
+      const std::int64_t j = seq0 > 0 ? third.uniform(0, (seq0 - 1) / sb) : 0;
+      const std::size_t eb = spec::dtype_bytes(c.act_dtype);
+      const std::uint32_t big =
+          reference::encode(0x1p127f, c.act_dtype, spec::Saturation::kSatFinite);
+      for (std::int64_t t = j * sb; t < std::min(seq0, (j + 1) * sb); ++t) {
+        // Request 0's tokens are the first keys, in order.
+        std::uint8_t* row =
+            &w.index_k.bytes[static_cast<std::size_t>(t * c.geometry.index_dim) * eb];
+        std::fill(row, row + c.geometry.index_dim * static_cast<std::int64_t>(eb), 0);
+        reference::store_code(big, c.act_dtype, row);
+      }
+    }
     w.slots = slots;
     w.k_scale = rc.k_scale;
     w.v_scale = rc.v_scale;
@@ -232,6 +271,20 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
   rc.index_q = generated(gen, GenTensor::kIndexQ, qkeys, rc.indexer.num_index_heads,
                          c.geometry.index_dim, 0.0f);
   if (o.tied_scores.value_or(false)) std::fill(rc.index_q.bytes.begin(), rc.index_q.bytes.end(), 0);
+  if (neg_inf_block) {
+    // Dim 0 of request 0's index-Q rows is -4 in every head: fma(-4, 2^127, 0) overflows to -inf.
+    const std::size_t eb = spec::dtype_bytes(c.act_dtype);
+    const std::uint32_t minus4 =
+        reference::encode(-4.0f, c.act_dtype, spec::Saturation::kSatFinite);
+    const std::int64_t rows0 = b.query_start_loc[1] * rc.indexer.num_index_heads;
+    for (std::int64_t r = 0; r < rows0; ++r) {
+      reference::store_code(
+          minus4, c.act_dtype,
+          &rc.index_q.bytes[static_cast<std::size_t>(r * c.geometry.index_dim) * eb]);
+    }
+  }
+  // fp8 index-Q: the activation values cast to e4m3.
+  rc.index_q = reference::cast_tensor(rc.index_q, spec::index_q_dtype(c, rc.indexer));
   rc.q = generated(gen, GenTensor::kQ, qkeys, rc.attention.num_q_heads, c.geometry.head_dim, 0.0f);
   return rc;
 }

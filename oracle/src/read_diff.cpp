@@ -128,7 +128,7 @@ TopkDiff diff_topk_exact(const reference::TopkSelection& e,
       d.query = q;
       d.kv_head = g;
       d.n_valid = e.n_valid[static_cast<std::size_t>(q)];
-      d.k_eff = std::min(e.topk, d.n_valid);
+      d.k_eff = std::min(e.topk / e.lanes, d.n_valid);
       d.kth_score = kth_score(e, q, g, d.n_valid, d.k_eff);
       fill_set_difference(e, d);
       diff.samples.push_back(d);
@@ -143,6 +143,7 @@ TopkDiff diff_topk_tie_aware(const reference::TopkSelection& e, const truth::Sco
   TopkDiff diff;
   diff.rows = e.num_queries * e.num_kv_heads;
   if (actual.size() != e.ids.size()) return diff_topk_exact(e, actual);
+  const bool drop = p.neg_inf == spec::IndexNegInf::kDrop;
   for (std::int64_t q = 0; q < e.num_queries; ++q) {
     for (std::int64_t g = 0; g < e.num_kv_heads; ++g) {
       const std::int64_t row = q * e.num_kv_heads + g;
@@ -150,17 +151,42 @@ TopkDiff diff_topk_tie_aware(const reference::TopkSelection& e, const truth::Sco
       d.query = q;
       d.kv_head = g;
       d.n_valid = e.n_valid[static_cast<std::size_t>(q)];
-      d.k_eff = std::min(e.topk, d.n_valid);
+      d.k_eff = std::min(p.topk, d.n_valid);
       d.expected = row_ids(e.ids, row, e.topk);
       d.actual = row_ids(actual, row, e.topk);
       d.kth_score = kth_score(e, q, g, d.n_valid, d.k_eff);
-      auto bound_of = [&](std::int64_t j) {
-        return truth.bound[static_cast<std::size_t>((q * e.num_kv_heads + g) * e.max_blocks + j)];
+      // Per lane (score row; one under index_group max): its k_eff-th score, a block holding it
+      // (for its bound), and the bound of each block's score.
+      auto bound_of = [&](std::int64_t l, std::int64_t j) {
+        return truth.bound[reference::score_index(q, g * e.lanes + l, j, e.num_kv_heads * e.lanes,
+                                                  e.max_blocks)];
       };
-      std::int64_t kth_block = -1;  // a block holding the k_eff-th score, for its bound
-      for (std::int64_t j = 0; j < d.n_valid && d.k_eff > 0; ++j) {
-        if (e.score(q, g, j) == d.kth_score) kth_block = j;
+      std::vector<float> kth(static_cast<std::size_t>(e.lanes));
+      std::vector<std::int64_t> kth_block(static_cast<std::size_t>(e.lanes), -1);
+      for (std::int64_t l = 0; l < e.lanes; ++l) {
+        std::vector<float> v;
+        for (std::int64_t j = 0; j < d.n_valid; ++j) v.push_back(e.score(q, g, j, l));
+        std::sort(v.begin(), v.end(), std::greater<>());
+        kth[static_cast<std::size_t>(l)] =
+            d.k_eff > 0 ? v[static_cast<std::size_t>(d.k_eff - 1)] : -INFINITY;
+        for (std::int64_t j = 0; j < d.n_valid && d.k_eff > 0; ++j)
+          if (e.score(q, g, j, l) == kth[static_cast<std::size_t>(l)])
+            kth_block[static_cast<std::size_t>(l)] = j;
       }
+      // Score slack of block j in lane l against the lane's cut: both scores' bounds.
+      auto slack = [&](std::int64_t l, std::int64_t j) {
+        const std::int64_t kb = kth_block[static_cast<std::size_t>(l)];
+        return bound_of(l, j) + (kb >= 0 ? bound_of(l, kb) : 0.0);
+      };
+      auto droppable = [&](std::int64_t l, std::int64_t j) {
+        return drop && e.score(q, g, j, l) == -INFINITY;
+      };
+      // May lane l have chosen block j: at least its cut less the slack (not dropped).
+      auto admissible = [&](std::int64_t l, std::int64_t j) {
+        return !droppable(l, j) &&
+               static_cast<double>(e.score(q, g, j, l)) >=
+                   static_cast<double>(kth[static_cast<std::size_t>(l)]) - slack(l, j);
+      };
       std::set<std::int32_t> chosen;
       std::int64_t valid_count = 0;
       bool seen_pad = false;
@@ -172,46 +198,68 @@ TopkDiff diff_topk_tie_aware(const reference::TopkSelection& e, const truth::Sco
         }
         if (seen_pad && order != TopkOrder::kUnordered) d.problem = "an id after a -1 entry";
         ++valid_count;
+        bool any_lane = false;
+        for (std::int64_t l = 0; l < e.lanes && id < d.n_valid; ++l) any_lane |= admissible(l, id);
         if (id >= d.n_valid)
           d.problem =
               "id " + std::to_string(id) + " is not below n_valid " + std::to_string(d.n_valid);
         else if (!chosen.insert(id).second)
           d.problem = "duplicate id " + std::to_string(id);
-        else if (static_cast<double>(e.score(q, g, id)) <
-                 static_cast<double>(d.kth_score) - bound_of(id) -
-                     (kth_block >= 0 ? bound_of(kth_block) : 0.0)) {
+        else if (!any_lane) {
           d.problem = "block " + std::to_string(id) + " scores " +
                       std::to_string(e.score(q, g, id)) +
-                      ", below the k_eff-th score less the bounds";
+                      (droppable(0, id) ? ", -inf, which drop_neg_inf drops"
+                                        : ", below the k_eff-th score less the bounds");
         }
       }
-      if (d.problem.empty() && valid_count != d.k_eff) {
-        d.problem = std::to_string(valid_count) +
-                    " ids chosen, expected k_eff = " + std::to_string(d.k_eff);
+      // How many ids a row holds: k_eff per lane (fewer where drop_neg_inf drops -inf blocks),
+      // exactly under max, between the largest lane's and their sum under union.
+      std::int64_t fewest = 0, most = 0;
+      for (std::int64_t l = 0; l < e.lanes; ++l) {
+        std::int64_t keep = d.k_eff;
+        if (drop) {
+          std::int64_t finite = 0;
+          for (std::int64_t j = 0; j < d.n_valid; ++j) finite += !droppable(l, j);
+          keep = std::min(keep, finite);
+        }
+        fewest = std::max(fewest, keep);
+        most += keep;
       }
-      if (d.problem.empty()) {
+      if (d.problem.empty() && (valid_count < fewest || valid_count > most)) {
+        d.problem = std::to_string(valid_count) + " ids chosen, expected " +
+                    (fewest == most ? std::to_string(fewest)
+                                    : std::to_string(fewest) + " to " + std::to_string(most));
+      }
+      // Every lane's certain blocks (above its cut by more than the slack) and forced blocks.
+      for (std::int64_t l = 0; l < e.lanes && d.problem.empty(); ++l) {
         const reference::ForcedBlocks f = reference::forced_blocks(
-            d.n_valid, d.k_eff, p, [&](std::int64_t j) { return e.score(q, g, j); });
-        for (std::int32_t j : f.forced) {
-          if (f.room && !chosen.count(j)) {
+            d.n_valid, d.k_eff, p, [&](std::int64_t j) { return e.score(q, g, j, l); });
+        for (std::int64_t j = 0; j < d.n_valid && d.problem.empty(); ++j) {
+          const auto id = static_cast<std::int32_t>(j);
+          if (chosen.count(id) || droppable(l, j)) continue;
+          if (f.room && f.forced.count(id)) {
             d.problem = "forced block " + std::to_string(j) + " missing";
-            break;
+          } else if (static_cast<double>(e.score(q, g, j, l)) >
+                     static_cast<double>(kth[static_cast<std::size_t>(l)]) + slack(l, j)) {
+            d.problem = "block " + std::to_string(j) + " (score " +
+                        std::to_string(e.score(q, g, j, l)) +
+                        ") is above the k_eff-th score by more than the bounds, yet missing";
           }
         }
       }
-      if (d.problem.empty() && order != TopkOrder::kUnordered) {
-        for (std::int64_t k = 1; k < d.k_eff; ++k) {
+      // The declared order; by score only with one lane (a union has no one score order).
+      const bool by_score = order == TopkOrder::kDescendingScore && e.lanes == 1;
+      if (d.problem.empty() && (order == TopkOrder::kAscendingIds || by_score)) {
+        for (std::int64_t k = 1; k < valid_count; ++k) {
           const std::int32_t prev = d.actual[static_cast<std::size_t>(k - 1)],
                              cur = d.actual[static_cast<std::size_t>(k)];
-          const bool ok =
-              order == TopkOrder::kAscendingIds
-                  ? cur > prev
-                  : static_cast<double>(e.score(q, g, cur)) <=
-                        static_cast<double>(e.score(q, g, prev)) + bound_of(cur) + bound_of(prev);
+          const bool ok = !by_score ? cur > prev
+                                    : static_cast<double>(e.score(q, g, cur)) <=
+                                          static_cast<double>(e.score(q, g, prev)) +
+                                              bound_of(0, cur) + bound_of(0, prev);
           if (!ok) {
             d.problem = std::string("not in the declared order (") +
-                        (order == TopkOrder::kAscendingIds ? "ascending ids" : "descending score") +
-                        ")";
+                        (by_score ? "descending score" : "ascending ids") + ")";
             break;
           }
         }

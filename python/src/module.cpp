@@ -192,6 +192,9 @@ void fill(CallDict& d, const gpu::DeviceIndexerCall& c) {
   p["local_blocks"] = c.params.local_blocks;
   p["index_nan"] = std::string(spec::name_of(c.params.index_nan));
   p["index_score_scale"] = std::string(spec::name_of(c.params.score_scale));
+  p["index_group"] = std::string(spec::name_of(c.params.index_group));
+  p["index_neg_inf"] = std::string(spec::name_of(c.params.neg_inf));
+  p["index_q"] = std::string(spec::name_of(c.params.index_q_type));
   d.dict()["params"] = p;
   d.put("index_q", c.index_q);
   d.put_batch(c.batch);

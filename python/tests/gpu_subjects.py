@@ -107,9 +107,12 @@ def torch_sdpa_attention(call):
     return out.to(call.out.dtype)
 
 
-def torch_topk_indexer(call):
+def torch_topk_indexer(call, neg_inf=None):
     """Block scores from the flat bf16 index-K cache, then torch.topk (descending score, ties as
-    torch breaks them): a foreign top-k judged by the tie-aware rules."""
+    torch breaks them): a foreign top-k judged by the tie-aware rules. index_group max reduces the
+    heads' scores first; union takes each index head's top-k and their union (ascending); under
+    index_neg_inf drop a chosen -inf block is left out. `neg_inf` set: that mode whatever the call
+    says (a kernel with its own convention, for mode detection)."""
     cfg, p = call.config, call.params
     if cfg["index_layout"] != "flat":
         raise Unsupported("flat index-K only")
@@ -117,9 +120,11 @@ def torch_topk_indexer(call):
     tq, nh, idim = iq.shape
     nkv, bs, sb, topk = cfg["num_kv_heads"], cfg["block_size"], p["sparse_block"], p["topk"]
     heads = nh // nkv
+    union = p["index_group"] == "union" and heads > 1  # one head per KV head: union is max
+    lanes = heads if union else 1
     factor = 1.0 if p["index_score_scale"] == "one" else float(
         torch.tensor(idim, dtype=torch.float32).rsqrt())
-    ids = torch.full((tq, nkv, topk), -1, dtype=torch.int32, device=iq.device)
+    ids = torch.full((tq, nkv, topk * lanes), -1, dtype=torch.int32, device=iq.device)
     for row in range(tq):
         r, pos = int(call.row_request[row]), int(call.row_position[row])
         if int(call.seq_lens[r]) == 0:
@@ -136,13 +141,22 @@ def torch_topk_indexer(call):
         counted = torch.zeros((nh, n_valid), device=iq.device)
         counted.scatter_add_(1, (t // sb).expand(nh, -1), (~nan).float())
         blocks = torch.where(counted > 0, blocks, torch.tensor(-1e30, device=iq.device))
-        score = blocks.view(nkv, heads, n_valid).amax(dim=1)  # group reduce: max
+        # [nkv, lanes, n_valid]: the group's max (max) or every head's own scores (union)
+        score = (blocks.view(nkv, heads, n_valid) if union
+                 else blocks.view(nkv, heads, n_valid).amax(dim=1, keepdim=True))
         j = torch.arange(n_valid, device=iq.device)
         score = torch.where(j < p["init_blocks"], torch.tensor(1e30, device=iq.device), score)
         score = torch.where(j >= n_valid - p["local_blocks"], torch.tensor(1e29, device=iq.device),
                             score)
         k_eff = min(topk, n_valid)
-        ids[row, :, :k_eff] = torch.topk(score, k_eff, dim=1).indices.to(torch.int32)
+        flat = torch.topk(score.reshape(nkv * lanes, n_valid), k_eff, dim=1)
+        values = flat.values.view(nkv, lanes, k_eff)
+        indices = flat.indices.view(nkv, lanes, k_eff)
+        for g in range(nkv):
+            drop = (neg_inf or p["index_neg_inf"]) == "drop"
+            keep = indices[g][values[g] != float("-inf")] if drop else indices[g].flatten()
+            chosen = torch.unique(keep) if union else keep  # union: ascending, each id once
+            ids[row, g, :chosen.numel()] = chosen.to(torch.int32)
     return ids
 
 

@@ -77,6 +77,32 @@ def test_torch_topk_as_a_foreign_indexer():
     assert report.passed, report.message
 
 
+@pytest.mark.parametrize("group", ["max", "union"])
+def test_torch_topk_indexer_in_each_index_group(group):
+    a = adapters.topk_indexer(gs.torch_topk_indexer, order="descending_score")
+    report = kvoracle.check(a, op="indexer", device="cuda", cases=CASES, index_layout="flat",
+                            index_dtype="bf16", index_nan="skip", index_group=group,
+                            index_heads_per_kv=2)
+    record(f"torch.topk, index_group {group}", "indexer", report, f"index_group={group}")
+    assert report.passed, report.message
+
+
+@pytest.mark.parametrize("own", ["keep", "drop"])
+def test_torch_topk_indexer_neg_inf_mode_is_detected(own):
+    """A top-k with its own -inf convention (TensorRT-LLM's selector drops): told keep, detection
+    names the one it implements on cases with a -inf block."""
+    a = adapters.topk_indexer(lambda call: gs.torch_topk_indexer(call, neg_inf=own),
+                              order="descending_score")
+    r, best = detected(a, op="indexer", index_layout="flat", index_dtype="bf16", index_nan="skip",
+                       neg_inf_block=True, topk=6)
+    print(f"\n[py-gpu] {'torch.topk, -inf ' + own + ' (detect)':34s} {'indexer':9s} cases   48  "
+          f"{r.outcome}  modes: {best}")
+    matched = " ".join(r.matched)
+    assert f"index_neg_inf={own}" in matched, r.report
+    other = "drop" if own == "keep" else "keep"
+    assert f"index_neg_inf={other}" not in matched, r.report
+
+
 @pytest.mark.parametrize("mul_recip,mode", [(False, "div_approx"), (True, "mul_recip")])
 def test_triton_fused_kv_index_write(mul_recip, mode):
     fn = gs.triton_fused_write(mul_recip)

@@ -36,6 +36,19 @@ float source_value(const spec::HostTensor& t, std::int64_t i) {
   return decode(load_code(t.bytes.data() + i * eb, t.dtype), t.dtype);
 }
 
+spec::HostTensor cast_tensor(const spec::HostTensor& t, spec::DType dtype) {
+  spec::HostTensor out;
+  out.dtype = dtype;
+  out.shape = t.shape;
+  const std::size_t eb = spec::dtype_bytes(dtype);
+  out.bytes.resize(static_cast<std::size_t>(t.numel()) * eb);
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    store_code(encode(source_value(t, i), dtype, spec::Saturation::kSatFinite), dtype,
+               &out.bytes[static_cast<std::size_t>(i) * eb]);
+  }
+  return out;
+}
+
 void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& w,
                  spec::LayerCaches& caches) {
   spec::validate_write(config, w);

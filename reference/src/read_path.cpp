@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
 
 #include "kvo/reference/canonical.hpp"
 #include "kvo/reference/layer_write.hpp"
@@ -92,8 +93,9 @@ TopkSelection indexer_topk(const spec::ModelConfig& c, const spec::IndexerParams
   const auto tq = static_cast<std::int64_t>(rows.size());
   const std::int64_t nkv = c.geometry.num_kv_heads;
   const std::int64_t heads_per_group = p.num_index_heads / nkv;
+  const std::int64_t lanes = spec::selection_lanes(p, nkv);
   const std::int64_t dim = c.geometry.index_dim;
-  check_tensor(index_q, "index_q", c.act_dtype, tq, p.num_index_heads, dim);
+  check_tensor(index_q, "index_q", spec::index_q_dtype(c, p), tq, p.num_index_heads, dim);
   const PagedCacheLayout layout(c);
   check_layer_caches(layout, spec::LayerKind::kSparse, caches);
   const float factor = spec::index_score_factor(p.score_scale, dim);
@@ -101,10 +103,11 @@ TopkSelection indexer_topk(const spec::ModelConfig& c, const spec::IndexerParams
   TopkSelection sel;
   sel.num_queries = tq;
   sel.num_kv_heads = nkv;
-  sel.topk = p.topk;
+  sel.topk = spec::selection_width(p, nkv);
+  sel.lanes = lanes;
   sel.max_blocks = max_valid_blocks(rows, p.sparse_block);
-  sel.ids.assign(static_cast<std::size_t>(tq * nkv * p.topk), -1);
-  sel.scores.assign(static_cast<std::size_t>(tq * nkv * sel.max_blocks), -INFINITY);
+  sel.ids.assign(static_cast<std::size_t>(tq * nkv * sel.topk), -1);
+  sel.scores.assign(static_cast<std::size_t>(tq * nkv * lanes * sel.max_blocks), -INFINITY);
   sel.n_valid.assign(static_cast<std::size_t>(tq), 0);
 
   for (std::int64_t q = 0; q < tq; ++q) {
@@ -119,10 +122,15 @@ TopkSelection indexer_topk(const spec::ModelConfig& c, const spec::IndexerParams
       ik[static_cast<std::size_t>(t)] = read_index_k(c, b, caches, row.request, t);
 
     for (std::int64_t g = 0; g < nkv; ++g) {
-      // Group reduce: max over the group's index heads of their block scores (ascending h).
-      std::vector<GroupScore<float>> group(static_cast<std::size_t>(n_valid));
+      // The score rows of KV head g, [lanes][n_valid]: under max one, the max over the group's
+      // index heads of their block scores (ascending h, first max wins); under union one per
+      // index head, its own block scores.
+      std::vector<std::vector<GroupScore<float>>> lane_scores(
+          static_cast<std::size_t>(lanes),
+          std::vector<GroupScore<float>>(static_cast<std::size_t>(n_valid)));
       for (std::int64_t h = g * heads_per_group; h < (g + 1) * heads_per_group; ++h) {
         const std::vector<float> iq = row_of(index_q, head_row(q, h, p.num_index_heads), dim);
+        auto& lane = lane_scores[static_cast<std::size_t>(lanes == 1 ? 0 : h - g * lanes)];
         for (std::int64_t j = 0; j < n_valid; ++j) {
           // Head h's block score: max of the token scores of block j's valid tokens, ascending t,
           // first max wins; NaN token scores by the index_nan rule. A token score is
@@ -130,25 +138,36 @@ TopkSelection indexer_topk(const spec::ModelConfig& c, const spec::IndexerParams
           HeadBlockScore<float> head(p.index_nan);
           for (std::int64_t t = j * p.sparse_block; t < (j + 1) * p.sparse_block && t <= pos; ++t)
             head.add(canonical_dot(iq, ik[static_cast<std::size_t>(t)]) * factor);
-          group[static_cast<std::size_t>(j)].add(head.value());
+          lane[static_cast<std::size_t>(j)].add(head.value());
         }
       }
-      std::vector<float> group_score(static_cast<std::size_t>(n_valid));
-      for (std::int64_t j = 0; j < n_valid; ++j) {
-        float& gs = group_score[static_cast<std::size_t>(j)];
-        gs = forced_block_score(j, n_valid, p).value_or(group[static_cast<std::size_t>(j)].value());
-        sel.scores[score_index(q, g, j, nkv, sel.max_blocks)] = gs;
-      }
-      // Top-k: the k_eff highest scores, equal scores won by the lower block id; output ascending.
+      // Each lane: forcing, then its top-k: the k_eff highest scores, equal scores won by the
+      // lower block id; under drop_neg_inf a chosen block scoring -inf is dropped. The KV head's
+      // ids: the union of its lanes' choices, ascending, then -1.
       const std::int64_t k_eff = std::min(p.topk, n_valid);
-      std::vector<std::int32_t> order(static_cast<std::size_t>(n_valid));
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](std::int32_t x, std::int32_t y) {
-        return group_score[static_cast<std::size_t>(x)] > group_score[static_cast<std::size_t>(y)];
-      });
-      order.resize(static_cast<std::size_t>(k_eff));
-      std::sort(order.begin(), order.end());
-      std::copy(order.begin(), order.end(), sel.ids.begin() + (q * nkv + g) * p.topk);
+      std::set<std::int32_t> chosen;
+      for (std::int64_t l = 0; l < lanes; ++l) {
+        std::vector<float> score(static_cast<std::size_t>(n_valid));
+        for (std::int64_t j = 0; j < n_valid; ++j) {
+          float& s = score[static_cast<std::size_t>(j)];
+          s = forced_block_score(j, n_valid, p)
+                  .value_or(lane_scores[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)]
+                                .value());
+          sel.scores[score_index(q, g * lanes + l, j, nkv * lanes, sel.max_blocks)] = s;
+        }
+        std::vector<std::int32_t> order(static_cast<std::size_t>(n_valid));
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](std::int32_t x, std::int32_t y) {
+          return score[static_cast<std::size_t>(x)] > score[static_cast<std::size_t>(y)];
+        });
+        order.resize(static_cast<std::size_t>(k_eff));
+        for (std::int32_t j : order) {
+          const bool dropped = p.neg_inf == spec::IndexNegInf::kDrop &&
+                               score[static_cast<std::size_t>(j)] == -INFINITY;
+          if (!dropped) chosen.insert(j);
+        }
+      }
+      std::copy(chosen.begin(), chosen.end(), sel.ids.begin() + (q * nkv + g) * sel.topk);
     }
   }
   return sel;

@@ -74,6 +74,26 @@ void validate_indexer(const ModelConfig& c, const IndexerParams& p) {
   require(p.local_blocks >= 0, "local_blocks", p.local_blocks, "must be >= 0");
   require(p.num_index_heads >= 1 && p.num_index_heads % c.geometry.num_kv_heads == 0,
           "num_index_heads", p.num_index_heads, "must be a positive multiple of num_kv_heads");
+  const bool e4m3_index_k =
+      c.index.layout == IndexLayout::kBlockScale || c.index.flat_dtype == DType::kFp8E4M3;
+  if (p.index_q_type == IndexQType::kFp8E4m3 && !e4m3_index_k) {
+    throw InvalidInput("index_q", -1, "e4m3",
+                       "fp8 index-Q needs an e4m3 index-K cache (blockscale, or flat fp8_e4m3); "
+                       "this one is flat " +
+                           std::string(name_of(c.index.flat_dtype)));
+  }
+}
+
+std::int64_t selection_lanes(const IndexerParams& p, std::int64_t num_kv_heads) {
+  return p.index_group == IndexGroup::kUnion ? p.num_index_heads / num_kv_heads : 1;
+}
+
+std::int64_t selection_width(const IndexerParams& p, std::int64_t num_kv_heads) {
+  return p.topk * selection_lanes(p, num_kv_heads);
+}
+
+DType index_q_dtype(const ModelConfig& c, const IndexerParams& p) {
+  return p.index_q_type == IndexQType::kFp8E4m3 ? DType::kFp8E4M3 : c.act_dtype;
 }
 
 void validate_attention(const ModelConfig& c, const AttentionParams& p) {

@@ -52,6 +52,9 @@ std::vector<std::int32_t> naive_indexer(const spec::ModelConfig& config,
   const auto rows = reference::query_rows(batch);
   const std::int64_t nkv = config.geometry.num_kv_heads, dim = config.geometry.index_dim;
   const std::int64_t per_group = p.num_index_heads / nkv;
+  const std::int64_t width = spec::selection_width(p, nkv);
+  const std::int64_t lanes = m.union_where_max ? per_group : spec::selection_lanes(p, nkv);
+  const bool drop = m.drop_neg_inf_always || p.neg_inf == spec::IndexNegInf::kDrop;
   const float factor = spec::index_score_factor(p.score_scale, dim);
   const spec::IndexNan nan_rule = m.nan_first ? spec::IndexNan::kFirst : p.index_nan;
   std::vector<std::int32_t> ids;
@@ -69,8 +72,12 @@ std::vector<std::int32_t> naive_indexer(const spec::ModelConfig& config,
       ik.push_back(reference::read_index_k(config, batch, caches, row.request, t));
     for (std::int64_t g = 0; g < nkv; ++g) {
       const auto blocks = static_cast<std::size_t>(std::max<std::int64_t>(n_valid, 0));
-      std::vector<float> scores(blocks, -INFINITY);
+      // One row of scores per lane: the group's max (index_group max) or each head's (union).
+      std::vector<std::vector<float>> lane_scores(static_cast<std::size_t>(lanes),
+                                                  std::vector<float>(blocks, -INFINITY));
       for (std::int64_t h = g * per_group; h < (g + 1) * per_group; ++h) {
+        std::vector<float>& scores =
+            lane_scores[static_cast<std::size_t>(lanes == 1 ? 0 : h - g * per_group)];
         const std::vector<float> iq =
             row_of(index_q, static_cast<std::int64_t>(qi) * p.num_index_heads + h, dim);
         // This head's block maxima over its finite-or-infinite token scores, and which blocks saw
@@ -95,12 +102,22 @@ std::vector<std::int32_t> naive_indexer(const spec::ModelConfig& config,
           scores[j] = std::max(scores[j], b);
         }
       }
-      for (std::int64_t j = 0; j < n_valid; ++j) {
-        if (j < p.init_blocks) scores[static_cast<std::size_t>(j)] = reference::kInitBlockScore;
-        if (!m.ignore_local && j >= n_valid - p.local_blocks)
-          scores[static_cast<std::size_t>(j)] = reference::kLocalBlockScore;
+      // Each lane's top-k best first (drop_neg_inf: without its -inf blocks); the KV head's ids
+      // are the lanes' in turn, each id once, then -1.
+      std::vector<std::int32_t> row_ids;
+      for (std::vector<float>& scores : lane_scores) {
+        for (std::int64_t j = 0; j < n_valid; ++j) {
+          if (j < p.init_blocks) scores[static_cast<std::size_t>(j)] = reference::kInitBlockScore;
+          if (!m.ignore_local && j >= n_valid - p.local_blocks)
+            scores[static_cast<std::size_t>(j)] = reference::kLocalBlockScore;
+        }
+        for (std::int32_t id : select_topk(scores, p.topk, true, false)) {
+          const bool dropped = id >= 0 && drop && scores[static_cast<std::size_t>(id)] == -INFINITY;
+          if (id >= 0 && !dropped && std::find(row_ids.begin(), row_ids.end(), id) == row_ids.end())
+            row_ids.push_back(id);
+        }
       }
-      const auto row_ids = select_topk(scores, p.topk, true, false);
+      row_ids.resize(static_cast<std::size_t>(width), -1);
       ids.insert(ids.end(), row_ids.begin(), row_ids.end());
     }
   }

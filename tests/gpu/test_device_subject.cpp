@@ -98,8 +98,10 @@ void builtin_indexer(const gpu::DeviceIndexerCall& call) {
   const std::int64_t tq = call.index_q.shape.at(0);
   if (tq == 0) return;
   const std::int64_t n = max_n_valid(call.batch, call.params.sparse_block);
-  Scratch scores(static_cast<std::size_t>(tq * call.config->geometry.num_kv_heads * n) * 4,
-                 call.stream);
+  const std::int64_t nkv = call.config->geometry.num_kv_heads;
+  Scratch scores(
+      static_cast<std::size_t>(tq * nkv * spec::selection_lanes(call.params, nkv) * n) * 4,
+      call.stream);
   gpu::launch_indexer_topk(*call.config, call.params, read_batch(call.batch),
                            {call.caches.index_cache.data, call.index_q.data, n,
                             static_cast<float*>(scores.p), call.ids.as<std::int32_t>()},

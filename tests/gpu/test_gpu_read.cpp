@@ -124,6 +124,10 @@ TEST_P(GpuRead, CanonicalKernelsAreBitExact) {
     o.num_kv_heads = 1;
     o.head_dim = 64;
     o.block_size = i == 0 ? 64 : 17;
+    if (i == 1) {  // each of two index heads its own top-16 over ~300 blocks, their union
+      o.index_group = spec::IndexGroup::kUnion;
+      o.index_heads_per_kv = 2;
+    }
     const oracle::ReadCase rc =
         oracle::make_read_case(0x10C0000ull + static_cast<std::uint64_t>(GetParam()) * 10 + i, o);
     ASSERT_NO_FATAL_FAILURE(check_case(rc, false));
@@ -133,6 +137,39 @@ TEST_P(GpuRead, CanonicalKernelsAreBitExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, GpuRead, ::testing::Range(0, 8));
+
+// Every combination of the indexer's later modes (SPEC 5: index_group max or union over two index
+// heads per KV head, index_neg_inf keep or drop, index-Q in bf16 or e4m3) with a -inf block
+// planted, on both index-K layouts that hold e4m3: canonical bit-exact, fast accepted in foreign
+// mode.
+TEST(GpuRead, EveryIndexerModeCombination) {
+  std::string why;
+  if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  int cases = 0;
+  for (spec::IndexGroup group : {spec::IndexGroup::kMax, spec::IndexGroup::kUnion}) {
+    for (spec::IndexNegInf neg_inf : {spec::IndexNegInf::kKeep, spec::IndexNegInf::kDrop}) {
+      for (spec::IndexQType q : {spec::IndexQType::kActivation, spec::IndexQType::kFp8E4m3}) {
+        for (std::uint64_t i = 0; i < 6; ++i) {
+          oracle::ReadOverrides o;
+          o.index_group = group;
+          o.index_neg_inf = neg_inf;
+          o.index_q = q;
+          o.index_heads_per_kv = 2;
+          o.neg_inf_block = true;
+          o.topk = 1 + static_cast<std::int64_t>(i);
+          o.index_layout = spec::IndexLayout::kBlockScale;
+          o.max_seq_len = 300;
+          const oracle::ReadCase rc = oracle::make_read_case(0x40DE0000ull + cases, o);
+          SCOPED_TRACE(std::string(spec::name_of(group)) + " " +
+                       std::string(spec::name_of(neg_inf)) + " " + std::string(spec::name_of(q)));
+          ASSERT_NO_FATAL_FAILURE(check_case(rc, false));
+          ++cases;
+        }
+      }
+    }
+  }
+  std::printf("[gpu-cases] indexer mode combinations: %d cases\n", cases);
+}
 
 // Foreign mode proven on a real kernel: the fast family with a planted top-k bug (the local block
 // unforced) and a planted softmax bug (exp2 without log2(e)) is rejected within a few cases, by the

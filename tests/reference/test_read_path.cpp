@@ -218,49 +218,208 @@ TEST(Attention, SparseAttendsOnlyTheSelectedBlocksAndPaddedRowsAreZero) {
   EXPECT_THROW(spec::validate_attention(two_kv, p), spec::InvalidInput);
 }
 
+// Every drawn case, all indexer modes included: per (query row, KV head) the ids are ascending,
+// distinct, below n_valid, then -1; per lane (one under index_group max, each index head under
+// union) its k_eff best are chosen (ties aside) and nothing below its k_eff-th score, -inf blocks
+// left out under drop_neg_inf; the forced blocks are there when there is room.
 RC_GTEST_PROP(ReadPath, TopkInvariantsHold, ()) {
   const auto seed = *rc::gen::arbitrary<std::uint64_t>();
   oracle::ReadOverrides o;
   o.max_seq_len = 400;
   const oracle::ReadCase rc = oracle::make_read_case(seed, o);
   const TopkSelection s = indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+  const bool drop = rc.indexer.neg_inf == spec::IndexNegInf::kDrop;
+  RC_ASSERT(s.lanes == spec::selection_lanes(rc.indexer, rc.config.geometry.num_kv_heads));
+  RC_ASSERT(s.topk == rc.indexer.topk * s.lanes);
   for (std::int64_t q = 0; q < s.num_queries; ++q) {
     const std::int64_t n_valid = s.n_valid[static_cast<std::size_t>(q)];
-    const std::int64_t k_eff = std::min(s.topk, n_valid);
+    const std::int64_t k_eff = std::min(rc.indexer.topk, n_valid);
     for (std::int64_t g = 0; g < s.num_kv_heads; ++g) {
-      std::vector<float> scores;
-      for (std::int64_t j = 0; j < n_valid; ++j) scores.push_back(s.score(q, g, j));
-      std::sort(scores.begin(), scores.end(), std::greater<>());
       std::set<std::int32_t> seen;
+      bool padding = false;
       for (std::int64_t k = 0; k < s.topk; ++k) {
         const std::int32_t id = s.id(q, g, k);
-        if (k >= k_eff) {
-          RC_ASSERT(id == -1);
+        if (id == -1) {
+          padding = true;
           continue;
         }
         // RC_ASSERT captures its expression, so && and || would not short-circuit: test booleans.
-        const bool below_n_valid = id >= 0 && id < n_valid;
+        const bool below_n_valid = id >= 0 && id < n_valid && !padding;
         RC_ASSERT(below_n_valid);
         RC_ASSERT(seen.insert(id).second);  // no duplicates
         const bool ascending = k == 0 || id > s.id(q, g, k - 1);
         RC_ASSERT(ascending);
-        RC_ASSERT(s.score(q, g, id) >= scores[static_cast<std::size_t>(k_eff - 1)]);  // >= k_eff-th
       }
-      // Forced blocks (init, local) are all present when there is room for them and for the
-      // blocks that outrank them (index_nan first's NaN blocks); otherwise every chosen block is
-      // one of those.
-      const reference::ForcedBlocks fb = reference::forced_blocks(
-          n_valid, k_eff, rc.indexer, [&](std::int64_t j) { return s.score(q, g, j); });
-      const bool room = fb.room;
-      for (std::int32_t j : fb.forced) {
-        const bool present = !room || seen.count(j) == 1u;
-        RC_ASSERT(present);
+      std::set<std::int32_t> explained;  // ids some lane chose
+      for (std::int64_t l = 0; l < s.lanes; ++l) {
+        std::vector<float> scores;
+        for (std::int64_t j = 0; j < n_valid; ++j) scores.push_back(s.score(q, g, j, l));
+        std::sort(scores.begin(), scores.end(), std::greater<>());
+        const float kth = k_eff > 0 ? scores[static_cast<std::size_t>(k_eff - 1)] : INFINITY;
+        std::int64_t above = 0;  // the lane's blocks strictly above its k_eff-th score
+        for (std::int64_t j = 0; j < n_valid; ++j) {
+          const float sj = s.score(q, g, j, l);
+          const bool dropped = drop && sj == -INFINITY;
+          if (sj > kth && !dropped) {
+            RC_ASSERT(seen.count(static_cast<std::int32_t>(j)) == 1u);
+            ++above;
+          }
+          if (sj >= kth && !dropped && seen.count(static_cast<std::int32_t>(j)))
+            explained.insert(static_cast<std::int32_t>(j));
+        }
+        RC_ASSERT(above <= k_eff);
+        // Forced blocks (init, local) are all present when there is room for them and for the
+        // blocks that outrank them (index_nan first's NaN blocks).
+        const reference::ForcedBlocks fb = reference::forced_blocks(
+            n_valid, k_eff, rc.indexer, [&](std::int64_t j) { return s.score(q, g, j, l); });
+        for (std::int32_t j : fb.forced) {
+          const bool present = !fb.room || seen.count(j) == 1u;
+          RC_ASSERT(present);
+        }
       }
-      for (std::int32_t j : seen) {
-        const bool forced_only = room || fb.forced.count(j) == 1u || fb.outranking.count(j) == 1u;
-        RC_ASSERT(forced_only);
-      }
+      RC_ASSERT(explained == seen);  // every chosen block is at least some lane's k_eff-th
+      const bool sized = s.lanes > 1 || drop ? static_cast<std::int64_t>(seen.size()) <= s.topk
+                                             : static_cast<std::int64_t>(seen.size()) == k_eff;
+      RC_ASSERT(sized);
     }
+  }
+}
+
+/// One request of `seq_len` tokens on one KV head, sparse blocks of 4, no NaN rows.
+oracle::ReadOverrides one_request(std::int64_t seq_len, std::int64_t heads_per_kv,
+                                  std::int64_t topk, spec::IndexLayout index_layout) {
+  oracle::ReadOverrides o;
+  o.num_kv_heads = 1;
+  o.index_heads_per_kv = heads_per_kv;
+  o.sparse_block = 4;
+  o.seq_len = seq_len;
+  o.requests = 1;
+  o.topk = topk;
+  o.index_layout = index_layout;
+  o.nan_index_k = false;
+  return o;
+}
+
+// Hand-checked: two index heads on one KV head, four blocks, topk 1. Head 0 scores blocks
+// [1, 5, 2, 0], head 1 [4, 0, 3, 0] (one token per block, dot with index-K e0 or e1). Under max
+// the group scores [4, 5, 3, 0]: block 1 alone. Under union head 0 picks 1 and head 1 picks 0:
+// [0, 1] in a row two wide. Local blocks 0 so block 3 is not forced.
+TEST(ReadPath, IndexGroupMaxAndUnionHandChecked) {
+  oracle::ReadOverrides o = one_request(16, 2, 1, spec::IndexLayout::kFlat);
+  o.index_dim = 16;
+  o.neg_inf_block = false;
+  oracle::ReadCase rc = oracle::make_read_case(11, o);
+  rc.config.index.flat_dtype = spec::DType::kBF16;
+  rc.indexer.local_blocks = 0;
+  rc.indexer.init_blocks = 0;
+  rc.indexer.index_q_type = spec::IndexQType::kActivation;
+  rc.indexer.score_scale = spec::IndexScoreScale::kOne;
+  rc.indexer.neg_inf = spec::IndexNegInf::kKeep;
+  rc.batch.query_start_loc = {0, 1};
+  rc.caches = oracle::make_layer_caches(PagedCacheLayout(rc.config), 0, spec::LayerKind::kSparse);
+  const float head0[4] = {1, 5, 2, 0}, head1[4] = {4, 0, 3, 0};
+  // Index-K: token t of block j is e0 * head0[j] + e1 * head1[j] at its first token, 0 elsewhere.
+  spec::LayerWrite w;
+  w.kind = spec::LayerKind::kSparse;
+  const std::int64_t nkv = 1, hd = rc.config.geometry.head_dim, idim = 16;
+  auto zeros = [](std::int64_t n, std::int64_t a, std::int64_t b) {
+    spec::HostTensor t;
+    t.dtype = spec::DType::kBF16;
+    t.shape = {n, a, b};
+    t.bytes.assign(static_cast<std::size_t>(n * a * b * 2), 0);
+    return t;
+  };
+  w.k = zeros(16, nkv, hd);
+  w.v = zeros(16, nkv, hd);
+  w.index_k = zeros(16, 1, idim);
+  w.index_k.shape = {16, idim};
+  auto put = [](spec::HostTensor& t, std::int64_t i, float x) {
+    store_code(encode(x, spec::DType::kBF16, spec::Saturation::kSatFinite), spec::DType::kBF16,
+               &t.bytes[static_cast<std::size_t>(i) * 2]);
+  };
+  for (std::int64_t j = 0; j < 4; ++j) {
+    put(w.index_k, (4 * j) * idim + 0, head0[j]);
+    put(w.index_k, (4 * j) * idim + 1, head1[j]);
+  }
+  w.slots.type = rc.config.slot_type;
+  for (std::int64_t t = 0; t < 16; ++t) {
+    w.slots.slots.push_back(
+        rc.batch.block_table[static_cast<std::size_t>(t / rc.config.geometry.block_size)] *
+            rc.config.geometry.block_size +
+        t % rc.config.geometry.block_size);
+  }
+  w.k_scale = rc.k_scale;
+  w.v_scale = rc.v_scale;
+  write_layer(rc.config, w, rc.caches);
+  rc.index_q = zeros(1, 2, idim);
+  put(rc.index_q, 0 * idim + 0, 1.0f);  // head 0 reads e0
+  put(rc.index_q, 1 * idim + 1, 1.0f);  // head 1 reads e1
+  rc.indexer.index_group = spec::IndexGroup::kMax;
+  const TopkSelection by_max = indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+  EXPECT_EQ(by_max.ids, (std::vector<std::int32_t>{1}));
+  rc.indexer.index_group = spec::IndexGroup::kUnion;
+  const TopkSelection by_union =
+      indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+  EXPECT_EQ(by_union.ids, (std::vector<std::int32_t>{0, 1}));
+  EXPECT_EQ(by_union.score(0, 0, 1, 0), 5.0f);
+  EXPECT_EQ(by_union.score(0, 0, 0, 1), 4.0f);
+  // Under union with topk 2: head 0 picks {1, 2}, head 1 {0, 2}: the union {0, 1, 2}, then -1.
+  rc.indexer.topk = 2;
+  EXPECT_EQ(indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches).ids,
+            (std::vector<std::int32_t>{0, 1, 2, -1}));
+}
+
+// Hand-checked drop_neg_inf: a block whose every token scores -inf is chosen (topk covers every
+// block) and kept, or dropped to -1.
+TEST(ReadPath, DropNegInfLeavesOutMinusInfinityBlocks) {
+  oracle::ReadOverrides o = one_request(12, 1, 3, spec::IndexLayout::kBlockScale);
+  o.neg_inf_block = true;
+  o.index_q = spec::IndexQType::kActivation;
+  for (std::uint64_t seed = 1; seed < 40; ++seed) {
+    oracle::ReadCase rc = oracle::make_read_case(seed, o);
+    rc.indexer.local_blocks = 0;
+    rc.indexer.init_blocks = 0;
+    rc.indexer.neg_inf = spec::IndexNegInf::kKeep;
+    const TopkSelection keep = indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+    std::int64_t minus_inf = 0;
+    for (std::int64_t j = 0; j < 3; ++j) minus_inf += keep.score(0, 0, j) == -INFINITY;
+    if (minus_inf != 1) continue;  // the planted block must be fully visible to row 0
+    EXPECT_EQ(keep.ids, (std::vector<std::int32_t>{0, 1, 2})) << seed;
+    rc.indexer.neg_inf = spec::IndexNegInf::kDrop;
+    const TopkSelection drop = indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+    std::vector<std::int32_t> want;
+    for (std::int32_t j = 0; j < 3; ++j)
+      if (keep.score(0, 0, j) != -INFINITY) want.push_back(j);
+    want.push_back(-1);
+    EXPECT_EQ(drop.ids, want) << seed;
+    return;
+  }
+  FAIL() << "no seed planted a -inf block visible to query row 0";
+}
+
+// fp8 index-Q: the reference reads e4m3 codes unscaled; the same values in bf16 give the same
+// selection; e4m3 index-Q over a bf16 index-K cache is invalid input naming index_q.
+TEST(ReadPath, Fp8IndexQReadsCodesUnscaled) {
+  oracle::ReadOverrides o;
+  o.index_layout = spec::IndexLayout::kBlockScale;
+  o.index_q = spec::IndexQType::kFp8E4m3;
+  const oracle::ReadCase rc = oracle::make_read_case(5, o);
+  ASSERT_EQ(rc.index_q.dtype, spec::DType::kFp8E4M3);
+  const TopkSelection fp8 = indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+  spec::IndexerParams as_bf16 = rc.indexer;
+  as_bf16.index_q_type = spec::IndexQType::kActivation;
+  const TopkSelection bf16 = indexer_topk(rc.config, as_bf16, rc.batch,
+                                          cast_tensor(rc.index_q, spec::DType::kBF16), rc.caches);
+  EXPECT_EQ(fp8.ids, bf16.ids);
+  EXPECT_EQ(fp8.scores, bf16.scores);
+  spec::ModelConfig flat = rc.config;
+  flat.index.layout = spec::IndexLayout::kFlat;
+  flat.index.flat_dtype = spec::DType::kBF16;
+  try {
+    spec::validate_indexer(flat, rc.indexer);
+    FAIL() << "e4m3 index-Q over a bf16 index-K cache was accepted";
+  } catch (const spec::InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("index_q"), std::string::npos) << e.what();
   }
 }
 

@@ -243,8 +243,9 @@ TEST(TraceMalformed, EveryConfigurationKeyIsRequired) {
 TEST(TraceFormat, TraceReadParamsAreOptional) {
   FileParts p = valid_parts();
   for (const std::string& key : kReadParamKeys) {
-    // dense_rotary_dim is written only when set (a fused dense insert), so old traces keep bytes.
-    if (key != "dense_rotary_dim") {
+    // dense_rotary_dim and the indexer modes are written only when set, so old traces keep bytes.
+    const bool when_set = key == "dense_rotary_dim" || key.rfind("index_", 0) == 0;
+    if (!when_set) {
       ASSERT_TRUE(p.header["__metadata__"].contains(key)) << key << " is written";
     }
     p.header["__metadata__"].erase(key);
@@ -273,6 +274,10 @@ TEST(TraceFormat, TraceReadParamsAreOptional) {
   custom.read.sm_scale = 0.125f;
   custom.read.out_dtype = spec::DType::kF32;
   custom.read.dense_rotary_dim = 4;
+  custom.read.index_nan = spec::IndexNan::kLowest;
+  custom.read.index_score_scale = spec::IndexScoreScale::kRsqrtDim;
+  custom.read.index_group = spec::IndexGroup::kUnion;
+  custom.read.index_neg_inf = spec::IndexNegInf::kDrop;
   const Trace back = parse_trace(serialize_trace(custom));
   EXPECT_EQ(back.read, custom.read);
   EXPECT_EQ(back, custom);

@@ -262,8 +262,10 @@ oracle::ReadCase make_step_read(const Trace& trace, std::int64_t step, std::int6
   b.seq_lens = st.seq_lens.values;
   b.query_start_loc = st.starts();
   const spec::CacheGeometry& g = trace.config.geometry;
-  rc.index_q = make_tensor(gen, layer, GenTensor::kIndexQ, k.requests, k.positions, k.real,
-                           rc.indexer.num_index_heads, g.index_dim);
+  rc.index_q =
+      reference::cast_tensor(make_tensor(gen, layer, GenTensor::kIndexQ, k.requests, k.positions,
+                                         k.real, rc.indexer.num_index_heads, g.index_dim),
+                             spec::index_q_dtype(trace.config, rc.indexer));
   rc.q = make_tensor(gen, layer, GenTensor::kQ, k.requests, k.positions, k.real,
                      rc.attention.num_q_heads, g.head_dim);
   rc.k_scale = trace.k_scale;

@@ -77,6 +77,8 @@ TraceReadParams parse_read_params(spec::MetadataReader& m) {
   }
   r.sm_scale = sm.front();
   r.out_dtype = m.optional_choice("out_dtype", r.out_dtype);
+  for_each_indexer_mode(
+      [&](const char* key, auto member) { r.*member = m.optional_choice(key, r.*member); });
   r.dense_rotary_dim = bounded("dense_rotary_dim", r.dense_rotary_dim);
   if (r.dense_rotary_dim < 0 || r.dense_rotary_dim % 2 != 0) {
     throw spec::InvalidInput("__metadata__ 'dense_rotary_dim'", -1,
@@ -292,6 +294,10 @@ std::map<std::string, std::string> trace_metadata(const Trace& t) {
   m["out_dtype"] = spec::name_of(ap.out_dtype);
   // Written only when set, so that traces without a fused dense insert keep their bytes.
   if (t.read.dense_rotary_dim != 0) m["dense_rotary_dim"] = std::to_string(t.read.dense_rotary_dim);
+  const TraceReadParams defaults;
+  for_each_indexer_mode([&](const char* key, auto member) {
+    if (t.read.*member != defaults.*member) m[key] = spec::name_of(t.read.*member);
+  });
   return m;
 }
 
@@ -303,6 +309,11 @@ spec::IndexerParams indexer_params(const Trace& t) {
   p.topk = t.read.topk;
   p.init_blocks = t.read.init_blocks;
   p.local_blocks = t.read.local_blocks;
+  p.index_nan = t.read.index_nan;
+  p.score_scale = t.read.index_score_scale;
+  p.index_group = t.read.index_group;
+  p.neg_inf = t.read.index_neg_inf;
+  p.index_q_type = t.read.index_q;
   return p;
 }
 

@@ -278,10 +278,12 @@ ScoreTruth indexer_truth(const spec::ModelConfig& c, const spec::IndexerParams& 
   const auto tq = static_cast<std::int64_t>(rows.size());
   const std::int64_t nkv = c.geometry.num_kv_heads, dim = c.geometry.index_dim;
   const std::int64_t per_group = p.num_index_heads / nkv;
+  // Score rows per KV head: 1 (max: the group's score) or its index heads (union).
+  const std::int64_t lanes = spec::selection_lanes(p, nkv);
   const std::int64_t max_blocks = reference::max_valid_blocks(rows, p.sparse_block);
   const double factor = spec::index_score_factor(p.score_scale, dim);
   ScoreTruth truth;
-  truth.scores.assign(static_cast<std::size_t>(tq * nkv * max_blocks), -INFINITY);
+  truth.scores.assign(static_cast<std::size_t>(tq * nkv * lanes * max_blocks), -INFINITY);
   truth.bound.assign(truth.scores.size(), 0.0);
   for (std::int64_t qi = 0; qi < tq; ++qi) {
     const QueryRow& row = rows[static_cast<std::size_t>(qi)];
@@ -292,14 +294,17 @@ ScoreTruth indexer_truth(const spec::ModelConfig& c, const spec::IndexerParams& 
       ik.push_back(widen(reference::read_index_k(c, b, caches, row.request, t)));
     for (std::int64_t h = 0; h < p.num_index_heads; ++h)
       iq.push_back(widen(row_of(index_q, reference::head_row(qi, h, p.num_index_heads), dim)));
-    for (std::int64_t g = 0; g < nkv; ++g) {
+    for (std::int64_t r = 0; r < nkv * lanes; ++r) {
+      // Score row r: KV head r under max (its index heads), index head r under union.
+      const std::int64_t first_head = lanes == 1 ? r * per_group : r;
+      const std::int64_t end_head = lanes == 1 ? (r + 1) * per_group : r + 1;
       for (std::int64_t j = 0; j < n_valid; ++j) {
         // Per index head: its block score (the NaN rule is the head's) and the bound of its
-        // float32 token scores; then the group's max over its heads, whose error is at most the
+        // float32 token scores; then the row's max over its heads, whose error is at most the
         // largest of theirs.
         reference::GroupScore<double> group;
         double bound = 0.0;
-        for (std::int64_t h = g * per_group; h < (g + 1) * per_group; ++h) {
+        for (std::int64_t h = first_head; h < end_head; ++h) {
           reference::HeadBlockScore<double> head(p.index_nan);
           double head_bound = 0.0;
           for (std::int64_t t = j * p.sparse_block;
@@ -325,7 +330,7 @@ ScoreTruth indexer_truth(const spec::ModelConfig& c, const spec::IndexerParams& 
           score = *forced;
           bound = 0.0;
         }
-        const std::size_t at = reference::score_index(qi, g, j, nkv, max_blocks);
+        const std::size_t at = reference::score_index(qi, r, j, nkv * lanes, max_blocks);
         truth.scores[at] = score;
         truth.bound[at] = bound;
       }

@@ -26,9 +26,10 @@ namespace kvo::gpu {
 /// Which kernel family runs a read.
 enum class ReadKernel : std::uint8_t { kCanonical, kFast };
 
-/// SPEC 5: ids [Tq, nkv, topk]. kCanonical: the chosen logical blocks ascending, then -1.
-/// kFast: the chosen blocks by descending score, then -1.
-/// index_q: [Tq, num_index_heads, index_dim] in the activation dtype; caches: the sparse layer's.
+/// SPEC 5: ids [Tq, nkv, spec::selection_width]. kCanonical: the chosen logical blocks ascending,
+/// then -1.
+/// kFast: the chosen blocks by descending score, then -1 (under index_group union, ascending too).
+/// index_q: [Tq, num_index_heads, index_dim] in spec::index_q_dtype; caches: the sparse layer's.
 std::vector<std::int32_t> indexer_topk_host(const spec::ModelConfig& config,
                                             const spec::IndexerParams& params,
                                             const spec::ReadBatch& batch,
@@ -103,10 +104,12 @@ void launch_flash_attention(const spec::ModelConfig& config, const spec::Attenti
 /// One indexer call's device buffers.
 struct DeviceIndexer {
   const void* index_cache = nullptr;  ///< index-K body
-  const void* index_q = nullptr;      ///< [Tq, num_index_heads, index_dim] activation dtype
+  const void* index_q = nullptr;      ///< [Tq, num_index_heads, index_dim], spec::index_q_dtype
   std::int64_t max_n_valid = 1;       ///< the largest n_valid of any row
-  float* scores = nullptr;            ///< [Tq, nkv, max_n_valid] workspace
-  std::int32_t* ids = nullptr;        ///< [Tq, nkv, topk] result
+  /// [Tq, nkv * spec::selection_lanes, max_n_valid] workspace (under index_group union one row per
+  /// index head)
+  float* scores = nullptr;
+  std::int32_t* ids = nullptr;  ///< [Tq, nkv, spec::selection_width] result
 };
 
 /// Two launches on `stream`: block scores (one CUDA block per (row, logical block), all KV groups),

@@ -17,6 +17,7 @@ struct ReadOverrides {
       index_heads_per_kv;
   std::optional<std::int64_t> head_dim, index_dim, topk, max_seq_len, requests;
   std::optional<spec::DType> kv_dtype;
+  std::optional<spec::DType> index_dtype;  ///< flat index-K cache dtype
   std::optional<spec::KvLayout> layout;
   std::optional<spec::IndexLayout> index_layout;
   std::optional<bool> adversarial;      ///< large score spreads, near-ties and cancellation
@@ -30,6 +31,15 @@ struct ReadOverrides {
   /// Some index-K rows hold a NaN (stored in the cache as NaN), so token scores are NaN and the
   /// index_nan rule decides; drawn in one case of four.
   std::optional<bool> nan_index_k;
+  std::optional<spec::IndexGroup> index_group;     ///< SPEC 5 index_group
+  std::optional<spec::IndexNegInf> index_neg_inf;  ///< SPEC 5 drop_neg_inf
+  /// SPEC 5 index-Q type; e4m3 is drawn only over an e4m3 index-K cache.
+  std::optional<spec::IndexQType> index_q;
+  /// One logical block of one request scores -inf in every index head (its index-K rows
+  /// [2^127, 0, ...] against index-Q rows whose dim 0 is -4: the dot overflows), where
+  /// drop_neg_inf and keep differ; drawn in one case of four. Not reachable over a flat e4m3
+  /// index-K cache (2^127 saturates to 448).
+  std::optional<bool> neg_inf_block;
 
   /// Command-line flags of the read-only fields (--sparse-block, --topk, --group-size,
   /// --max-seq-len, --profile, --index-nan, ...); the fields shared with the write side come from

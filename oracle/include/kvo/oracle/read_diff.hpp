@@ -59,9 +59,13 @@ struct TopkDiff {
 TopkDiff diff_topk_exact(const reference::TopkSelection& expected,
                          const std::vector<std::int32_t>& actual);
 
-/// Tie-aware comparison for a foreign kernel: per row exactly k_eff ids below n_valid, no
-/// duplicates, the forced blocks when there is room, every chosen block's reference score at least
-/// the k_eff-th largest minus both scores' bounds, and the declared order.
+/// Tie-aware comparison for a foreign kernel, per (query row, KV head) and per lane (score row:
+/// one under index_group max, each index head under union): ids below n_valid, no duplicates,
+/// k_eff of them (under union between the largest lane's count and the lanes' sum; drop_neg_inf
+/// removes -inf blocks), every chosen block's reference score at least some lane's k_eff-th
+/// largest minus both scores' bounds, every lane's forced blocks when there is room and its
+/// blocks above the k_eff-th score by more than the bounds, and the declared order (by score
+/// only with one lane).
 TopkDiff diff_topk_tie_aware(const reference::TopkSelection& expected,
                              const truth::ScoreTruth& truth, const spec::IndexerParams& params,
                              const std::vector<std::int32_t>& actual, TopkOrder order);

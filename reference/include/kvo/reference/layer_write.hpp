@@ -43,4 +43,8 @@ std::vector<std::uint32_t> admissible_codes(const spec::ModelConfig& config,
 /// Element i of a host tensor, widened to float32 (exact).
 float source_value(const spec::HostTensor& t, std::int64_t i);
 
+/// `t` with every element cast to `dtype` (SPEC 2: one rounding from its fp32 value, satfinite):
+/// e.g. fp8 index-Q from activation values.
+spec::HostTensor cast_tensor(const spec::HostTensor& t, spec::DType dtype);
+
 }  // namespace kvo::reference

@@ -16,19 +16,24 @@
 
 namespace kvo::reference {
 
-/// The indexer's result for every query row and KV head.
+/// The indexer's result for every query row and KV head. A KV head's ids are the union of the
+/// top-k of its `lanes` score rows (spec::selection_lanes: 1 under index_group max, its index
+/// heads under union), so a row of ids is topk * lanes wide.
 struct TopkSelection {
-  std::int64_t num_queries = 0, num_kv_heads = 0, topk = 0;
+  std::int64_t num_queries = 0, num_kv_heads = 0;
+  std::int64_t topk = 0;              ///< ids per (query row, KV head): params.topk * lanes
+  std::int64_t lanes = 1;             ///< score rows per KV head
   std::int64_t max_blocks = 0;        ///< logical blocks per row in `scores`
   std::vector<std::int32_t> ids;      ///< [Tq, nkv, topk]: chosen ids ascending, then -1
-  std::vector<float> scores;          ///< [Tq, nkv, max_blocks]: group scores after forcing
+  std::vector<float> scores;          ///< [Tq, nkv, lanes, max_blocks]: scores after forcing
   std::vector<std::int64_t> n_valid;  ///< [Tq]: valid logical blocks (0 for a padded row)
 
   std::int32_t id(std::int64_t q, std::int64_t g, std::int64_t k) const {
     return ids[static_cast<std::size_t>((q * num_kv_heads + g) * topk + k)];
   }
-  float score(std::int64_t q, std::int64_t g, std::int64_t j) const {
-    return scores[score_index(q, g, j, num_kv_heads, max_blocks)];
+  /// The score of block j in lane `lane` of KV head g (under max, the group's score).
+  float score(std::int64_t q, std::int64_t g, std::int64_t j, std::int64_t lane = 0) const {
+    return scores[score_index(q, g * lanes + lane, j, num_kv_heads * lanes, max_blocks)];
   }
 };
 
@@ -39,8 +44,8 @@ std::vector<float> read_index_k(const spec::ModelConfig& config, const spec::Rea
                                 const spec::LayerCaches& caches, std::int64_t request,
                                 std::int64_t t);
 
-/// SPEC 5: index_q [Tq, num_index_heads, index_dim] in the activation dtype; the layer's caches
-/// hold the index-K written by the write path.
+/// SPEC 5: index_q [Tq, num_index_heads, index_dim] in spec::index_q_dtype (the activation dtype,
+/// or e4m3 read unscaled); the layer's caches hold the index-K written by the write path.
 TopkSelection indexer_topk(const spec::ModelConfig& config, const spec::IndexerParams& params,
                            const spec::ReadBatch& batch, const spec::HostTensor& index_q,
                            const spec::LayerCaches& caches);

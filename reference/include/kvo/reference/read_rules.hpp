@@ -49,11 +49,13 @@ constexpr std::int64_t head_row(std::int64_t q, std::int64_t h, std::int64_t num
   return q * num_heads + h;
 }
 
-/// Index of the group score of (query row q, KV head g, logical block j) in a
-/// [Tq, nkv, max_blocks] table (TopkSelection::scores, the truth's scores).
-constexpr std::size_t score_index(std::int64_t q, std::int64_t g, std::int64_t j,
-                                  std::int64_t num_kv_heads, std::int64_t max_blocks) {
-  return static_cast<std::size_t>((q * num_kv_heads + g) * max_blocks + j);
+/// Index of the score of (query row q, score row r, logical block j) in a
+/// [Tq, rows, max_blocks] table (TopkSelection::scores, the truth's scores). A query row has
+/// nkv * lanes score rows (spec::selection_lanes): under index_group max r is the KV head g,
+/// under union r is the index head h = g * lanes + lane.
+constexpr std::size_t score_index(std::int64_t q, std::int64_t r, std::int64_t j, std::int64_t rows,
+                                  std::int64_t max_blocks) {
+  return static_cast<std::size_t>((q * rows + r) * max_blocks + j);
 }
 
 /// The forced score of logical block j of a row with n_valid blocks, or nothing: j < init_blocks

@@ -160,6 +160,41 @@ struct EnumInfo<IndexScoreScale> {
       {{IndexScoreScale::kOne, "one"}, {IndexScoreScale::kRsqrtDim, "rsqrt_dim"}}};
 };
 
+/// How a KV head's selection comes from its index heads (SPEC 5 `index_group`): `max` (one top-k
+/// over the max of the heads' block scores; TensorRT-LLM's MSA path), or `union` (each index head
+/// its own top-k, the KV head the ascending union of their ids, padded with -1 to topk * heads per
+/// KV head; TensorRT-LLM's triton and vanilla backends, SGLang).
+enum class IndexGroup : std::uint8_t { kMax, kUnion };
+
+template <>
+struct EnumInfo<IndexGroup> {
+  static constexpr std::string_view kNoun = "index_group";
+  static constexpr std::array<EnumName<IndexGroup>, 2> kNames{
+      {{IndexGroup::kMax, "max"}, {IndexGroup::kUnion, "union"}}};
+};
+
+/// What top-k does with a chosen valid block whose score is -inf (SPEC 5): keep it (default), or
+/// drop it to -1 (`drop_neg_inf`, TensorRT-LLM's selector).
+enum class IndexNegInf : std::uint8_t { kKeep, kDrop };
+
+template <>
+struct EnumInfo<IndexNegInf> {
+  static constexpr std::string_view kNoun = "index_neg_inf";
+  static constexpr std::array<EnumName<IndexNegInf>, 2> kNames{
+      {{IndexNegInf::kKeep, "keep"}, {IndexNegInf::kDrop, "drop"}}};
+};
+
+/// The element type of index-Q (SPEC 5): the activation dtype, or e4m3 read unscaled (vLLM's fp8
+/// indexer; only over an e4m3 index-K cache, flat or block-scaled).
+enum class IndexQType : std::uint8_t { kActivation, kFp8E4m3 };
+
+template <>
+struct EnumInfo<IndexQType> {
+  static constexpr std::string_view kNoun = "index_q";
+  static constexpr std::array<EnumName<IndexQType>, 2> kNames{
+      {{IndexQType::kActivation, "activation"}, {IndexQType::kFp8E4m3, "e4m3"}}};
+};
+
 /// Block top-k selection parameters (SPEC 5; MiniMax-M3 defaults).
 struct IndexerParams {
   std::int64_t num_index_heads = 4;  ///< a multiple of num_kv_heads
@@ -169,7 +204,18 @@ struct IndexerParams {
   std::int64_t local_blocks = 1;
   IndexNan index_nan = IndexNan::kSkip;
   IndexScoreScale score_scale = IndexScoreScale::kOne;
+  IndexGroup index_group = IndexGroup::kMax;
+  IndexNegInf neg_inf = IndexNegInf::kKeep;
+  IndexQType index_q_type = IndexQType::kActivation;
 };
+
+/// Index heads whose own top-k a KV head's selection is the union of: 1 under `max` (the group's
+/// score is one row), num_index_heads / nkv under `union`.
+std::int64_t selection_lanes(const IndexerParams& params, std::int64_t num_kv_heads);
+/// Ids per (query row, KV head) of the indexer's output: topk * selection_lanes.
+std::int64_t selection_width(const IndexerParams& params, std::int64_t num_kv_heads);
+/// The element type of index-Q: the activation dtype, or e4m3.
+DType index_q_dtype(const ModelConfig& config, const IndexerParams& params);
 
 /// The factor of SPEC 5's token scores: 1, or index_dim^-0.5 correctly rounded to fp32.
 float index_score_factor(IndexScoreScale scale, std::int64_t index_dim);
@@ -188,8 +234,8 @@ struct AttentionParams {
 /// entry a request reads (the first ceil(seq_len / block_size)) in [0, num_blocks).
 void validate_batch(const ModelConfig& config, const ReadBatch& batch);
 
-/// Throws InvalidInput on topk < 1, sparse_block < 1, negative init/local blocks, or index heads
-/// not a positive multiple of the KV heads.
+/// Throws InvalidInput on topk < 1, sparse_block < 1, negative init/local blocks, index heads
+/// not a positive multiple of the KV heads, or e4m3 index-Q over an index-K cache that is not e4m3.
 void validate_indexer(const ModelConfig& config, const IndexerParams& params);
 
 /// Throws InvalidInput on query heads not a positive multiple of the KV heads, sparse_block < 1, a

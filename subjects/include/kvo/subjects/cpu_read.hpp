@@ -25,9 +25,16 @@ struct ReadMutation {
   bool nan_first = false;  ///< a block with a NaN token score ranks first, whatever index_nan says
   bool ties_to_higher_id = false;  ///< canonical scores, but equal scores won by the higher id
   bool scale_twice = false;        ///< sm_scale applied twice
+  /// Each index head's own top-k and their union, cut to the row's width, where index_group max
+  /// is declared (TensorRT-LLM's triton backend's reduce under the MSA path's contract)
+  bool union_where_max = false;
+  /// Chosen -inf blocks dropped to -1 where index_neg_inf keep is declared (TensorRT-LLM's
+  /// selector under another engine's contract)
+  bool drop_neg_inf_always = false;
 };
 
-/// Top-k ids [Tq, nkv, topk] of the batch's query rows, each row best first, then -1.
+/// Top-k ids [Tq, nkv, spec::selection_width] of the batch's query rows, each row best first
+/// (under index_group union: each index head's best first in turn, each id once), then -1.
 std::vector<std::int32_t> naive_indexer(const spec::ModelConfig& config,
                                         const spec::IndexerParams& params,
                                         const spec::ReadBatch& batch,

@@ -75,8 +75,26 @@ struct TraceReadParams {
   /// the fused qknorm + rope + insert (SPEC 4, vLLM MiniMax-M3) rotating this many dims, and replay
   /// judges them through the dense op.
   std::int64_t dense_rotary_dim = 0;
+  /// The indexer's modes (SPEC 5); metadata keys index_nan, index_score_scale, index_group,
+  /// index_neg_inf and index_q, written only when not the default.
+  spec::IndexNan index_nan = spec::IndexNan::kSkip;
+  spec::IndexScoreScale index_score_scale = spec::IndexScoreScale::kOne;
+  spec::IndexGroup index_group = spec::IndexGroup::kMax;
+  spec::IndexNegInf index_neg_inf = spec::IndexNegInf::kKeep;
+  spec::IndexQType index_q = spec::IndexQType::kActivation;
   bool operator==(const TraceReadParams&) const = default;
 };
+
+/// `f(key, member)` for each indexer mode of TraceReadParams: the one table the metadata codec
+/// reads and writes.
+template <class F>
+void for_each_indexer_mode(F&& f) {
+  f("index_nan", &TraceReadParams::index_nan);
+  f("index_score_scale", &TraceReadParams::index_score_scale);
+  f("index_group", &TraceReadParams::index_group);
+  f("index_neg_inf", &TraceReadParams::index_neg_inf);
+  f("index_q", &TraceReadParams::index_q);
+}
 
 struct Trace {
   spec::ModelConfig config;
@@ -94,8 +112,10 @@ struct Trace {
 
 /// The optional __metadata__ keys of TraceReadParams (every other configuration key is required).
 inline const std::vector<std::string> kReadParamKeys{
-    "num_index_heads", "num_q_heads", "sparse_block",    "topk", "init_blocks", "local_blocks",
-    "sm_scale",        "out_dtype",   "dense_rotary_dim"};
+    "num_index_heads",  "num_q_heads",  "sparse_block",      "topk",
+    "init_blocks",      "local_blocks", "sm_scale",          "out_dtype",
+    "dense_rotary_dim", "index_nan",    "index_score_scale", "index_group",
+    "index_neg_inf",    "index_q"};
 
 /// The optional __metadata__ keys of the write modes added after format 1 was fixed (SPEC 2):
 /// written only when not the default, so older traces keep their bytes; absent means the default.

@@ -52,9 +52,10 @@ AttentionTruth attention_truth(const spec::ModelConfig& config, const spec::Atte
                                const reference::TopkSelection* selection, spec::Ordering ordering,
                                spec::AttentionProfile profile = spec::AttentionProfile::kFp32);
 
-/// Float64 group block scores of the indexer (after forcing), [Tq, nkv, max_blocks] as in
-/// reference::TopkSelection::scores, and the bound on each float32 score. Each index head's block
-/// score follows the NaN rule on its own; the group's is the max over its heads (SPEC 5).
+/// Float64 block scores of the indexer (after forcing), [Tq, nkv * lanes, max_blocks] as in
+/// reference::TopkSelection::scores (one row per KV head under index_group max, one per index head
+/// under union), and the bound on each float32 score. Each index head's block score follows the
+/// NaN rule on its own; a KV head's under max is the max over its heads (SPEC 5).
 struct ScoreTruth {
   std::vector<double> scores;
   std::vector<double> bound;
