@@ -84,8 +84,29 @@ std::string ByteMismatch::describe() const {
       s << (i ? ", " : "") << hex(admissible[i], code_digits);
     s << "}";
   }
+  if (!admissible_ranges.empty()) {
+    s << ", outside the admitted codes";
+    for (const auto& [lo, hi] : admissible_ranges) {
+      s << " [" << hex(code_of_ordered(lo, dtype), code_digits) << " = "
+        << value_text(reference::decode(code_of_ordered(lo, dtype), dtype)) << " .. "
+        << hex(code_of_ordered(hi, dtype), code_digits) << " = "
+        << value_text(reference::decode(code_of_ordered(hi, dtype), dtype)) << "]";
+    }
+  }
   s << "; " << writer;
   return s.str();
+}
+
+std::int64_t ordered_code(std::uint32_t code, spec::DType dtype) {
+  const std::uint32_t sign = 1u << (8 * spec::dtype_bytes(dtype) - 1);
+  const std::int64_t mag = code & (sign - 1);
+  return (code & sign) != 0 ? -mag : mag;
+}
+
+std::uint32_t code_of_ordered(std::int64_t ordered, spec::DType dtype) {
+  const std::uint32_t sign = 1u << (8 * spec::dtype_bytes(dtype) - 1);
+  return ordered < 0 ? sign | static_cast<std::uint32_t>(-ordered)
+                     : static_cast<std::uint32_t>(ordered);
 }
 
 std::string ByteMismatch::expected_code_text() const { return hex(expected_code, code_digits); }
@@ -130,7 +151,7 @@ std::string CacheDiff::report() const {
 CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int64_t layer,
                             const spec::LayerCaches& expected, const spec::LayerCaches& actual,
                             const spec::LayerWrite* write, std::size_t max_samples,
-                            const AdmissibleCodes* admissible) {
+                            const AdmissibleCodes* admissible, const AdmissibleRanges* ranges) {
   CacheDiff diff;
   for (const spec::CacheBuffer& eb : expected.buffers) {
     const spec::CacheBuffer* ab = actual.find(eb.kind);
@@ -151,7 +172,23 @@ CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int6
       if (e == a) continue;
       const bool guard = i < eb.guard_bytes || i >= body_end;
       std::vector<std::uint32_t> codes;
-      if (admissible != nullptr && !guard) {
+      std::vector<std::pair<std::int64_t, std::int64_t>> admitted_ranges;
+      if (ranges != nullptr && !guard) {
+        const oracle::ElementCoord coord = *oracle::locate(layout, eb.kind, i - eb.guard_bytes);
+        const spec::DType dt = element_dtype(layout.config(), coord);
+        const std::int64_t start = i - coord.byte_in_element;
+        admitted_ranges = (*ranges)(coord);
+        const std::int64_t o =
+            ordered_code(reference::load_code(ab->storage.data() + start, dt), dt);
+        const bool inside =
+            std::any_of(admitted_ranges.begin(), admitted_ranges.end(),
+                        [o](const auto& r) { return r.first <= o && o <= r.second; });
+        if (inside) {
+          ++diff.admitted_elements;
+          i = start + static_cast<std::int64_t>(spec::dtype_bytes(dt)) - 1;
+          continue;
+        }
+      } else if (admissible != nullptr && !guard) {
         // The whole element: admitted when its code is one the contract allows (SPEC 7).
         const oracle::ElementCoord coord = *oracle::locate(layout, eb.kind, i - eb.guard_bytes);
         const spec::DType dt = element_dtype(layout.config(), coord);
@@ -208,7 +245,9 @@ CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int6
         if (is_poison(*ab)) m.actual_value += " (poison: not written)";
         m.writer = write != nullptr ? attribute(layout.config(), *write, m.coord) : "";
         m.code_digits = static_cast<int>(2 * spec::dtype_bytes(dt));
+        m.dtype = dt;
         m.admissible = std::move(codes);
+        m.admissible_ranges = std::move(admitted_ranges);
       }
       if (!diff.first) diff.first = m;
       diff.samples.push_back(std::move(m));

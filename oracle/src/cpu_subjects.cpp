@@ -53,17 +53,23 @@ class FlashSubject final : public Subject {
 
 class DenseSubject final : public Subject {
  public:
-  DenseSubject(DenseMutation m, std::string name) : m_(m), name_(std::move(name)) {}
+  DenseSubject(DenseMutation m, std::string name, subjects::DenseArithmetic arithmetic)
+      : m_(m), name_(std::move(name)), arithmetic_(arithmetic) {}
   std::string name() const override { return name_; }
   bool implements(spec::Op op) const override { return op == spec::Op::kDense; }
+  spec::Ordering ordering() const override {
+    return arithmetic_ == subjects::DenseArithmetic::kCanonical ? spec::Ordering::kCanonical
+                                                                : spec::Ordering::kForeign;
+  }
   spec::HostTensor dense_insert(const spec::ModelConfig& c, const spec::DenseInsert& in,
                                 spec::LayerCaches& caches) override {
-    return subjects::dense_insert_fused(c, in, caches, m_);
+    return subjects::dense_insert_fused(c, in, caches, m_, arithmetic_);
   }
 
  private:
   DenseMutation m_;
   std::string name_;
+  subjects::DenseArithmetic arithmetic_;
 };
 
 /// The reference with one planted bug: the indexer's tie rule reversed (from the reference's own
@@ -132,8 +138,9 @@ std::unique_ptr<Subject> make_canonical_mutant(ReadMutation mutation, std::strin
   return std::make_unique<CanonicalMutant>(mutation, std::move(name));
 }
 
-std::unique_ptr<Subject> make_cpu_dense_subject(DenseMutation mutation, std::string name) {
-  return std::make_unique<DenseSubject>(mutation, std::move(name));
+std::unique_ptr<Subject> make_cpu_dense_subject(DenseMutation mutation, std::string name,
+                                                subjects::DenseArithmetic arithmetic) {
+  return std::make_unique<DenseSubject>(mutation, std::move(name), arithmetic);
 }
 
 SubjectList make_cpu_subjects() {
@@ -145,6 +152,7 @@ SubjectList make_cpu_subjects() {
         subjects::write_layer_unfused(c, w, caches);
       }));
   out.push_back(make_cpu_dense_subject());
+  out.push_back(make_cpu_dense_subject({}, "cpu-dense-engine", subjects::DenseArithmetic::kEngine));
   out.push_back(make_cpu_naive_subject());
   out.push_back(make_cpu_flash_subject("cpu-flash-bf16", spec::AttentionProfile::kBf16P));
   out.push_back(make_cpu_flash_subject("cpu-flash-fp16", spec::AttentionProfile::kFp16P));

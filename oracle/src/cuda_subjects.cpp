@@ -1,8 +1,8 @@
 // The CUDA subjects. Writes: cuda-fused (one launch per layer) and cuda-unfused (the 12/8-launch
-// baseline), through kvo::gpu::write_layer_host. Dense insert: cuda-dense-qknorm-rope. Reads:
-// cuda-canonical and cuda-fast, through kvo::gpu's read host API. All validate on the host before
-// any copy or launch and turn CUDA errors into spec::FailedToRun. Planted faults come from
-// kvo_gpu_testing, never from the production launchers.
+// baseline), through kvo::gpu::write_layer_host. Dense insert: cuda-dense-qknorm-rope (and
+// cuda-dense-engine, foreign). Reads: cuda-canonical and cuda-fast, through kvo::gpu's read host
+// API. All validate on the host before any copy or launch and turn CUDA errors into
+// spec::FailedToRun. Planted faults come from kvo_gpu_testing, never from the production launchers.
 // Attention alone: cuda-flash-bf16, the flash family (FlashAttention's arithmetic, profile bf16_p).
 #include <memory>
 #include <optional>
@@ -120,16 +120,27 @@ class CudaFlashSubject final : public Subject {
   std::optional<gpu::testing::ReadFault> fault_;
 };
 
-/// The dense-layer fused insert kernel (kvo/gpu/write.hpp), canonical.
+/// The dense-layer fused insert kernel (kvo/gpu/write.hpp): canonical (cuda-dense-qknorm-rope),
+/// or in vLLM's arithmetic (cuda-dense-engine, foreign: SPEC 4's admissible sets judge it).
 class CudaDenseSubject final : public Subject {
  public:
-  std::string name() const override { return "cuda-dense-qknorm-rope"; }
+  explicit CudaDenseSubject(bool engine) : engine_(engine) {}
+  std::string name() const override {
+    return engine_ ? "cuda-dense-engine" : "cuda-dense-qknorm-rope";
+  }
   std::string unavailable_reason() const override { return no_device_reason(); }
   bool implements(spec::Op op) const override { return op == spec::Op::kDense; }
+  spec::Ordering ordering() const override {
+    return engine_ ? spec::Ordering::kForeign : spec::Ordering::kCanonical;
+  }
   spec::HostTensor dense_insert(const spec::ModelConfig& config, const spec::DenseInsert& in,
                                 spec::LayerCaches& caches) override {
-    return gpu::dense_insert_host(config, in, caches);
+    return engine_ ? gpu::dense_insert_engine_host(config, in, caches)
+                   : gpu::dense_insert_host(config, in, caches);
   }
+
+ private:
+  bool engine_;
 };
 
 }  // namespace
@@ -138,7 +149,8 @@ SubjectList make_cuda_subjects() {
   SubjectList out;
   out.push_back(std::make_unique<CudaWriteSubject>("cuda-fused", gpu::WritePath::kFused));
   out.push_back(std::make_unique<CudaWriteSubject>("cuda-unfused", gpu::WritePath::kUnfused));
-  out.push_back(std::make_unique<CudaDenseSubject>());
+  out.push_back(std::make_unique<CudaDenseSubject>(false));
+  out.push_back(std::make_unique<CudaDenseSubject>(true));
   out.push_back(std::make_unique<CudaReadSubject>("cuda-canonical", gpu::ReadKernel::kCanonical));
   out.push_back(std::make_unique<CudaReadSubject>("cuda-fast", gpu::ReadKernel::kFast));
   out.push_back(std::make_unique<CudaFlashSubject>("cuda-flash-bf16"));

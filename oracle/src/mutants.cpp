@@ -241,6 +241,25 @@ std::vector<Mutant> build_catalogue() {
   c.push_back(dense_mutant("dense-eps-outside-sqrt",
                            "dense insert: r = 1 / (sqrt(ms) + eps) instead of 1 / sqrt(ms + eps)",
                            {}, {.eps_outside_sqrt = true}));
+  // The same bugs in vLLM's arithmetic (rsqrtf, another reduction order), judged as a foreign
+  // dense insert by admissible sets around the float64 truth (SPEC 4), default cases only.
+  const auto engine_dense = [&](const char* name, const char* models, DenseMutation mutation) {
+    c.push_back(mutant(name, spec::Op::kDense, models, {}, [mutation](const std::string& n) {
+      return make_cpu_dense_subject(mutation, n, subjects::DenseArithmetic::kEngine);
+    }));
+  };
+  engine_dense("engine-dense-gptj-rope",
+               "foreign dense insert: GPT-J RoPE where NeoX is declared (vLLM's arithmetic)",
+               {.gptj_rope = true});
+  engine_dense("engine-dense-norm-without-one",
+               "foreign dense insert: x*r*w where Gemma's x*r*(1 + w) is declared",
+               {.norm_without_one = true});
+  engine_dense("engine-dense-eps-off",
+               "foreign dense insert: eps 1e-5 where 1e-6 is declared (seen on tiny heads)",
+               {.eps_factor = 10.0f});
+  engine_dense("engine-dense-fp8-store-unscaled",
+               "foreign dense insert: fp8 stored with scale 1 where the scales divide",
+               {.fp8_store_unscaled = true});
   CaseOverrides fp8_scaled;
   fp8_scaled.kv_dtype = spec::DType::kFp8E4M3;
   fp8_scaled.scale_mode = spec::ScaleMode::kDivide;

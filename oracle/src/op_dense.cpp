@@ -1,11 +1,13 @@
 // The dense op (SPEC 4): the dense-layer fused qknorm + rope + insert. The caches are diffed byte
-// for byte, guards included, and q_out element for element, against the reference.
+// for byte, guards included, and q_out element for element, against the reference; a foreign
+// subject's (another reduction order, rsqrtf) by admissible sets around the float64 truth.
 #include <cmath>
 #include <map>
 #include <sstream>
 
 #include "kv_modes.hpp"
 #include "kvo/oracle/cache_diff.hpp"
+#include "kvo/oracle/dense_diff.hpp"
 #include "kvo/oracle/harness.hpp"
 #include "kvo/reference/dense_insert.hpp"
 #include "kvo/reference/paged_cache.hpp"
@@ -14,19 +16,6 @@
 
 namespace kvo::oracle {
 namespace {
-
-/// The dense insert's caches against the reference's: byte-exact, except where the modes admit
-/// several codes (div_approx, legacy-wrap races), judged element by element (SPEC 7).
-CacheDiff diff_dense(const spec::ModelConfig& config, const reference::PagedCacheLayout& layout,
-                     const spec::DenseInsert& in, const spec::LayerCaches& expected,
-                     const spec::LayerCaches& actual, std::size_t samples) {
-  if (!reference::admits_several(config, in.kv))
-    return diff_layer_caches(layout, 0, expected, actual, &in.kv, samples);
-  const AdmissibleCodes admissible = [&](const ElementCoord& at) {
-    return reference::admissible_dense_codes(config, in, element_of(at));
-  };
-  return diff_layer_caches(layout, 0, expected, actual, &in.kv, samples, &admissible);
-}
 
 struct DensePrepared final : PreparedCase {
   explicit DensePrepared(DenseCase c)
@@ -55,8 +44,8 @@ struct DensePrepared final : PreparedCase {
 /// A subject's dense insert for one case, judged under any of the dense insert's write modes.
 class DenseAnswer final : public CapturedAnswer {
  public:
-  explicit DenseAnswer(const DensePrepared& c)
-      : c_(c), negative_slots_(has_negative_slots({&c.dc.in.kv.slots})) {}
+  DenseAnswer(const DensePrepared& c, spec::Ordering ordering)
+      : c_(c), ordering_(ordering), negative_slots_(has_negative_slots({&c.dc.in.kv.slots})) {}
 
   Verdict judge_under(const ModeChoice& choice) override {
     const ModeChoice key = relevant_kv_modes(spec::Op::kDense, KvPart::kKvBuffers, c_.dc.config,
@@ -65,20 +54,17 @@ class DenseAnswer final : public CapturedAnswer {
     Verdict v;
     const spec::ModelConfig config = with_kv_modes(spec::Op::kDense, c_.dc.config, key);
     spec::LayerCaches expected = c_.poisoned;
-    CacheDiff cd;
     v.outcome = run_guarded(
         [&] {
           const spec::HostTensor q = reference::dense_insert(config, c_.dc.in, expected);
-          cd = diff_dense(config, c_.layout, c_.dc.in, expected, actual, 1);
-          const AttentionDiff qd = diff_attention_exact(q, q_out);
-          if (!cd.equal()) v.report += cd.report() + "\n";
-          if (!qd.pass()) v.report += "q_out: " + qd.report();
-          v.mismatch_size = cd.differing_bytes + (qd.pass() ? 0 : 1);
-          return cd.equal() && qd.pass() ? spec::Outcome::kPass : spec::Outcome::kMismatch;
+          const DenseJudgement j =
+              judge_dense(config, c_.layout, c_.dc.in, expected, q, actual, q_out, ordering_, 0, 1);
+          v.report = j.report;
+          v.mismatch_size = j.mismatch_size;
+          v.bytes_compared = j.bytes_compared;
+          return j.pass ? spec::Outcome::kPass : spec::Outcome::kMismatch;
         },
         v.report);
-    if (v.report.empty()) v.report = cd.report();
-    v.bytes_compared = cd.compared_bytes;
     return memo_.emplace(key, std::move(v)).first->second;
   }
 
@@ -87,6 +73,7 @@ class DenseAnswer final : public CapturedAnswer {
 
  private:
   const DensePrepared& c_;
+  spec::Ordering ordering_;
   bool negative_slots_;
   std::map<ModeChoice, Verdict> memo_;
 };
@@ -157,7 +144,7 @@ class DenseDriver final : public OpDriver {
 
   std::unique_ptr<CapturedAnswer> capture(Subject& subject, PreparedCase& pc) const override {
     auto& c = static_cast<DensePrepared&>(pc);
-    auto answer = std::make_unique<DenseAnswer>(c);
+    auto answer = std::make_unique<DenseAnswer>(c, subject.ordering());
     const Verdict ran =
         run_on_copy(c.poisoned, &answer->actual, [&](spec::LayerCaches& actual, Verdict&) {
           answer->q_out = subject.dense_insert(c.dc.config, c.dc.in, actual);
@@ -266,12 +253,11 @@ class DenseDriver final : public OpDriver {
                      spec::LayerCaches* keep) {
     return run_on_copy(c.poisoned, keep, [&](spec::LayerCaches& actual, Verdict& v) {
       const spec::HostTensor q = subject.dense_insert(c.dc.config, c.dc.in, actual);
-      const CacheDiff cd = diff_dense(c.dc.config, c.layout, c.dc.in, c.expected, actual, samples);
-      const AttentionDiff qd = diff_attention_exact(c.q_expected, q);
-      v.bytes_compared = cd.compared_bytes;
-      if (!cd.equal()) v.report += cd.report() + "\n";
-      if (!qd.pass()) v.report += "q_out: " + qd.report();
-      return cd.equal() && qd.pass() ? spec::Outcome::kPass : spec::Outcome::kMismatch;
+      const DenseJudgement j = judge_dense(c.dc.config, c.layout, c.dc.in, c.expected, c.q_expected,
+                                           actual, q, subject.ordering(), 0, samples);
+      v.bytes_compared = j.bytes_compared;
+      if (!j.pass) v.report = j.report;
+      return j.pass ? spec::Outcome::kPass : spec::Outcome::kMismatch;
     });
   }
 };

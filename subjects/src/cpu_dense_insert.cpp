@@ -6,6 +6,7 @@
 // through one stride descriptor. Planted bugs (DenseMutation) model real engines' confusions.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kvo/reference/layer_write.hpp"
@@ -36,14 +37,51 @@ float warp_tree_sum(const std::vector<float>& x) {
   return lane[0];
 }
 
+/// The engine's sum of squares: lane l of 32 squares its contiguous elements with fma, then an xor
+/// butterfly (offsets 16, 8, 4, 2, 1) leaves the total in every lane.
+float engine_sum_squares(const std::vector<float>& x) {
+  const auto n = static_cast<std::int64_t>(x.size());
+  const std::int64_t per = (n + kLanes - 1) / kLanes;
+  std::vector<float> lane(static_cast<std::size_t>(kLanes), 0.0f);
+  for (std::int64_t l = 0; l < kLanes; ++l) {
+    for (std::int64_t i = l * per; i < std::min(n, (l + 1) * per); ++i) {
+      lane[static_cast<std::size_t>(l)] =
+          std::fma(x[static_cast<std::size_t>(i)], x[static_cast<std::size_t>(i)],
+                   lane[static_cast<std::size_t>(l)]);
+    }
+  }
+  for (std::int64_t offset = kLanes / 2; offset >= 1; offset /= 2) {
+    std::vector<float> next(lane.size());
+    for (std::int64_t l = 0; l < kLanes; ++l) {
+      next[static_cast<std::size_t>(l)] =
+          lane[static_cast<std::size_t>(l)] + lane[static_cast<std::size_t>(l ^ offset)];
+    }
+    lane = next;
+  }
+  return lane[0];
+}
+
+/// rsqrtf emulated within its 2 ulp: the correctly rounded 1 / sqrt(a), one ulp up when the last
+/// bit of a is set.
+float approx_rsqrt(float a) {
+  const auto r = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a)));
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &a, sizeof bits);
+  return (bits & 1u) != 0 ? std::nextafter(r, INFINITY) : r;
+}
+
 /// Gemma RMSNorm, then partial RoPE over [0, rotary_dim) with the row `cs` (cos, then sin).
 void norm_rope(std::vector<float>& x, const std::vector<float>& w, const spec::DenseInsert& in,
-               const float* cs, const DenseMutation& m) {
+               const float* cs, const DenseMutation& m, DenseArithmetic arithmetic) {
+  const bool engine = arithmetic == DenseArithmetic::kEngine;
   std::vector<float> squares(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) squares[i] = x[i] * x[i];
-  const float ms = warp_tree_sum(squares) / static_cast<float>(x.size());
-  const float r =
-      m.eps_outside_sqrt ? 1.0f / (std::sqrt(ms) + in.eps) : 1.0f / std::sqrt(ms + in.eps);
+  const float ms =
+      (engine ? engine_sum_squares(x) : warp_tree_sum(squares)) / static_cast<float>(x.size());
+  const float eps = in.eps * m.eps_factor;
+  const float r = m.eps_outside_sqrt ? 1.0f / (std::sqrt(ms) + eps)
+                  : engine           ? approx_rsqrt(ms + eps)
+                                     : 1.0f / std::sqrt(ms + eps);
   for (std::size_t i = 0; i < x.size(); ++i)
     x[i] = (x[i] * r) * (m.norm_without_one ? w[i] : 1.0f + w[i]);
   const std::int64_t half = in.rotary_dim / 2;
@@ -53,8 +91,14 @@ void norm_rope(std::vector<float>& x, const std::vector<float>& w, const spec::D
     const auto b = static_cast<std::size_t>(m.gptj_rope ? 2 * i + 1 : i + half);
     const float c = cs[i], s = cs[half + i];
     const float x1 = x[a], x2 = x[b];
-    x[a] = std::fma(x1, c, -(x2 * s));
-    x[b] = std::fma(x2, c, x1 * s);
+    if (engine) {
+      const float x1c = x1 * c, x2s = x2 * s, x2c = x2 * c, x1s = x1 * s;
+      x[a] = x1c - x2s;
+      x[b] = x2c + x1s;
+    } else {
+      x[a] = std::fma(x1, c, -(x2 * s));
+      x[b] = std::fma(x2, c, x1 * s);
+    }
   }
 }
 
@@ -66,7 +110,8 @@ void load(const spec::HostTensor& t, std::int64_t first, std::vector<float>& x) 
 }  // namespace
 
 spec::HostTensor dense_insert_fused(const spec::ModelConfig& c, const spec::DenseInsert& in,
-                                    spec::LayerCaches& caches, const DenseMutation& m) {
+                                    spec::LayerCaches& caches, const DenseMutation& m,
+                                    DenseArithmetic arithmetic) {
   spec::validate(c);
   spec::validate_dense_insert(c, in);
   const spec::CacheGeometry& g = c.geometry;
@@ -84,7 +129,7 @@ spec::HostTensor dense_insert_fused(const spec::ModelConfig& c, const spec::Dens
     const float* cs = in.cos_sin.data() + in.positions[static_cast<std::size_t>(t)] * in.rotary_dim;
     for (std::int64_t h = 0; h < nq; ++h) {
       load(in.q, (t * nq + h) * hd, x);
-      norm_rope(x, in.q_norm_weight, in, cs, m);
+      norm_rope(x, in.q_norm_weight, in, cs, m, arithmetic);
       std::uint8_t* out = q_out.bytes.data() + (t * nq + h) * hd * ab;
       for (std::int64_t d = 0; d < hd; ++d) {
         reference::store_code(reference::encode(x[static_cast<std::size_t>(d)], c.act_dtype,
@@ -99,7 +144,7 @@ spec::HostTensor dense_insert_fused(const spec::ModelConfig& c, const spec::Dens
     for (std::int64_t h = 0; h < nkv; ++h) {
       load(in.kv.k, (t * nkv + h) * hd, x);
       load(in.kv.v, (t * nkv + h) * hd, v);
-      norm_rope(x, in.k_norm_weight, in, cs, m);
+      norm_rope(x, in.k_norm_weight, in, cs, m, arithmetic);
       const std::size_t si = c.kv.per_head_scale ? static_cast<std::size_t>(h) : 0;
       const float ks = m.fp8_store_unscaled ? 1.0f : in.kv.k_scale[si];
       const float vs = m.fp8_store_unscaled ? 1.0f : in.kv.v_scale[si];

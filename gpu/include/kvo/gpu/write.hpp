@@ -113,6 +113,13 @@ spec::HostTensor dense_insert_host(const spec::ModelConfig& config, const spec::
 /// Contiguous inputs and caches only (else spec::Unsupported).
 void launch_dense_insert(const DeviceDenseCall& call);
 
+/// The dense insert in vLLM's arithmetic (fma squares per lane, an xor butterfly, rsqrtf, the rope
+/// in plain operators): the same meaning in another order, a foreign subject that SPEC 4's
+/// admissible sets judge (cuda-dense-engine). The same limits as launch_dense_insert.
+void launch_dense_insert_engine(const DeviceDenseCall& call);
+spec::HostTensor dense_insert_engine_host(const spec::ModelConfig& config,
+                                          const spec::DenseInsert& in, spec::LayerCaches& caches);
+
 /// Self-check of the kernels' division rule (a power of two by multiply; else, in range, a
 /// correctly rounded reciprocal with two exact-residual corrections; else __fdiv_rn): the number of
 /// float32 bit patterns x, of all 2^32, where the kernels' fl(x / s) differs from __fdiv_rn(x, s).

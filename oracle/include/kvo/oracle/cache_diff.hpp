@@ -30,8 +30,11 @@ struct ByteMismatch {
   std::string expected_value, actual_value;          ///< decoded
   std::string writer;   ///< which token should have written here, or that none should have
   int code_digits = 2;  ///< hex digits of an element code
+  spec::DType dtype = spec::DType::kF32;  ///< the element's
   /// Every code the contract admits here when it admits more than one (SPEC 7), else empty.
   std::vector<std::uint32_t> admissible;
+  /// Or the admitted ranges of codes in value order (ordered_code images), when given as ranges.
+  std::vector<std::pair<std::int64_t, std::int64_t>> admissible_ranges;
 
   std::string describe() const;
   std::string expected_code_text() const;
@@ -65,14 +68,27 @@ struct CacheDiff {
 /// expected bytes are right.
 using AdmissibleCodes = std::function<std::vector<std::uint32_t>(const ElementCoord&)>;
 
+/// An order-preserving integer image of a code of `dtype` (sign and magnitude: +0 and -0 share
+/// 0), and the code of an image (the + sign for 0).
+std::int64_t ordered_code(std::uint32_t code, spec::DType dtype);
+std::uint32_t code_of_ordered(std::int64_t ordered, spec::DType dtype);
+
+/// Closed ranges of ordered_code images the contract admits at one element: a foreign kernel's
+/// bound (SPEC 4), which around zero spans more codes than a list could hold. Empty: only the
+/// expected bytes are right.
+using AdmissibleRanges =
+    std::function<std::vector<std::pair<std::int64_t, std::int64_t>>(const ElementCoord&)>;
+
 /// Diffs one layer's caches. `write` (may be null) attributes mismatches to tokens; up to
-/// `max_samples` differing elements are described in full. With `admissible`, an element whose
-/// code differs from the expected one but lies in its admissible set is counted as admitted, not
-/// as differing; guard bands and every element with one admissible code stay byte-exact.
+/// `max_samples` differing elements are described in full. With `admissible` (or `ranges`), an
+/// element whose code differs from the expected one but lies in its admissible set is counted as
+/// admitted, not as differing; guard bands and every element with one admissible code stay
+/// byte-exact.
 CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int64_t layer,
                             const spec::LayerCaches& expected, const spec::LayerCaches& actual,
                             const spec::LayerWrite* write, std::size_t max_samples = 1,
-                            const AdmissibleCodes* admissible = nullptr);
+                            const AdmissibleCodes* admissible = nullptr,
+                            const AdmissibleRanges* ranges = nullptr);
 
 /// The reference's name of the element at a located coordinate.
 reference::CacheElement element_of(const ElementCoord& at);

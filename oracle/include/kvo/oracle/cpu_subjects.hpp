@@ -33,12 +33,14 @@ std::unique_ptr<Subject> make_cpu_flash_subject(std::string name, spec::Attentio
 /// A canonical read subject built from the reference with a planted bug (for exact-mode tests).
 std::unique_ptr<Subject> make_canonical_mutant(ReadMutation mutation, std::string name);
 
-/// "cpu-dense": the dense insert (SPEC 4) in the structure of a fused kernel, canonical.
-std::unique_ptr<Subject> make_cpu_dense_subject(DenseMutation mutation = {},
-                                                std::string name = "cpu-dense");
+/// "cpu-dense": the dense insert (SPEC 4) in the structure of a fused kernel, canonical; with
+/// DenseArithmetic::kEngine ("cpu-dense-engine") in vLLM's arithmetic, a foreign subject.
+std::unique_ptr<Subject> make_cpu_dense_subject(
+    DenseMutation mutation = {}, std::string name = "cpu-dense",
+    subjects::DenseArithmetic arithmetic = subjects::DenseArithmetic::kCanonical);
 
-/// Every CPU subject, in a fixed order: cpu-fused, cpu-unfused, cpu-dense, cpu-naive-f32,
-/// cpu-flash-bf16, cpu-flash-fp16.
+/// Every CPU subject, in a fixed order: cpu-fused, cpu-unfused, cpu-dense, cpu-dense-engine,
+/// cpu-naive-f32, cpu-flash-bf16, cpu-flash-fp16.
 SubjectList make_cpu_subjects();
 
 }  // namespace kvo::oracle

@@ -17,11 +17,21 @@ struct DenseMutation {
   bool norm_without_one = false;    ///< y = x * r * w (Llama) where Gemma's (1 + w) is declared
   bool eps_outside_sqrt = false;    ///< r = 1 / (sqrt(ms) + eps)
   bool fp8_store_unscaled = false;  ///< K/V stored with scale 1 whatever the scales say
+  float eps_factor = 1.0f;          ///< eps times this (1e-5 where 1e-6 is declared: 10)
 };
+
+/// How the norm and rope are computed. kCanonical: SPEC 4 bit for bit. kEngine: the arithmetic of
+/// vLLM's fused qknorm + rope + insert kernel, the same meaning in another order: each of 32 lanes
+/// squares its contiguous elements with fma, an xor butterfly sums the lanes, the reciprocal square
+/// root is approximate (rsqrtf, emulated: the correctly rounded one moved up one ulp when the
+/// argument's last bit is odd, within its 2 ulp), and the rope is x1 * c - x2 * s without fma.
+/// Judged against the float64 truth by admissible sets (SPEC 4, foreign).
+enum class DenseArithmetic : std::uint8_t { kCanonical, kEngine };
 
 /// Inserts k and v into `caches` (guards included) and returns q_out [T, nq, hd]. Validates the
 /// whole call first and writes nothing on bad input.
 spec::HostTensor dense_insert_fused(const spec::ModelConfig& config, const spec::DenseInsert& in,
-                                    spec::LayerCaches& caches, const DenseMutation& mutation = {});
+                                    spec::LayerCaches& caches, const DenseMutation& mutation = {},
+                                    DenseArithmetic arithmetic = DenseArithmetic::kCanonical);
 
 }  // namespace kvo::subjects
