@@ -93,6 +93,9 @@ void add_case_flags(CLI::App& app, oracle::Overrides& o) {
   add_model_flags(app, o.write);
   add_read_flags(app, o.read);
   add_int(app, "--rotary-dim", o.dense.rotary_dim, "dense: rotated dims (even, <= head_dim)");
+  add_enum_option(app, "--dense-fp8-store", o.dense.fp8_store,
+                  "dense: K/V stored scaled by the scale mode, or with scale 1 (identity: vLLM's "
+                  "fused insert) (SPEC 4)");
 }
 
 oracle::Overrides parse_case_flags(const std::vector<std::string>& flags) {

@@ -144,6 +144,7 @@ spec::HostTensor run_dense_call(Stager& s, const DeviceDenseFunction& fn,
   call.positions = s.input(in.positions.data(), ElementType::kI64, {tokens});
   call.eps = in.eps;
   call.rotary_dim = in.rotary_dim;
+  call.fp8_store = in.fp8_store;
   call.q_out = s.output(element_type_of(c.act_dtype), {tokens, nq, hd}, kOutputPoison);
   s.invoke(fn, call);
   spec::HostTensor q_out = fetch_host(s, call.q_out, c.act_dtype);

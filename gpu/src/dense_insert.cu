@@ -50,6 +50,7 @@ struct DenseParams {
   std::int32_t nq, nkv, rot;
   float eps;
   bool slots_i64, legacy_wrap, per_head_scale, via_model, scale_in_model;
+  bool unit_scale;  ///< dense_fp8_store identity: K and V stored with scale 1
   ScaleMode scale_mode;
   Saturation sat;
 };
@@ -168,7 +169,9 @@ __global__ void __launch_bounds__(kWarps * 32) dense_insert_kernel(const DensePa
   if (p.legacy_wrap && slot < 0) slot += p.capacity;
   if (slot < 0) return;
   const std::int64_t page = slot / p.block_size, off = slot - page * p.block_size;
-  const float s = effective_scale<A>((kind == 1 ? p.k_scale : p.v_scale)[p.per_head_scale ? h : 0],
+  const float s = p.unit_scale ? 1.0f
+                               : effective_scale<A>(
+                                     (kind == 1 ? p.k_scale : p.v_scale)[p.per_head_scale ? h : 0],
                                      p.scale_in_model);
   std::uint8_t* cache = kind == 1 ? p.k_cache : p.v_cache;
   const std::int64_t base = page * p.st.block + off * p.st.token + h * p.st.head + lane * E;
@@ -250,6 +253,7 @@ void launch_dense(const DeviceDenseCall& call) {
   p.nkv = static_cast<std::int32_t>(g.num_kv_heads);
   p.rot = static_cast<std::int32_t>(call.rotary_dim);
   p.eps = call.eps;
+  p.unit_scale = call.fp8_store == spec::DenseFp8Store::kIdentity;
   p.slots_i64 = call.slot_mapping.type == ElementType::kI64;
   p.legacy_wrap = c.slot_mode == spec::SlotMode::kLegacyWrap;
   p.per_head_scale = c.kv.per_head_scale;

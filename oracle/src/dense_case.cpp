@@ -169,6 +169,11 @@ DenseCase make_case_impl(std::uint64_t seed, const CaseOverrides& o, const Dense
     shrink(in.q);
     shrink(in.kv.k);
   }
+  // SPEC 4's fp8 store mode, from a stream of its own: identity in one case of four.
+  reference::SplitMix64 store(reference::mix64(seed ^ 0x5707E5ull));
+  const auto drawn_store =
+      store.chance(1, 4) ? spec::DenseFp8Store::kIdentity : spec::DenseFp8Store::kScaled;
+  in.fp8_store = d.fp8_store.value_or(drawn_store);
   return ic;
 }
 
@@ -185,6 +190,7 @@ std::string DenseOverrides::to_flags() const {
   std::ostringstream s;
   if (group_size) s << " --group-size " << *group_size;
   if (rotary_dim) s << " --rotary-dim " << *rotary_dim;
+  if (fp8_store) s << " --dense-fp8-store " << spec::name_of(*fp8_store);
   return s.str();
 }
 

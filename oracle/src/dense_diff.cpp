@@ -70,7 +70,7 @@ class ForeignDenseCodes {
       return ranges;
     }
     const spec::CacheGeometry& g = c_.geometry;
-    const float s = in_.kv.k_scale[c_.kv.per_head_scale ? static_cast<std::size_t>(e.head) : 0];
+    const float s = in_.store_scale(0, e.head, c_.kv.per_head_scale);
     const auto extreme = [&](float x, bool highest) {
       std::int64_t best = 0;
       bool any = false;

@@ -1,8 +1,10 @@
 // The dense op (SPEC 4): the dense-layer fused qknorm + rope + insert. The caches are diffed byte
 // for byte, guards included, and q_out element for element, against the reference; a foreign
 // subject's (another reduction order, rsqrtf) by admissible sets around the float64 truth.
+#include <array>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "kv_modes.hpp"
@@ -47,18 +49,28 @@ class DenseAnswer final : public CapturedAnswer {
   DenseAnswer(const DensePrepared& c, spec::Ordering ordering)
       : c_(c), ordering_(ordering), negative_slots_(has_negative_slots({&c.dc.in.kv.slots})) {}
 
+  /// `choice`: the write modes (kv_mode_axes), then dense_fp8_store (the last axis).
   Verdict judge_under(const ModeChoice& choice) override {
-    const ModeChoice key = relevant_kv_modes(spec::Op::kDense, KvPart::kKvBuffers, c_.dc.config,
-                                             choice, negative_slots_);
+    const ModeChoice kv_choice(choice.begin(), choice.end() - 1);
+    const std::size_t store = choice.back();
+    ModeChoice key = relevant_kv_modes(spec::Op::kDense, KvPart::kKvBuffers, c_.dc.config,
+                                       kv_choice, negative_slots_);
+    key.push_back(store);
     if (const auto it = memo_.find(key); it != memo_.end()) return it->second;
     Verdict v;
-    const spec::ModelConfig config = with_kv_modes(spec::Op::kDense, c_.dc.config, key);
+    const spec::ModelConfig config =
+        with_kv_modes(spec::Op::kDense, c_.dc.config, ModeChoice(key.begin(), key.end() - 1));
+    if (!inputs_[store]) {
+      inputs_[store] = c_.dc.in;
+      inputs_[store]->fp8_store = spec::EnumInfo<spec::DenseFp8Store>::kNames.at(store).value;
+    }
+    const spec::DenseInsert& in = *inputs_[store];
     spec::LayerCaches expected = c_.poisoned;
     v.outcome = run_guarded(
         [&] {
-          const spec::HostTensor q = reference::dense_insert(config, c_.dc.in, expected);
+          const spec::HostTensor q = reference::dense_insert(config, in, expected);
           const DenseJudgement j =
-              judge_dense(config, c_.layout, c_.dc.in, expected, q, actual, q_out, ordering_, 0, 1);
+              judge_dense(config, c_.layout, in, expected, q, actual, q_out, ordering_, 0, 1);
           v.report = j.report;
           v.mismatch_size = j.mismatch_size;
           v.bytes_compared = j.bytes_compared;
@@ -76,6 +88,9 @@ class DenseAnswer final : public CapturedAnswer {
   spec::Ordering ordering_;
   bool negative_slots_;
   std::map<ModeChoice, Verdict> memo_;
+  /// The inputs under each dense_fp8_store value, made when first judged.
+  std::array<std::optional<spec::DenseInsert>, spec::EnumInfo<spec::DenseFp8Store>::kNames.size()>
+      inputs_;
 };
 
 class DenseDriver final : public OpDriver {
@@ -136,10 +151,21 @@ class DenseDriver final : public OpDriver {
     return o.write.to_flags() + dense_overrides(o).to_flags();
   }
 
-  std::vector<ModeAxis> mode_axes() const override { return kv_mode_axes(op()); }
-  bool possible(const ModeChoice& choice) const override { return kv_mode_possible(op(), choice); }
+  // Mode detection: the write modes that can change a dense insert's bytes (kv_modes.hpp), then
+  // SPEC 4's dense_fp8_store.
+  std::vector<ModeAxis> mode_axes() const override {
+    std::vector<ModeAxis> axes = kv_mode_axes(op());
+    axes.push_back(names_axis<spec::DenseFp8Store>("dense_fp8_store"));
+    return axes;
+  }
+  bool possible(const ModeChoice& choice) const override {
+    return kv_mode_possible(op(), ModeChoice(choice.begin(), choice.end() - 1));
+  }
   Overrides pin_modes(const Overrides& o, ModeChoice& pinned) const override {
-    return pin_kv_modes(op(), o, pinned);
+    Overrides p = pin_kv_modes(op(), o, pinned);
+    p.dense.fp8_store = o.dense.fp8_store.value_or(spec::DenseFp8Store::kScaled);
+    pinned.push_back(static_cast<std::size_t>(*p.dense.fp8_store));
+    return p;
   }
 
   std::unique_ptr<CapturedAnswer> capture(Subject& subject, PreparedCase& pc) const override {
@@ -173,6 +199,7 @@ class DenseDriver final : public OpDriver {
     m["rotary_dim"] = std::to_string(in.rotary_dim);
     m["max_pos"] = std::to_string(in.cos_sin.size() / static_cast<std::size_t>(in.rotary_dim));
     m["eps"] = spec::floats_text(std::vector<float>{in.eps});
+    m["dense_fp8_store"] = spec::name_of(in.fp8_store);
     out.put_host("input.q", in.q);
     put_layer_write(out, "input.", c.dc.config, in.kv);
     out.put_f32("input.q_norm_weight", in.q_norm_weight);
@@ -203,6 +230,7 @@ class DenseDriver final : public OpDriver {
       throw spec::InvalidInput("__metadata__ 'eps'", -1, m.text("eps"), "expected one float32");
     }
     d.eps = eps.front();
+    d.fp8_store = m.optional_choice("dense_fp8_store", spec::DenseFp8Store::kScaled);
     d.q = in.take_host("input.q", dc.config.act_dtype, {rows, nq, g.head_dim});
     d.kv = take_layer_write(in, "input.", dc.config, spec::LayerKind::kDense, rows, tokens);
     d.q_norm_weight = in.take_f32("input.q_norm_weight", g.head_dim);

@@ -105,4 +105,13 @@ void check_expected_caches(TensorReader& in, const std::string& prefix,
 void fill_caches(const std::map<std::string, std::vector<std::uint8_t>>& result,
                  const std::string& prefix, spec::LayerCaches& caches);
 
+/// A mode-detection axis whose values are E's names, in its table's order (the contract's default
+/// first).
+template <class E>
+ModeAxis names_axis(const char* name) {
+  ModeAxis axis{name, {}};
+  for (const auto& entry : spec::EnumInfo<E>::kNames) axis.values.emplace_back(entry.name);
+  return axis;
+}
+
 }  // namespace kvo::oracle

@@ -164,14 +164,6 @@ CaseOverrides shared_as_write(const Overrides& o) {
   return w;
 }
 
-/// An axis whose values are E's names, in its table's order.
-template <class E>
-ModeAxis names_axis(const char* name) {
-  ModeAxis axis{name, {}};
-  for (const auto& entry : spec::EnumInfo<E>::kNames) axis.values.emplace_back(entry.name);
-  return axis;
-}
-
 class ReadDriver final : public OpDriver {
  public:
   explicit ReadDriver(spec::Op op) : op_(op) {}

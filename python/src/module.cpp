@@ -180,6 +180,7 @@ void fill(CallDict& d, const gpu::DeviceDenseCall& c) {
     d.put(name, *t);
   d.dict()["eps"] = c.eps;
   d.dict()["rotary_dim"] = c.rotary_dim;
+  d.dict()["fp8_store"] = std::string(spec::name_of(c.fp8_store));
   d.put_caches(c.caches);
 }
 

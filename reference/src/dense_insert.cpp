@@ -69,13 +69,13 @@ spec::HostTensor dense_insert(const spec::ModelConfig& c, const spec::DenseInser
     const std::int64_t b = slot / g.block_size, o = slot % g.block_size;
     for (int kv = 0; kv < 2; ++kv) {
       const spec::HostTensor& src = kv == 0 ? in.kv.k : in.kv.v;
-      const std::vector<float>& scales = kv == 0 ? in.kv.k_scale : in.kv.v_scale;
       std::uint8_t* dst = caches.find(layout.kv_buffer(kv))->body();
       for (std::int64_t h = 0; h < nkv; ++h) {
         for (std::int64_t d = 0; d < hd; ++d)
           x[static_cast<std::size_t>(d)] = source_value(src, (t * nkv + h) * hd + d);
         if (kv == 0) norm_rope(x, in.k_norm_weight, in, pos);
-        const float s = scales[c.kv.per_head_scale ? static_cast<std::size_t>(h) : 0];
+        // The scale, or 1 under dense_fp8_store identity (SPEC 4).
+        const float s = in.store_scale(kv, h, c.kv.per_head_scale);
         for (std::int64_t d = 0; d < hd; ++d) {
           store_code(quantize_kv(x[static_cast<std::size_t>(d)], s, c.kv, c.act_dtype),
                      c.kv.cache_dtype, dst + layout.kv_element(kv, b, o, h, d) * cb);
@@ -93,8 +93,7 @@ std::vector<std::uint32_t> admissible_dense_codes(const spec::ModelConfig& c,
   const std::int64_t hd = g.head_dim, nkv = g.num_kv_heads;
   const std::int64_t slot = e.block * g.block_size + e.offset;
   const spec::HostTensor& src = e.kv == 0 ? in.kv.k : in.kv.v;
-  const std::vector<float>& scales = e.kv == 0 ? in.kv.k_scale : in.kv.v_scale;
-  const float s = scales[c.kv.per_head_scale ? static_cast<std::size_t>(e.head) : 0];
+  const float s = in.store_scale(e.kv, e.head, c.kv.per_head_scale);
   std::vector<std::uint32_t> codes;
   std::vector<float> x(static_cast<std::size_t>(hd));
   for (std::size_t t = 0; t < in.kv.slots.slots.size(); ++t) {

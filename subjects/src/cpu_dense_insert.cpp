@@ -146,8 +146,10 @@ spec::HostTensor dense_insert_fused(const spec::ModelConfig& c, const spec::Dens
       load(in.kv.v, (t * nkv + h) * hd, v);
       norm_rope(x, in.k_norm_weight, in, cs, m, arithmetic);
       const std::size_t si = c.kv.per_head_scale ? static_cast<std::size_t>(h) : 0;
-      const float ks = m.fp8_store_unscaled ? 1.0f : in.kv.k_scale[si];
-      const float vs = m.fp8_store_unscaled ? 1.0f : in.kv.v_scale[si];
+      // dense_fp8_store identity stores with scale 1 (the mutation: whatever is declared).
+      const bool unscaled = m.fp8_store_unscaled || in.fp8_store == spec::DenseFp8Store::kIdentity;
+      const float ks = unscaled ? 1.0f : in.kv.k_scale[si];
+      const float vs = unscaled ? 1.0f : in.kv.v_scale[si];
       std::uint8_t* kd = view.k + (token_base + h * view.strides.head) * cb;
       std::uint8_t* vd = view.v + (token_base + h * view.strides.head + view.v_part) * cb;
       for (std::int64_t d = 0; d < hd; ++d) {

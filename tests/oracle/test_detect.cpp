@@ -197,6 +197,35 @@ TEST(DetectModes, DenseInsertModesAreDetected) {
   for (const ModeAxis& a : r.axes) EXPECT_NE(a.name, "ue8m0");
 }
 
+TEST(DetectModes, DenseFp8StoreIsDetected) {
+  // Told scaled, a kernel that stores fp8 with scale 1 (vLLM's fused insert) is named identity (or
+  // scaled with scale mode none, the same bytes), and cpu-dense, which follows what it is told,
+  // scaled (SPEC 4 dense_fp8_store).
+  CheckOptions o = options(spec::Op::kDense, 40);
+  o.overrides.write.scale_mode = spec::ScaleMode::kDivide;
+  o.overrides.write.kv_dtype = spec::DType::kFp8E4M3;
+  SubjectList subjects = make_cpu_subjects();
+  subjects.push_back(make_cpu_dense_subject({.fp8_store_unscaled = true}, "fused-unscaled"));
+  const DetectResult unscaled = detect(o, subjects, "fused-unscaled");
+  std::cout << unscaled.report();
+  ASSERT_EQ(unscaled.outcome(), spec::Outcome::kPass);
+  const auto axis = [&](const std::string& name) {
+    return static_cast<std::size_t>(
+        std::find_if(unscaled.axes.begin(), unscaled.axes.end(),
+                     [&](const ModeAxis& a) { return a.name == name; }) -
+        unscaled.axes.begin());
+  };
+  const std::size_t store = axis("dense_fp8_store"), scale = axis("scale_mode");
+  for (const ModeCombination& m : unscaled.matched) {
+    const std::string& s = unscaled.axes[store].values[m.choice[store]];
+    EXPECT_TRUE(s == "identity" || unscaled.axes[scale].values[m.choice[scale]] == "none");
+  }
+  EXPECT_EQ(unscaled.axes[store].values[unscaled.matched.front().choice[store]], "identity");
+  const DetectResult told = detect(o, subjects, "cpu-dense");
+  ASSERT_EQ(told.outcome(), spec::Outcome::kPass);
+  EXPECT_EQ(matched_values(told, "dense_fp8_store"), (Values{"scaled"}));
+}
+
 TEST(DetectModes, IndexerToldItsModesIsNamedInThem) {
   // cpu-naive-f32 follows the params' index_nan and index_score_scale; cases with NaN index-K
   // tokens and scaled scores tell the modes apart.

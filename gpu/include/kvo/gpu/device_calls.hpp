@@ -58,7 +58,9 @@ struct DeviceDenseCall {
   DeviceTensor positions;         ///< [T] i64
   float eps = 1e-6f;              ///< RMSNorm epsilon
   std::int64_t rotary_dim = 0;    ///< dims [0, rotary_dim) rotated (NeoX halves)
-  DeviceTensor q_out;             ///< [T, nq, hd] act dtype (output)
+  /// SPEC 4: K and V scaled by the scale mode with k_scale / v_scale, or (identity) with scale 1
+  spec::DenseFp8Store fp8_store = spec::DenseFp8Store::kScaled;
+  DeviceTensor q_out;  ///< [T, nq, hd] act dtype (output)
   DeviceKvCaches caches;
   void* stream = nullptr;
 };

@@ -21,8 +21,10 @@ namespace kvo::oracle {
 struct DenseOverrides {
   std::optional<std::int64_t> group_size;  ///< query heads per KV head
   std::optional<std::int64_t> rotary_dim;  ///< even, <= head_dim
+  /// SPEC 4: K/V stored scaled or with scale 1 (identity); drawn identity in one case of four
+  std::optional<spec::DenseFp8Store> fp8_store;
 
-  /// Command-line flags of these fields (--group-size, --rotary-dim).
+  /// Command-line flags of these fields (--group-size, --rotary-dim, --dense-fp8-store).
   std::string to_flags() const;
 };
 

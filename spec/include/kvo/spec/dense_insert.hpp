@@ -15,6 +15,19 @@
 
 namespace kvo::spec {
 
+/// How the dense insert scales K and V before the cast (SPEC 4): `scaled` as the write's scale mode
+/// says (vLLM's unfused path: divide by k_scale / v_scale, via the model dtype when declared), or
+/// `identity` (vLLM's fused kernel: scale 1, the scales ignored). The two paths of one engine
+/// disagree whenever a scale is not 1, so which one a kernel implements is a mode.
+enum class DenseFp8Store : std::uint8_t { kScaled, kIdentity };
+
+template <>
+struct EnumInfo<DenseFp8Store> {
+  static constexpr std::string_view kNoun = "dense_fp8_store";
+  static constexpr std::array<EnumName<DenseFp8Store>, 2> kNames{
+      {{DenseFp8Store::kScaled, "scaled"}, {DenseFp8Store::kIdentity, "identity"}}};
+};
+
 struct DenseInsert {
   HostTensor q;                      ///< [T_src, nq, hd] act dtype
   LayerWrite kv;                     ///< dense write: k, v [T_src, nkv, hd], slots [T], scales
@@ -24,6 +37,15 @@ struct DenseInsert {
   std::int64_t rotary_dim = 64;      ///< even, <= hd: dims [0, rotary_dim) are rotated
   std::vector<float> cos_sin;  ///< [max_pos, rotary_dim]: cos of the rotary_dim/2 pairs, then sin
   std::vector<std::int64_t> positions;  ///< [T] in [0, max_pos)
+  DenseFp8Store fp8_store = DenseFp8Store::kScaled;
+
+  /// The scale K (which 0) or V (which 1) of KV head h is stored with: its scale, or 1 under
+  /// identity.
+  float store_scale(int which, std::int64_t h, bool per_head_scale) const {
+    if (fp8_store == DenseFp8Store::kIdentity) return 1.0f;
+    const std::vector<float>& s = which == 0 ? kv.k_scale : kv.v_scale;
+    return s[per_head_scale ? static_cast<std::size_t>(h) : 0];
+  }
 };
 
 /// Throws InvalidInput on the first inconsistency (beyond validate_write of the K/V part).
