@@ -24,11 +24,11 @@ std::vector<std::int32_t> row_ids(const std::vector<std::int32_t>& all, std::int
   return {all.begin() + row * topk, all.begin() + (row + 1) * topk};
 }
 
-/// The reference scores of a row's valid blocks, sorted descending, and the k_eff-th.
+/// The reference scores of a row's (lane's) valid blocks, sorted descending, and the k_eff-th.
 float kth_score(const reference::TopkSelection& s, std::int64_t q, std::int64_t g,
-                std::int64_t n_valid, std::int64_t k_eff) {
+                std::int64_t n_valid, std::int64_t k_eff, std::int64_t lane = 0) {
   std::vector<float> v;
-  for (std::int64_t j = 0; j < n_valid; ++j) v.push_back(s.score(q, g, j));
+  for (std::int64_t j = 0; j < n_valid; ++j) v.push_back(s.score(q, g, j, lane));
   std::sort(v.begin(), v.end(), std::greater<>());
   return k_eff > 0 ? v[static_cast<std::size_t>(k_eff - 1)] : -INFINITY;
 }
@@ -164,11 +164,7 @@ TopkDiff diff_topk_tie_aware(const reference::TopkSelection& e, const truth::Sco
       std::vector<float> kth(static_cast<std::size_t>(e.lanes));
       std::vector<std::int64_t> kth_block(static_cast<std::size_t>(e.lanes), -1);
       for (std::int64_t l = 0; l < e.lanes; ++l) {
-        std::vector<float> v;
-        for (std::int64_t j = 0; j < d.n_valid; ++j) v.push_back(e.score(q, g, j, l));
-        std::sort(v.begin(), v.end(), std::greater<>());
-        kth[static_cast<std::size_t>(l)] =
-            d.k_eff > 0 ? v[static_cast<std::size_t>(d.k_eff - 1)] : -INFINITY;
+        kth[static_cast<std::size_t>(l)] = kth_score(e, q, g, d.n_valid, d.k_eff, l);
         for (std::int64_t j = 0; j < d.n_valid && d.k_eff > 0; ++j)
           if (e.score(q, g, j, l) == kth[static_cast<std::size_t>(l)])
             kth_block[static_cast<std::size_t>(l)] = j;

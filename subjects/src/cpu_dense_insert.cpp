@@ -74,10 +74,13 @@ float approx_rsqrt(float a) {
 void norm_rope(std::vector<float>& x, const std::vector<float>& w, const spec::DenseInsert& in,
                const float* cs, const DenseMutation& m, DenseArithmetic arithmetic) {
   const bool engine = arithmetic == DenseArithmetic::kEngine;
-  std::vector<float> squares(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) squares[i] = x[i] * x[i];
+  const auto squares = [&] {
+    std::vector<float> sq(x.size());
+    for (std::size_t k = 0; k < x.size(); ++k) sq[k] = x[k] * x[k];
+    return sq;
+  };
   const float ms =
-      (engine ? engine_sum_squares(x) : warp_tree_sum(squares)) / static_cast<float>(x.size());
+      (engine ? engine_sum_squares(x) : warp_tree_sum(squares())) / static_cast<float>(x.size());
   const float eps = in.eps * m.eps_factor;
   const float r = m.eps_outside_sqrt ? 1.0f / (std::sqrt(ms) + eps)
                   : engine           ? approx_rsqrt(ms + eps)

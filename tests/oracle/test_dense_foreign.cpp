@@ -60,21 +60,23 @@ TEST(ForeignDense, EngineArithmeticIsNotBitExact) {
 // (tests/cli mutants_all_killed).
 
 TEST(ForeignDense, ReportNamesTheElementAndTheAdmittedRange) {
-  // Token 0's K doubled before the norm cancels it... and after: its inserted K is 2x the truth,
-  // far outside the bound. The report gives the element, both codes and the admitted range.
+  // Every K inserted at twice its value (a scale halved, or without one (1 + w) = 2): far outside
+  // the bound. The report gives the element, both codes and the admitted range.
   SubjectFunctions f;
   f.dense = [](const spec::ModelConfig& c, const spec::DenseInsert& in, spec::LayerCaches& out) {
-    spec::LayerCaches before = out;
+    spec::DenseInsert doubled = in;
+    if (c.kv.scale_mode == spec::ScaleMode::kNone) {
+      doubled.k_norm_weight.assign(in.k_norm_weight.size(), 1.0f);
+    } else {
+      doubled.kv.k_scale.assign(in.kv.k_scale.size(), 0.5f);
+      doubled.fp8_store = spec::DenseFp8Store::kScaled;
+    }
+    spec::LayerCaches wrong = out;
+    kvo::subjects::dense_insert_fused(c, doubled, wrong, {}, DenseArithmetic::kEngine);
     const spec::HostTensor q =
         kvo::subjects::dense_insert_fused(c, in, out, {}, DenseArithmetic::kEngine);
-    spec::DenseInsert doubled = in;
-    doubled.kv.k_scale.assign(in.kv.k_scale.size(), 0.5f);  // 2x the codes with a scale ...
-    doubled.kv.v_scale = in.kv.v_scale;
-    if (c.kv.scale_mode == spec::ScaleMode::kNone)
-      doubled.k_norm_weight.assign(in.k_norm_weight.size(),
-                                   1.0f);  // ... or 2x through (1 + w) without one
-    kvo::subjects::dense_insert_fused(c, doubled, before, {}, DenseArithmetic::kEngine);
-    return q.bytes.empty() ? q : (out = before, q);
+    out = std::move(wrong);  // the right q_out, the wrong K
+    return q;
   };
   f.ordering = spec::Ordering::kForeign;
   const ::testing::AssertionResult r = passes(make_function_subject("moved", f), dense_options(20));
