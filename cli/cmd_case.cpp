@@ -69,15 +69,18 @@ struct JudgeFlags {
   std::string case_path, result_path;
   std::optional<spec::Ordering> ordering;
   std::optional<spec::AttentionProfile> profile;
-  std::optional<oracle::TopkOrder> topk_order;
+  std::optional<std::string> topk_form;  ///< spec::TopkForm's text
 };
 
 int run_judge(const JudgeFlags& f) {
   traces::CaseFile c = traces::load_case(f.case_path);
   const std::vector<std::uint8_t> result = traces::read_file_bytes(f.result_path, "result file");
-  const traces::Judgement j =
-      traces::judge_result(c, result, {f.ordering, f.profile, f.topk_order},
-                           "kvoracle judge " + f.case_path + " " + f.result_path);
+  const traces::Judgement j = traces::judge_result(
+      c, result,
+      {f.ordering, f.profile,
+       f.topk_form ? std::optional(spec::parse_topk_form(*f.topk_form, "--topk-order"))
+                   : std::nullopt},
+      "kvoracle judge " + f.case_path + " " + f.result_path);
   std::cout << j.report << std::endl;
   return spec::exit_status(j.outcome);
 }
@@ -120,8 +123,10 @@ void add_judge(CLI::App& app, int& status) {
   add_enum_option(*cmd, "--ordering", f->ordering, "judge as this ordering, not the declared one");
   add_enum_option(*cmd, "--profile", f->profile,
                   "judge a foreign attention under this profile, not the declared one");
-  add_enum_option(*cmd, "--topk-order", f->topk_order,
-                  "check the indexer's rows in this order, not the declared one");
+  cmd->add_option("--topk-order", f->topk_form,
+                  "judge the indexer's rows in this form, not the declared one: "
+                  "<order>[,head_major][,keys<N>], order " +
+                      spec::enum_choices<spec::TopkOrder>());
   cmd->callback([f, &status] { status = run_judge(*f); });
 }
 

@@ -32,7 +32,9 @@ struct IndexArgs : BatchView {
   int score_rows;  // nkv * lanes: KV heads (index_group max) or index heads (union)
   long long lanes;
   bool drop_neg_inf;
-  int tile;  // tokens per staged tile
+  bool head_major;    // ids [nkv, Tq, width] (spec::TopkLayout::kHeadMajor)
+  unsigned key_mask;  // the top spec::TopkForm::key_bits bits of each score's image (fast only)
+  int tile;           // tokens per staged tile
   long long sb, topk, init_blocks, local_blocks, max_nv;
   float score_factor;  // 1 or fl(index_dim^-0.5): token score = fl(dot * score_factor)
   int index_nan;       // spec::IndexNan
@@ -172,8 +174,9 @@ void run_indexer(const IndexArgs& a, std::int64_t rows, std::size_t smem, cudaSt
       <<<dim3(static_cast<unsigned>(a.max_nv), static_cast<unsigned>(rows)), kScoreThreads, smem,
          s>>>(a);
   check_cuda(cudaGetLastError(), "index_score_kernel launch");
-  launch_batch_topk({a.scores, a.ids, a.g.nkv, a.max_nv, a.topk, a.lanes, a.drop_neg_inf}, rows,
-                    {a.row_req, a.row_pos, a.seq_lens, a.sb}, kCanonical, s);
+  launch_batch_topk({a.scores, a.ids, a.g.nkv, a.max_nv, a.topk, a.lanes, a.drop_neg_inf,
+                     a.head_major, a.key_mask},
+                    rows, {a.row_req, a.row_pos, a.seq_lens, a.sb}, kCanonical, s);
 }
 
 template <bool kCanonical, int Dt, bool kBlockScale, ReadBug F>
@@ -225,6 +228,10 @@ void launch_indexer_topk_t(const spec::ModelConfig& c, const spec::IndexerParams
   require(idim % 8 == 0 && idim <= kMaxHeadDim,
           "indexer: index_dim must be a multiple of 8 and <= " + std::to_string(kMaxHeadDim));
   require(p.topk <= kMaxTopk, "indexer: topk above " + std::to_string(kMaxTopk));
+  require(ix.form.key_bits >= spec::TopkForm::kMinKeyBits && ix.form.key_bits <= 32,
+          "indexer: key_bits outside 9..32");
+  require(ix.form.key_bits == 32 || kernel == ReadKernel::kFast,
+          "indexer: the canonical family ranks by exact scores (key_bits 32)");
   require(ix.max_n_valid <= kMaxNValid,
           "indexer: more than " + std::to_string(kMaxNValid) + " logical blocks");
   const int segs = kScoreThreads / next_pow2(idim / 8);
@@ -260,6 +267,8 @@ void launch_indexer_topk_t(const spec::ModelConfig& c, const spec::IndexerParams
   a.lanes = spec::selection_lanes(p, c.geometry.num_kv_heads);
   a.score_rows = static_cast<int>(c.geometry.num_kv_heads * a.lanes);
   a.drop_neg_inf = p.neg_inf == spec::IndexNegInf::kDrop;
+  a.head_major = ix.form.layout == spec::TopkLayout::kHeadMajor;
+  a.key_mask = ~0u << (32 - ix.form.key_bits);
   const auto s = static_cast<cudaStream_t>(stream);
   if constexpr (F == ReadBug::kNone) {  // planted bugs: the fast family only is instantiated
     if (kernel == ReadKernel::kCanonical) return dispatch_indexer<true, F>(a, b.num_rows, smem, s);

@@ -57,8 +57,9 @@ const void* v_body(const DeviceCacheMirror& m, const spec::ModelConfig& c) {
 std::vector<std::int32_t> indexer_topk_host(const spec::ModelConfig& c,
                                             const spec::IndexerParams& p, const spec::ReadBatch& b,
                                             const spec::HostTensor& index_q,
-                                            const spec::LayerCaches& caches, ReadKernel kernel) {
-  return detail::indexer_topk_host_via(launch_indexer_topk, c, p, b, index_q, caches, kernel);
+                                            const spec::LayerCaches& caches, ReadKernel kernel,
+                                            const spec::TopkForm& form) {
+  return detail::indexer_topk_host_via(launch_indexer_topk, c, p, b, index_q, caches, kernel, form);
 }
 
 spec::HostTensor attention_host(const spec::ModelConfig& c, const spec::AttentionParams& p,
@@ -85,7 +86,7 @@ spec::HostTensor flash_attention_host(const spec::ModelConfig& c, const spec::At
 std::vector<std::int32_t> detail::indexer_topk_host_via(
     IndexerLaunch launch, const spec::ModelConfig& c, const spec::IndexerParams& p,
     const spec::ReadBatch& b, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
-    ReadKernel kernel) {
+    ReadKernel kernel, const spec::TopkForm& form) {
   const QueryRows rows = detail::check_indexer_inputs(c, p, b, index_q, caches);
   const std::int64_t tq = rows.size();
   const std::int64_t max_nvalid = rows.max_n_valid(b, p.sparse_block);
@@ -103,7 +104,7 @@ std::vector<std::int32_t> detail::indexer_topk_host_via(
       sizeof(float));
   launch(c, p, d_rows.view,
          {mirror.body(spec::BufferKind::kIndexK), d_q.data(), max_nvalid, d_scores.as<float>(),
-          d_out.as<std::int32_t>()},
+          d_out.as<std::int32_t>(), form},
          kernel, nullptr);
   check_cuda(cudaDeviceSynchronize(), "indexer");
   d_out.download(ids.data(), ids.size() * sizeof(std::int32_t));

@@ -97,12 +97,10 @@ using IndexerLaunch = void (*)(const spec::ModelConfig&, const spec::IndexerPara
 using AttentionLaunch = void (*)(const spec::ModelConfig&, const spec::AttentionParams&,
                                  const DeviceReadBatch&, const DeviceAttention&, ReadKernel, void*);
 
-std::vector<std::int32_t> indexer_topk_host_via(IndexerLaunch launch,
-                                                const spec::ModelConfig& config,
-                                                const spec::IndexerParams& params,
-                                                const spec::ReadBatch& batch,
-                                                const spec::HostTensor& index_q,
-                                                const spec::LayerCaches& caches, ReadKernel kernel);
+std::vector<std::int32_t> indexer_topk_host_via(
+    IndexerLaunch launch, const spec::ModelConfig& config, const spec::IndexerParams& params,
+    const spec::ReadBatch& batch, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
+    ReadKernel kernel, const spec::TopkForm& form = {});
 
 spec::HostTensor attention_host_via(
     AttentionLaunch launch, const spec::ModelConfig& config, const spec::AttentionParams& params,

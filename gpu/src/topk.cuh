@@ -34,6 +34,8 @@ struct TopkArgs {
   long long heads, stride, topk;
   long long lanes = 1;
   bool drop_neg_inf = false;
+  bool head_major = false;  // ids [heads, rows, width] (spec::TopkLayout), else [rows, heads, ..]
+  unsigned key_mask = ~0u;  // the score keys' kept bits (spec::TopkForm::key_bits; fast only)
 };
 
 /// n_valid of an indexer query row: 0 for a padded request, else pos / sparse_block + 1.
@@ -56,9 +58,11 @@ struct ListNValid {
 
 /// (score descending, id ascending) as one unsigned key, larger is better. Scores are never NaN
 /// here (a NaN block scores -1e30); -0 and +0 are one score.
-__device__ inline unsigned long long rank_key(float s, long long id) {
+/// `key_mask` keeps the top bits of the order-preserving image (spec::topk_score_key's keys; all
+/// of them in the canonical family).
+__device__ inline unsigned long long rank_key(float s, long long id, unsigned key_mask) {
   unsigned bits = __float_as_uint(s == 0.0f ? 0.0f : s);
-  bits = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+  bits = ((bits & 0x80000000u) ? ~bits : bits | 0x80000000u) & key_mask;
   return (static_cast<unsigned long long>(bits) << 32) | (0xFFFFFFFFu - static_cast<unsigned>(id));
 }
 
@@ -81,7 +85,7 @@ __device__ inline unsigned long long warp_sort_desc(unsigned long long v, int la
 /// kKeyTile blocks: a bitonic sort of the keys in shared memory. More: each block's rank is counted
 /// against every other, tile by tile (quadratic, for small sparse blocks over long sequences).
 __device__ inline void select_best(const float* sc, long long n, long long k_eff,
-                                   unsigned long long* keys, int* best) {
+                                   unsigned long long* keys, int* best, unsigned key_mask) {
   if (n == 0) return;  // a padded row: nothing to select
   if (k_eff <= kTourney && n <= kKeyTile) {
     // Tournament: each warp sorts 32 candidates (a bitonic network in registers) and keeps the
@@ -96,7 +100,7 @@ __device__ inline void select_best(const float* sc, long long n, long long k_eff
       for (long long c = warp; c < chunks; c += warps) {
         const long long at = c * 32 + lane;
         unsigned long long v = 0;  // below every real key
-        if (at < field) v = in == nullptr ? rank_key(sc[at], at) : in[at];
+        if (at < field) v = in == nullptr ? rank_key(sc[at], at, key_mask) : in[at];
         v = warp_sort_desc(v, lane);
         if (lane < kTourney) out[c * kTourney + lane] = v;
       }
@@ -112,7 +116,8 @@ __device__ inline void select_best(const float* sc, long long n, long long k_eff
   }
   if (n <= kKeyTile) {
     const int width = next_pow2(n);
-    for (int e = threadIdx.x; e < width; e += blockDim.x) keys[e] = e < n ? rank_key(sc[e], e) : 0;
+    for (int e = threadIdx.x; e < width; e += blockDim.x)
+      keys[e] = e < n ? rank_key(sc[e], e, key_mask) : 0;
     __syncthreads();
     for (int k = 2; k <= width; k *= 2) {
       for (int j = k / 2; j > 0; j /= 2) {
@@ -134,12 +139,12 @@ __device__ inline void select_best(const float* sc, long long n, long long k_eff
   for (int u = 0; u < kRanksPerThread; ++u) {
     const long long jj = threadIdx.x + static_cast<long long>(u) * blockDim.x;
     rank[u] = 0;
-    mine[u] = jj < n ? rank_key(sc[jj], jj) : 0;
+    mine[u] = jj < n ? rank_key(sc[jj], jj, key_mask) : 0;
   }
   for (long long t0 = 0; t0 < n; t0 += kKeyTile) {
     __syncthreads();
     for (long long e = threadIdx.x; e < kKeyTile && t0 + e < n; e += blockDim.x)
-      keys[e] = rank_key(sc[t0 + e], t0 + e);
+      keys[e] = rank_key(sc[t0 + e], t0 + e, key_mask);
     __syncthreads();
     const int m = static_cast<int>(n - t0 < kKeyTile ? n - t0 : kKeyTile);
     for (int u = 0; u < kRanksPerThread; ++u) {
@@ -169,7 +174,7 @@ __device__ inline void select_union(const TopkArgs& a, long long row, long long 
   for (long long l = 0; l < a.lanes; ++l) {
     const float* sc = a.scores + ((row * a.heads + grp) * a.lanes + l) * a.stride;
     __syncthreads();  // best and keys are reused lane after lane
-    select_best(sc, n_valid, k_eff, keys, best);
+    select_best(sc, n_valid, k_eff, keys, best, a.key_mask);
     __syncthreads();
     for (int e = threadIdx.x; e < k_eff; e += blockDim.x) {
       const int id = best[e];
@@ -198,7 +203,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkArgs a, NValid n
   __shared__ unsigned long long keys[kKeyTile];
   __shared__ int best[kMaxTopk];
   const long long grp = blockIdx.x, row = blockIdx.y;
-  int* out = a.ids + (row * a.heads + grp) * a.topk * a.lanes;
+  const long long out_row = a.head_major ? grp * gridDim.y + row : row * a.heads + grp;
+  int* out = a.ids + out_row * a.topk * a.lanes;
   const long long n_valid = n_valid_of(row);
   const long long k_eff = a.topk < n_valid ? a.topk : n_valid;
   if (a.lanes > 1 || (kCanonical && a.drop_neg_inf)) {
@@ -206,7 +212,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkArgs a, NValid n
     return;
   }
   const float* sc = a.scores + (row * a.heads + grp) * a.stride;
-  select_best(sc, n_valid, k_eff, keys, best);
+  select_best(sc, n_valid, k_eff, keys, best, a.key_mask);
   __syncthreads();
   if (!kCanonical && a.drop_neg_inf) {
     // Best first: the -inf blocks are the last chosen, so dropping them shortens the row.

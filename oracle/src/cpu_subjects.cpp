@@ -11,15 +11,30 @@ namespace {
 
 class NaiveSubject final : public Subject {
  public:
-  NaiveSubject(ReadMutation m, std::string name) : m_(m), name_(std::move(name)) {}
+  NaiveSubject(ReadMutation m, std::string name, NaiveTopk topk = {})
+      : m_(m), name_(std::move(name)), topk_(topk) {}
   std::string name() const override { return name_; }
   bool implements(spec::Op op) const override {
-    return op == spec::Op::kIndexer || op == spec::Op::kAttention;
+    return op == spec::Op::kIndexer || (op == spec::Op::kAttention && !topk_.indexer_only);
   }
   spec::Ordering ordering() const override { return spec::Ordering::kForeign; }
-  TopkOrder topk_order() const override { return TopkOrder::kDescendingScore; }
+  TopkForm topk_form() const override { return topk_.declared; }
   std::vector<std::int32_t> indexer(const ReadCase& c) override {
-    return subjects::naive_indexer(c.config, c.indexer, c.batch, c.index_q, c.caches, m_);
+    const std::vector<std::int32_t> rows = subjects::naive_indexer(
+        c.config, c.indexer, c.batch, c.index_q, c.caches, m_,
+        topk_.ranked_key_bits > 0 ? topk_.ranked_key_bits : topk_.declared.key_bits);
+    const spec::TopkLayout written = topk_.written.value_or(topk_.declared.layout);
+    if (written == spec::TopkLayout::kTokenMajor) return rows;
+    // Rows [Tq, nkv, width] laid out as the subject writes them.
+    const std::int64_t tq = c.batch.num_queries(), nkv = c.config.geometry.num_kv_heads,
+                       width = spec::selection_width(c.indexer, nkv);
+    std::vector<std::int32_t> out(rows.size());
+    for (std::int64_t q = 0; q < tq; ++q)
+      for (std::int64_t g = 0; g < nkv; ++g)
+        for (std::int64_t k = 0; k < width; ++k)
+          out[static_cast<std::size_t>(spec::topk_offset(written, q, g, k, tq, nkv, width))] =
+              rows[static_cast<std::size_t>((q * nkv + g) * width + k)];
+    return out;
   }
   spec::HostTensor attention(const ReadCase& c, const reference::TopkSelection* sel) override {
     return subjects::naive_attention(c.config, c.attention, c.batch, c.q, c.caches, c.k_scale,
@@ -29,6 +44,7 @@ class NaiveSubject final : public Subject {
  private:
   ReadMutation m_;
   std::string name_;
+  NaiveTopk topk_;
 };
 
 /// A flash-style attention under its declared profile (subjects::flash_attention).
@@ -129,6 +145,10 @@ std::unique_ptr<Subject> make_cpu_naive_subject(ReadMutation mutation, std::stri
   return std::make_unique<NaiveSubject>(mutation, std::move(name));
 }
 
+std::unique_ptr<Subject> make_cpu_naive_indexer(std::string name, NaiveTopk topk) {
+  return std::make_unique<NaiveSubject>(ReadMutation{}, std::move(name), topk);
+}
+
 std::unique_ptr<Subject> make_cpu_flash_subject(std::string name, spec::AttentionProfile profile,
                                                 spec::AttentionBug bug) {
   return std::make_unique<FlashSubject>(std::move(name), profile, bug);
@@ -154,6 +174,8 @@ SubjectList make_cpu_subjects() {
   out.push_back(make_cpu_dense_subject());
   out.push_back(make_cpu_dense_subject({}, "cpu-dense-engine", subjects::DenseArithmetic::kEngine));
   out.push_back(make_cpu_naive_subject());
+  for (const auto& [name, form] : kNaiveIndexerForms)
+    out.push_back(make_cpu_naive_indexer(name, {form, std::nullopt, true}));
   out.push_back(make_cpu_flash_subject("cpu-flash-bf16", spec::AttentionProfile::kBf16P));
   out.push_back(make_cpu_flash_subject("cpu-flash-fp16", spec::AttentionProfile::kFp16P));
   return out;

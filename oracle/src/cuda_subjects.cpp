@@ -47,31 +47,37 @@ class CudaWriteSubject final : public Subject {
 
 /// The read kernels of kvo/gpu/read.hpp. cuda-canonical is diffed bit for bit against the
 /// reference; cuda-fast (its own order, ids by descending score) against the float64 truth and the
-/// tie-aware top-k rules; `fault` plants a bug in the fast family.
+/// tie-aware top-k rules; `fault` plants a bug in the fast family. `written` is the top-k form the
+/// kernel is asked for; `declared` what the subject says it wrote (differing only in a mutant).
 class CudaReadSubject final : public Subject {
  public:
   CudaReadSubject(std::string name, gpu::ReadKernel kernel,
-                  std::optional<gpu::testing::ReadFault> fault = std::nullopt)
-      : name_(std::move(name)), kernel_(kernel), fault_(fault) {}
+                  std::optional<gpu::testing::ReadFault> fault = std::nullopt,
+                  std::optional<TopkForm> written = std::nullopt,
+                  std::optional<TopkForm> declared = std::nullopt)
+      : name_(std::move(name)),
+        kernel_(kernel),
+        fault_(fault),
+        written_(written.value_or(family_form(kernel))),
+        declared_(declared.value_or(written_)),
+        indexer_only_(written.has_value()) {}
   std::string name() const override { return name_; }
   std::string unavailable_reason() const override { return no_device_reason(); }
   bool implements(spec::Op op) const override {
-    return op == spec::Op::kIndexer || op == spec::Op::kAttention;
+    return op == spec::Op::kIndexer || (op == spec::Op::kAttention && !indexer_only_);
   }
   spec::Ordering ordering() const override {
     return kernel_ == gpu::ReadKernel::kCanonical ? spec::Ordering::kCanonical
                                                   : spec::Ordering::kForeign;
   }
-  TopkOrder topk_order() const override {
-    return kernel_ == gpu::ReadKernel::kCanonical ? TopkOrder::kAscendingIds
-                                                  : TopkOrder::kDescendingScore;
-  }
+  TopkForm topk_form() const override { return declared_; }
   std::vector<std::int32_t> indexer(const ReadCase& c) override {
     if (fault_.has_value()) {
       return gpu::testing::indexer_topk_host_faulty(*fault_, c.config, c.indexer, c.batch,
                                                     c.index_q, c.caches, kernel_);
     }
-    return gpu::indexer_topk_host(c.config, c.indexer, c.batch, c.index_q, c.caches, kernel_);
+    return gpu::indexer_topk_host(c.config, c.indexer, c.batch, c.index_q, c.caches, kernel_,
+                                  written_);
   }
   spec::HostTensor attention(const ReadCase& c, const reference::TopkSelection* sel) override {
     const std::vector<std::int32_t> ids = sel != nullptr ? sel->ids : std::vector<std::int32_t>{};
@@ -86,9 +92,17 @@ class CudaReadSubject final : public Subject {
   }
 
  private:
+  /// The family's own form: ascending ids (canonical), best first (fast); token-major, exact keys.
+  static TopkForm family_form(gpu::ReadKernel kernel) {
+    return {kernel == gpu::ReadKernel::kCanonical ? TopkOrder::kAscendingIds
+                                                  : TopkOrder::kDescendingScore};
+  }
+
   std::string name_;
   gpu::ReadKernel kernel_;
   std::optional<gpu::testing::ReadFault> fault_;
+  TopkForm written_, declared_;
+  bool indexer_only_;  ///< a form variant of the family: its attention is the family's own
 };
 
 /// The flash family (kvo/gpu/read.hpp: flash_attention_host), attention only, foreign, profile
@@ -124,10 +138,14 @@ class CudaFlashSubject final : public Subject {
 /// or in vLLM's arithmetic (cuda-dense-engine, foreign: SPEC 4's admissible sets judge it).
 class CudaDenseSubject final : public Subject {
  public:
-  explicit CudaDenseSubject(bool engine) : engine_(engine) {}
-  std::string name() const override {
-    return engine_ ? "cuda-dense-engine" : "cuda-dense-qknorm-rope";
-  }
+  explicit CudaDenseSubject(bool engine, std::string name = {},
+                            std::optional<gpu::testing::DenseFault> fault = std::nullopt)
+      : engine_(engine),
+        name_(!name.empty() ? std::move(name)
+              : engine      ? "cuda-dense-engine"
+                            : "cuda-dense-qknorm-rope"),
+        fault_(fault) {}
+  std::string name() const override { return name_; }
   std::string unavailable_reason() const override { return no_device_reason(); }
   bool implements(spec::Op op) const override { return op == spec::Op::kDense; }
   spec::Ordering ordering() const override {
@@ -135,12 +153,16 @@ class CudaDenseSubject final : public Subject {
   }
   spec::HostTensor dense_insert(const spec::ModelConfig& config, const spec::DenseInsert& in,
                                 spec::LayerCaches& caches) override {
+    if (fault_.has_value())
+      return gpu::testing::dense_insert_host_faulty(*fault_, engine_, config, in, caches);
     return engine_ ? gpu::dense_insert_engine_host(config, in, caches)
                    : gpu::dense_insert_host(config, in, caches);
   }
 
  private:
   bool engine_;
+  std::string name_;
+  std::optional<gpu::testing::DenseFault> fault_;
 };
 
 }  // namespace
@@ -153,8 +175,23 @@ SubjectList make_cuda_subjects() {
   out.push_back(std::make_unique<CudaDenseSubject>(true));
   out.push_back(std::make_unique<CudaReadSubject>("cuda-canonical", gpu::ReadKernel::kCanonical));
   out.push_back(std::make_unique<CudaReadSubject>("cuda-fast", gpu::ReadKernel::kFast));
+  for (const auto& [name, form] : kCudaFastIndexerForms)
+    out.push_back(
+        std::make_unique<CudaReadSubject>(name, gpu::ReadKernel::kFast, std::nullopt, form));
   out.push_back(std::make_unique<CudaFlashSubject>("cuda-flash-bf16"));
   return out;
+}
+
+std::unique_ptr<Subject> make_cuda_head_major_as_token_major_subject(const std::string& name) {
+  const TopkForm written{TopkOrder::kDescendingScore, spec::TopkLayout::kHeadMajor};
+  return std::make_unique<CudaReadSubject>(name, gpu::ReadKernel::kFast, std::nullopt, written,
+                                           TopkForm{TopkOrder::kDescendingScore});
+}
+
+std::unique_ptr<Subject> make_cuda_dense_fault_subject(const std::string& name,
+                                                       gpu::testing::DenseFault fault,
+                                                       bool engine) {
+  return std::make_unique<CudaDenseSubject>(engine, name, fault);
 }
 
 /// The fast read kernels with a planted bug (for the mutation catalogue).

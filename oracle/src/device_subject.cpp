@@ -57,7 +57,7 @@ SubjectFunctions call_functions(DeviceSubjectFunctions d, const Runners& run) {
     };
   }
   f.ordering = d.ordering;
-  f.topk_order = d.topk_order;
+  f.topk_form = d.topk_form;
   f.attention_profile = d.attention_profile;
   return f;
 }

@@ -223,6 +223,23 @@ std::vector<Mutant> build_catalogue() {
                           "indexer: a chosen -inf block dropped to -1 (TensorRT-LLM's selector) "
                           "where index_neg_inf keep is declared",
                           spec::Op::kIndexer, {}, {.drop_neg_inf_always = true}, false));
+  c.push_back(
+      mutant("head-major-as-token-major", spec::Op::kIndexer,
+             "vllm#48604: an indexer's head-major [H, T, K] ids read as token-major "
+             "[T, H, K]",
+             {}, [](const std::string& n) {
+               return make_cpu_naive_indexer(
+                   n, {{spec::TopkOrder::kDescendingScore}, spec::TopkLayout::kHeadMajor, true});
+             }));
+  c.push_back(mutant("keys-coarser-than-declared", spec::Op::kIndexer,
+                     "top-k ranked by 12-bit score keys where 16-bit keys (msa_v1) are declared",
+                     {}, [](const std::string& n) {
+                       return make_cpu_naive_indexer(n, {{spec::TopkOrder::kDescendingScore,
+                                                          spec::TopkLayout::kTokenMajor, 16},
+                                                         std::nullopt,
+                                                         true,
+                                                         12});
+                     }));
   ReadOverrides ties;
   ties.tied_scores = true;
   c.push_back(read_mutant("reversed-tie-order", "top-k: equal scores won by the higher block id",
@@ -241,6 +258,10 @@ std::vector<Mutant> build_catalogue() {
   c.push_back(dense_mutant("dense-eps-outside-sqrt",
                            "dense insert: r = 1 / (sqrt(ms) + eps) instead of 1 / sqrt(ms + eps)",
                            {}, {.eps_outside_sqrt = true}));
+  c.push_back(dense_mutant("dense-rope-over-tail-dims",
+                           "dense insert: RoPE over the last rotary_dim dims (a rope-last layout, "
+                           "as DeepSeek MLA's k_pe) where SPEC 4 rotates the first",
+                           {}, {.rope_over_tail_dims = true}));
   // The same bugs in vLLM's arithmetic (rsqrtf, another reduction order), judged as a foreign
   // dense insert by admissible sets around the float64 truth (SPEC 4), default cases only.
   const auto engine_dense = [&](const char* name, const char* models, DenseMutation mutation) {
@@ -257,6 +278,10 @@ std::vector<Mutant> build_catalogue() {
   engine_dense("engine-dense-eps-off",
                "foreign dense insert: eps 1e-5 where 1e-6 is declared (seen on tiny heads)",
                {.eps_factor = 10.0f});
+  engine_dense("engine-dense-rope-over-tail-dims",
+               "foreign dense insert: RoPE over the last rotary_dim dims (a rope-last layout) "
+               "where SPEC 4 rotates the first",
+               {.rope_over_tail_dims = true});
   engine_dense("engine-dense-fp8-store-unscaled",
                "foreign dense insert: fp8 stored with scale 1 where the scales divide",
                {.fp8_store_unscaled = true});
@@ -318,6 +343,9 @@ std::vector<Mutant> build_catalogue() {
       return make_cuda_read_fault_subject(n, fault);
     }));
   };
+  c.push_back(mutant("cuda-head-major-as-token-major", spec::Op::kIndexer,
+                     "vllm#48604: the fast indexer's head-major ids declared token-major", {},
+                     make_cuda_head_major_as_token_major_subject));
   cuda_read("cuda-fast-local-block-ignored", spec::Op::kIndexer,
             "the fast indexer leaves the local block unforced", ReadFault::kIgnoreLocal);
   const auto cuda_flash = [&](const char* name, const char* models, ReadFault fault) {
@@ -334,6 +362,31 @@ std::vector<Mutant> build_catalogue() {
   cuda_read("cuda-fast-exp-without-log2e", spec::Op::kAttention,
             "the fast softmax computes exp2(s) without folding log2(e) into the scale",
             ReadFault::kExpNoLog2e);
+  // The dense insert's bugs in the CUDA kernels: vLLM's arithmetic (foreign, admissible sets) and
+  // the canonical kernel, default cases only.
+  using gpu::testing::DenseFault;
+  const auto cuda_dense = [&](const char* name, const char* models, DenseFault fault, bool engine) {
+    c.push_back(mutant(name, spec::Op::kDense, models, {}, [fault, engine](const std::string& n) {
+      return make_cuda_dense_fault_subject(n, fault, engine);
+    }));
+  };
+  cuda_dense("cuda-engine-dense-gptj-rope",
+             "GPT-J RoPE where NeoX is declared, in the engine kernel", DenseFault::kGptjRope,
+             true);
+  cuda_dense("cuda-engine-dense-norm-without-one",
+             "x*r*w where Gemma's x*r*(1 + w) is declared, in the engine kernel",
+             DenseFault::kNormWithoutOne, true);
+  cuda_dense("cuda-engine-dense-eps-off", "eps 1e-5 where 1e-6 is declared, in the engine kernel",
+             DenseFault::kEpsOff, true);
+  cuda_dense("cuda-engine-dense-fp8-store-unscaled",
+             "fp8 stored with scale 1 where the scales divide, in the engine kernel",
+             DenseFault::kFp8StoreUnscaled, true);
+  cuda_dense("cuda-engine-dense-rope-over-tail-dims",
+             "RoPE over the last rotary_dim dims, in the engine kernel",
+             DenseFault::kRopeOverTailDims, true);
+  cuda_dense("cuda-dense-rope-over-tail-dims",
+             "RoPE over the last rotary_dim dims, in the canonical kernel",
+             DenseFault::kRopeOverTailDims, false);
 #endif
   return c;
 }

@@ -3,8 +3,9 @@
 // a seed, so the campaign prepares it once for both; judge_read applies the subject's ordering
 // (and, for foreign attention, its arithmetic profile or --profile). Attention's mode for mode
 // detection (SPEC 7) is that profile: one answer judged exactly and under every profile's bound;
-// the indexer's are index_nan and index_score_scale: one answer judged against the reference's
-// selection of the case under each combination.
+// the indexer's are kIndexerModeAxes (index_nan, index_score_scale, index_neg_inf): one answer
+// judged against the reference's selection of the case under each combination, and under each
+// declared order and layout (judged-only axes: detection names a foreign indexer's form).
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -84,6 +85,12 @@ constexpr std::array kIndexerModeAxes{
     indexer_axis<spec::IndexNegInf, &ReadOverrides::index_neg_inf, &spec::IndexerParams::neg_inf>(),
 };
 
+/// The declared-form axes detection adds after kIndexerModeAxes: the rows' order (the two orders
+/// engines emit; `unordered` is implied by either and left out) and their layout. They change how
+/// an answer is judged, never the case, and the subject is told neither.
+constexpr std::array kDetectedTopkOrders{spec::TopkOrder::kAscendingIds,
+                                         spec::TopkOrder::kDescendingScore};
+
 constexpr std::size_t kIndexerModeCombinations = [] {
   std::size_t n = 1;
   for (const IndexerModeAxis& a : kIndexerModeAxes) n *= a.values;
@@ -95,8 +102,8 @@ constexpr std::size_t kIndexerModeCombinations = [] {
 /// per combination, the ids diffed by the subject's ordering and top-k order.
 class IndexerAnswer final : public CapturedAnswer {
  public:
-  IndexerAnswer(const ReadCase& c, spec::Ordering ordering, TopkOrder order)
-      : c_(c), ordering_(ordering), order_(order) {}
+  IndexerAnswer(const ReadCase& c, spec::Ordering ordering, int key_bits)
+      : c_(c), ordering_(ordering), key_bits_(key_bits) {}
   Verdict judge_under(const ModeChoice& choice) override {
     std::size_t at = 0;
     for (std::size_t a = 0; a < kIndexerModeAxes.size(); ++a)
@@ -109,10 +116,15 @@ class IndexerAnswer final : public CapturedAnswer {
       v.expectation = std::make_unique<ReadExpectation>(*v.rc);
     }
     ReadExpectation& e = *v.expectation;
-    const TopkDiff d = ordering_ == spec::Ordering::kCanonical
-                           ? diff_topk_exact(e.selection(), ids)
-                           : diff_topk_tie_aware(e.selection(), e.score_truth(ordering_),
-                                                 v.rc->indexer, ids, order_);
+    const std::size_t form_at = kIndexerModeAxes.size();
+    TopkForm form;
+    form.order = kDetectedTopkOrders.at(choice.at(form_at));
+    form.layout = spec::EnumInfo<spec::TopkLayout>::kNames.at(choice.at(form_at + 1)).value;
+    form.key_bits = key_bits_;
+    const TopkDiff d = diff_topk_declared(
+        e.selection(),
+        ordering_ == spec::Ordering::kCanonical ? nullptr : &e.score_truth(ordering_),
+        v.rc->indexer, ids, ordering_, form);
     return {d.equal() ? spec::Outcome::kPass : spec::Outcome::kMismatch, d.report(), d.differing};
   }
 
@@ -125,7 +137,7 @@ class IndexerAnswer final : public CapturedAnswer {
   };
   const ReadCase& c_;
   spec::Ordering ordering_;
-  TopkOrder order_;
+  int key_bits_;  ///< the subject's declared key precision (not detected: it only loosens)
   std::array<Variant, kIndexerModeCombinations> variants_;
 };
 
@@ -228,9 +240,13 @@ class ReadDriver final : public OpDriver {
   // kIndexerModeAxes (SPEC 5; the contract's defaults first).
   std::vector<ModeAxis> mode_axes() const override {
     if (op_ == spec::Op::kIndexer) {
+      ModeAxis order{"topk_order", {}};
+      for (const spec::TopkOrder o : kDetectedTopkOrders)
+        order.values.emplace_back(spec::name_of(o));
       return {names_axis<spec::IndexNan>("index_nan"),
               names_axis<spec::IndexScoreScale>("index_score_scale"),
-              names_axis<spec::IndexNegInf>("index_neg_inf")};
+              names_axis<spec::IndexNegInf>("index_neg_inf"), order,
+              names_axis<spec::TopkLayout>("topk_layout")};
     }
     ModeAxis axis{"profile", {std::string(kExact)}};
     for (spec::AttentionProfile p : kProfilesByLooseness)
@@ -262,7 +278,7 @@ class ReadDriver final : public OpDriver {
     auto& rp = static_cast<ReadPrepared&>(pc);
     if (op_ == spec::Op::kIndexer) {
       auto answer =
-          std::make_unique<IndexerAnswer>(rp.rc, subject.ordering(), subject.topk_order());
+          std::make_unique<IndexerAnswer>(rp.rc, subject.ordering(), subject.topk_form().key_bits);
       answer->run_outcome = run_guarded(
           [&] {
             answer->ids = subject.indexer(rp.rc);

@@ -53,6 +53,30 @@ void fill_set_difference(const reference::TopkSelection& s, TopkRowDiff& d) {
   }
 }
 
+/// Why the first `count` ids of a (token-major) row break the declared order, or "": ascending
+/// ids, or (with one lane only: a union has no one score order) descending reference scores,
+/// where a later block may score above an earlier one by at most slack(later, earlier).
+template <class Slack>
+std::string order_problem(const reference::TopkSelection& e, std::int64_t q, std::int64_t g,
+                          const std::vector<std::int32_t>& row, std::int64_t count, TopkOrder order,
+                          Slack slack) {
+  const bool by_score = order == TopkOrder::kDescendingScore && e.lanes == 1;
+  if (order != TopkOrder::kAscendingIds && !by_score) return {};
+  for (std::int64_t k = 1; k < count; ++k) {
+    const std::int32_t prev = row[static_cast<std::size_t>(k - 1)],
+                       cur = row[static_cast<std::size_t>(k)];
+    const bool ok = !by_score ? cur > prev
+                              : static_cast<double>(e.score(q, g, cur)) <=
+                                    static_cast<double>(e.score(q, g, prev)) + slack(cur, prev);
+    if (!ok) {
+      return "ids " + std::to_string(prev) + ", " + std::to_string(cur) +
+             " not in the declared order (" + (by_score ? "descending score" : "ascending ids") +
+             ")";
+    }
+  }
+  return {};
+}
+
 /// An order-preserving integer image of a float code, for ulp distances.
 std::int64_t ordered(std::uint32_t code, spec::DType dtype) {
   const int bits = static_cast<int>(8 * spec::dtype_bytes(dtype));
@@ -137,9 +161,57 @@ TopkDiff diff_topk_exact(const reference::TopkSelection& e,
   return diff;
 }
 
+std::vector<std::int32_t> token_major_ids(const reference::TopkSelection& e,
+                                          const std::vector<std::int32_t>& actual,
+                                          spec::TopkLayout layout) {
+  if (layout == spec::TopkLayout::kTokenMajor || actual.size() != e.ids.size()) return actual;
+  std::vector<std::int32_t> rows(actual.size());
+  for (std::int64_t q = 0; q < e.num_queries; ++q)
+    for (std::int64_t g = 0; g < e.num_kv_heads; ++g)
+      for (std::int64_t k = 0; k < e.topk; ++k)
+        rows[static_cast<std::size_t>((q * e.num_kv_heads + g) * e.topk + k)] =
+            actual[static_cast<std::size_t>(
+                spec::topk_offset(layout, q, g, k, e.num_queries, e.num_kv_heads, e.topk))];
+  return rows;
+}
+
+TopkDiff diff_topk_declared(const reference::TopkSelection& e, const truth::ScoreTruth* truth,
+                            const spec::IndexerParams& p, const std::vector<std::int32_t>& actual,
+                            spec::Ordering ordering, const TopkForm& form) {
+  const std::vector<std::int32_t> rows = token_major_ids(e, actual, form.layout);
+  if (ordering == spec::Ordering::kForeign) return diff_topk_tie_aware(e, *truth, p, rows, form);
+  // Canonical: the reference's rows exactly, and in the declared order with exact scores (rows
+  // that equal the reference's are ascending ids: another declared order holds only over ties).
+  TopkDiff d = diff_topk_exact(e, rows);
+  if (!d.equal()) return d;
+  for (std::int64_t r = 0; r < d.rows; ++r) {
+    const std::int64_t q = r / e.num_kv_heads, g = r % e.num_kv_heads;
+    const std::vector<std::int32_t> row = row_ids(rows, r, e.topk);
+    const auto count =
+        static_cast<std::int64_t>(std::find(row.begin(), row.end(), -1) - row.begin());
+    std::string problem = order_problem(e, q, g, row, count, form.order,
+                                        [](std::int64_t, std::int64_t) { return 0.0; });
+    if (problem.empty()) continue;
+    ++d.differing;
+    if (d.samples.size() < kSamples) {
+      TopkRowDiff s;
+      s.query = q;
+      s.kv_head = g;
+      s.n_valid = e.n_valid[static_cast<std::size_t>(q)];
+      s.k_eff = std::min(e.topk / e.lanes, s.n_valid);
+      s.expected = s.actual = row;
+      s.kth_score = kth_score(e, q, g, s.n_valid, s.k_eff);
+      s.problem = std::move(problem);
+      d.samples.push_back(std::move(s));
+    }
+  }
+  return d;
+}
+
 TopkDiff diff_topk_tie_aware(const reference::TopkSelection& e, const truth::ScoreTruth& truth,
                              const spec::IndexerParams& p, const std::vector<std::int32_t>& actual,
-                             TopkOrder order) {
+                             const TopkForm& form) {
+  const TopkOrder order = form.order;
   TopkDiff diff;
   diff.rows = e.num_queries * e.num_kv_heads;
   if (actual.size() != e.ids.size()) return diff_topk_exact(e, actual);
@@ -169,10 +241,18 @@ TopkDiff diff_topk_tie_aware(const reference::TopkSelection& e, const truth::Sco
           if (e.score(q, g, j, l) == kth[static_cast<std::size_t>(l)])
             kth_block[static_cast<std::size_t>(l)] = j;
       }
-      // Score slack of block j in lane l against the lane's cut: both scores' bounds.
+      // Slack of two scores of lane l: both bounds, and one key step at the larger magnitude
+      // (SPEC 5: keys of the declared precision may tie scores that far apart).
+      auto pair_slack = [&](std::int64_t l, std::int64_t a, std::int64_t b) {
+        const double bounds = bound_of(l, a) + bound_of(l, b);
+        const double reach = std::max(std::fabs(static_cast<double>(e.score(q, g, a, l))),
+                                      std::fabs(static_cast<double>(e.score(q, g, b, l))));
+        return bounds + spec::topk_key_step(reach + bounds, form.key_bits);
+      };
+      // Score slack of block j in lane l against the lane's cut.
       auto slack = [&](std::int64_t l, std::int64_t j) {
         const std::int64_t kb = kth_block[static_cast<std::size_t>(l)];
-        return bound_of(l, j) + (kb >= 0 ? bound_of(l, kb) : 0.0);
+        return kb >= 0 ? pair_slack(l, j, kb) : bound_of(l, j);
       };
       auto droppable = [&](std::int64_t l, std::int64_t j) {
         return drop && e.score(q, g, j, l) == -INFINITY;
@@ -243,23 +323,10 @@ TopkDiff diff_topk_tie_aware(const reference::TopkSelection& e, const truth::Sco
           }
         }
       }
-      // The declared order; by score only with one lane (a union has no one score order).
-      const bool by_score = order == TopkOrder::kDescendingScore && e.lanes == 1;
-      if (d.problem.empty() && (order == TopkOrder::kAscendingIds || by_score)) {
-        for (std::int64_t k = 1; k < valid_count; ++k) {
-          const std::int32_t prev = d.actual[static_cast<std::size_t>(k - 1)],
-                             cur = d.actual[static_cast<std::size_t>(k)];
-          const bool ok = !by_score ? cur > prev
-                                    : static_cast<double>(e.score(q, g, cur)) <=
-                                          static_cast<double>(e.score(q, g, prev)) +
-                                              bound_of(0, cur) + bound_of(0, prev);
-          if (!ok) {
-            d.problem = std::string("not in the declared order (") +
-                        (by_score ? "descending score" : "ascending ids") + ")";
-            break;
-          }
-        }
-      }
+      if (d.problem.empty())
+        d.problem =
+            order_problem(e, q, g, d.actual, valid_count, order,
+                          [&](std::int64_t a, std::int64_t b) { return pair_slack(0, a, b); });
       if (d.problem.empty()) continue;
       ++diff.differing;
       if (diff.samples.size() < kSamples) {

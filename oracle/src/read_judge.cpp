@@ -64,10 +64,9 @@ ReadVerdict judge_read(Subject& s, spec::Op op, ReadExpectation& e,
       [&] {
         if (op == spec::Op::kIndexer) {
           const std::vector<std::int32_t> ids = s.indexer(e.read_case());
-          const TopkDiff d = canonical
-                                 ? diff_topk_exact(e.selection(), ids)
-                                 : diff_topk_tie_aware(e.selection(), e.score_truth(s.ordering()),
-                                                       e.read_case().indexer, ids, s.topk_order());
+          const TopkDiff d =
+              diff_topk_declared(e.selection(), canonical ? nullptr : &e.score_truth(s.ordering()),
+                                 e.read_case().indexer, ids, s.ordering(), s.topk_form());
           v.report = d.report();
           if (d.equal()) return spec::Outcome::kPass;
           if (!d.samples.empty()) v.query = d.samples.front().query;

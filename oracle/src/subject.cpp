@@ -35,7 +35,7 @@ class FunctionSubject final : public Subject {
     return false;
   }
   spec::Ordering ordering() const override { return fns_.ordering; }
-  TopkOrder topk_order() const override { return fns_.topk_order; }
+  TopkForm topk_form() const override { return fns_.topk_form; }
   spec::AttentionProfile attention_profile() const override { return fns_.attention_profile; }
   void write_layer(const spec::ModelConfig& c, const spec::LayerWrite& w,
                    spec::LayerCaches& caches) override {

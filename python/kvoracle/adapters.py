@@ -293,16 +293,25 @@ def trtllm_msa_fused_write(kernel: Callable) -> Adapter:
         "fp8 without a KV scale; peer_findings.md: identical on 20/20 (satfinite, scale none).")
 
 
-def topk_indexer(kernel: Callable, *, order: str = "descending_score") -> Adapter:
-    """A block top-k indexer with the engines' output layout: kernel(call) returns ids
-    [T, H_kv, K] int32, token-major, each row in the engine's order ("descending_score": vLLM's
-    Triton indexer; "ascending_ids": TensorRT-LLM MSA; "unordered"), -1 after the kept blocks."""
+def topk_indexer(kernel: Callable, *, order: str = "descending_score",
+                 layout: str = "token_major", key_bits: int = 32) -> Adapter:
+    """A block top-k indexer in an engine's declared form (SPEC 5): kernel(call) returns ids int32,
+    each row in the engine's order ("descending_score": vLLM's Triton M3 indexer; "ascending_ids":
+    TensorRT-LLM MSA, vLLM's SM100 path; "unordered"), -1 after the kept blocks; laid out
+    [T, H_kv, K] ("token_major") or [H_kv, T, K] ("head_major": vLLM's Triton M3 indexer, stored
+    as its bytes in call.ids); ranked by exact scores (key_bits=32) or by score keys of that many
+    bits (16: MSA's msa_v1), which widens the tie-aware bound by one key step."""
 
     def indexer(call: Call):
-        return kernel(call)
+        ids = kernel(call)
+        if layout == "head_major" and ids is not None:
+            ids = ids.reshape(call.ids.shape)  # the head-major bytes, in the output's buffer
+        return ids
 
-    return Adapter("topk_indexer", indexer, {}, "the engine's declared order", ordering="foreign",
-                   topk_order=order)
+    form = ",".join([order] + ([layout] if layout != "token_major" else []) +
+                    ([f"keys{key_bits}"] if key_bits != 32 else []))
+    return Adapter("topk_indexer", indexer, {}, "the engine's declared order and layout",
+                   ordering="foreign", topk_order=form)
 
 
 def foreign_attention(kernel: Callable, *, profile: str = "fp32") -> Adapter:

@@ -243,7 +243,7 @@ std::unique_ptr<oracle::Subject> make_python_subject(const std::string& name, co
   f.attention =
       python_call<gpu::DeviceAttentionCall>("attention", memory, py.attention, py.unsupported);
   f.ordering = declared.ordering;
-  f.topk_order = declared.topk_order;
+  f.topk_form = declared.topk_form;
   f.attention_profile = declared.attention_profile;
   return memory == Memory::kHost ? oracle::make_host_call_subject(name, std::move(f))
                                  : oracle::make_device_subject(name, std::move(f));
@@ -257,12 +257,13 @@ E parse_name(const std::string& text, const std::string& field) {
   return *v;
 }
 
-/// The declaration of a subject from its names ("canonical", "ascending_ids", "fp32").
+/// The declaration of a subject from its names ("canonical", "ascending_ids" or another top-k form
+/// such as "descending_score,head_major", "fp32").
 oracle::SubjectFunctions declared_from(const std::string& ordering, const std::string& topk_order,
                                        const std::string& profile) {
   oracle::SubjectFunctions d;
   d.ordering = parse_name<spec::Ordering>(ordering, "ordering");
-  d.topk_order = parse_name<oracle::TopkOrder>(topk_order, "topk_order");
+  d.topk_form = spec::parse_topk_form(topk_order, "topk_order");
   d.attention_profile = parse_name<spec::AttentionProfile>(profile, "profile");
   return d;
 }
@@ -455,7 +456,7 @@ NB_MODULE(_core, m) {
         for (const TensorTuple& t : result) tensors.push_back(named_tensor(t));
         const oracle::SubjectFunctions d = declared_from(ordering, topk_order, profile);
         const std::vector<std::uint8_t> file = traces::serialize_result(
-            c, std::move(tensors), subject, {d.ordering, d.attention_profile, d.topk_order});
+            c, std::move(tensors), subject, {d.ordering, d.attention_profile, d.topk_form});
         const traces::Judgement j = traces::judge_result(c, file, {});
         return std::make_tuple(std::string(spec::name_of(j.outcome)), spec::exit_status(j.outcome),
                                j.report, to_bytes(file));

@@ -121,3 +121,33 @@ def attention(call, *, include_own_token=True):
     if p["out_dtype"] == "bf16":
         return float32_to_bf16(out.astype(np.float32))
     return out.astype(np.float16)
+
+
+def block_topk_head_major(call):
+    """vLLM's Triton M3 indexer's output form in NumPy: block scores in float64 from a flat bf16
+    index-K cache (max over each block's visible tokens; init and local blocks forced), the top-k
+    best first (stable: ties to the lower id), -1 after; ids [H_kv, T, K] head-major. One index
+    head per KV head (index_group max reduces several)."""
+    cfg, p = call.config, call.params
+    assert call.dtype("index_q") == "bf16" and call.dtype("index_cache") == "bf16"
+    iq = bf16_to_float32(call.index_q).astype(np.float64)
+    ik = bf16_to_float32(call.index_cache).astype(np.float64)
+    tq, nh, _ = iq.shape
+    nkv, bs, sb, topk = cfg["num_kv_heads"], cfg["block_size"], p["sparse_block"], p["topk"]
+    ids = np.full((nkv, tq, topk), -1, dtype=np.int32)
+    for row in range(tq):
+        r, pos = int(call.row_request[row]), int(call.row_position[row])
+        if int(call.seq_lens[r]) == 0:
+            continue
+        n_valid = pos // sb + 1
+        t = np.arange(pos + 1)
+        keys = ik[call.block_table[r, t // bs], t % bs]  # [tokens, idim]
+        s = iq[row] @ keys.T  # [nh, tokens]
+        for g in range(nkv):
+            group = s[g * (nh // nkv):(g + 1) * (nh // nkv)].max(axis=0)
+            score = np.array([group[j * sb:(j + 1) * sb].max() for j in range(n_valid)])
+            score[:p["init_blocks"]] = 1e30
+            score[max(n_valid - p["local_blocks"], 0):] = 1e29
+            best = np.argsort(-score, kind="stable")[:min(topk, n_valid)]
+            ids[g, row, :best.size] = best
+    return ids

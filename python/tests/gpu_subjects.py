@@ -107,12 +107,13 @@ def torch_sdpa_attention(call):
     return out.to(call.out.dtype)
 
 
-def torch_topk_indexer(call, neg_inf=None):
+def torch_topk_indexer(call, neg_inf=None, head_major=False):
     """Block scores from the flat bf16 index-K cache, then torch.topk (descending score, ties as
     torch breaks them): a foreign top-k judged by the tie-aware rules. index_group max reduces the
     heads' scores first; union takes each index head's top-k and their union (ascending); under
     index_neg_inf drop a chosen -inf block is left out. `neg_inf` set: that mode whatever the call
-    says (a kernel with its own convention, for mode detection)."""
+    says (a kernel with its own convention, for mode detection). `head_major`: ids [nkv, Tq, K],
+    as vLLM's Triton M3 indexer lays them out."""
     cfg, p = call.config, call.params
     if cfg["index_layout"] != "flat":
         raise Unsupported("flat index-K only")
@@ -157,7 +158,7 @@ def torch_topk_indexer(call, neg_inf=None):
             keep = indices[g][values[g] != float("-inf")] if drop else indices[g].flatten()
             chosen = torch.unique(keep) if union else keep  # union: ascending, each id once
             ids[row, g, :chosen.numel()] = chosen.to(torch.int32)
-    return ids
+    return ids.permute(1, 0, 2).contiguous() if head_major else ids
 
 
 # --- Triton kernels in the engines' styles ------------------------------------------------------

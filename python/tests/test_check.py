@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import kvoracle
-from engines_numpy import attention
+from engines_numpy import attention, block_topk_head_major
 
 # What the NumPy write below implements: bf16 in, bf16 cache, no scale, -1 skipped, dense layers.
 WRITE_MODES = dict(act_dtype="bf16", kv_dtype="bf16", scale_mode="none", slot_mode="strict",
@@ -153,3 +153,37 @@ def test_detect_modes_names_the_write_modes():
     assert r.outcome == "pass", r.report
     assert any("slot_mode=strict" in m for m in r.matched), r.matched
     assert not any("slot_mode=legacy_wrap" in m for m in r.matched)
+
+
+# A flat bf16 index-K cache, exact index-K (no NaN or -inf rows), one index head per KV head, two KV
+# heads: where the layouts differ.
+_INDEXER = dict(index_layout="flat", index_dtype="bf16", index_q="activation", index_nan="skip",
+                nan_index_k=False, neg_inf_block=False, index_group="max", num_kv_heads=2,
+                index_heads_per_kv=1)
+
+
+def test_head_major_indexer_is_judged_in_its_declared_layout():
+    a = kvoracle.adapters.topk_indexer(block_topk_head_major, order="descending_score",
+                                       layout="head_major")
+    report = kvoracle.check(a, op="indexer", cases=60, **_INDEXER)
+    assert report.passed, report.message
+    # The same bytes declared token-major: vllm#48604's misreading, caught with the seed.
+    wrong = kvoracle.adapters.topk_indexer(lambda call: block_topk_head_major(call).reshape(
+        call.ids.shape), order="descending_score")
+    bad = kvoracle.check(wrong, op="indexer", cases=60, **_INDEXER)
+    assert not bad.passed
+    assert "seed" in bad.message and "top-k rows differ" in bad.message, bad.message
+
+
+def test_detection_names_the_indexer_order_and_layout():
+    a = kvoracle.adapters.topk_indexer(block_topk_head_major, layout="head_major")
+    (r,) = kvoracle.detect_modes(a, op="indexer", cases=30, **_INDEXER)
+    assert r.matched, r.report
+    assert all("topk_order=descending_score" in m and "topk_layout=head_major" in m
+               for m in r.matched), r.report
+
+
+def test_a_bad_topk_form_is_named():
+    with pytest.raises(Exception, match="topk_order"):
+        kvoracle.check(block_topk_head_major, op="indexer", cases=1, ordering="foreign",
+                       topk_order="descending_score,diagonal", **_INDEXER)

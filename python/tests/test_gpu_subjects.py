@@ -87,6 +87,22 @@ def test_torch_topk_indexer_in_each_index_group(group):
     assert report.passed, report.message
 
 
+def test_head_major_torch_indexer_is_judged_and_its_layout_detected():
+    """vLLM's Triton M3 layout: ids [H, T, K] by descending score. Declared, it passes; detection
+    names head_major (and descending_score); declared token-major (vllm#48604), it fails."""
+    fn = lambda call: gs.torch_topk_indexer(call, head_major=True)
+    flags = dict(index_layout="flat", index_dtype="bf16", index_nan="skip", num_kv_heads=2)
+    a = adapters.topk_indexer(fn, order="descending_score", layout="head_major")
+    report = kvoracle.check(a, op="indexer", device="cuda", cases=CASES, **flags)
+    record("torch.topk head-major [H, T, K]", "indexer", report, "descending_score,head_major")
+    assert report.passed, report.message
+    r, best = detected(a, op="indexer", **flags)
+    assert "topk_layout=head_major" in best and "topk_order=descending_score" in best, r.report
+    wrong = adapters.topk_indexer(lambda call: fn(call).reshape(call.ids.shape),
+                                  order="descending_score")
+    assert not kvoracle.check(wrong, op="indexer", device="cuda", cases=CASES, **flags).passed
+
+
 @pytest.mark.parametrize("own", ["keep", "drop"])
 def test_torch_topk_indexer_neg_inf_mode_is_detected(own):
     """A top-k with its own -inf convention (TensorRT-LLM's selector drops): told keep, detection

@@ -1,6 +1,8 @@
 #include "kvo/spec/read.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kvo/spec/outcome.hpp"
 
@@ -90,6 +92,71 @@ std::int64_t selection_lanes(const IndexerParams& p, std::int64_t num_kv_heads) 
 
 std::int64_t selection_width(const IndexerParams& p, std::int64_t num_kv_heads) {
   return p.topk * selection_lanes(p, num_kv_heads);
+}
+
+std::string topk_form_text(const TopkForm& f) {
+  std::string s(name_of(f.order));
+  if (f.layout != TopkLayout::kTokenMajor) s += "," + std::string(name_of(f.layout));
+  if (f.key_bits != 32) s += ",keys" + std::to_string(f.key_bits);
+  return s;
+}
+
+TopkForm parse_topk_form(std::string_view text, const std::string& field) {
+  auto bad = [&](const std::string& why) {
+    return InvalidInput(field, -1, std::string(text),
+                        why + " (expected <order>[,<layout>][,keys<N>]: order " +
+                            enum_choices<TopkOrder>() + ", layout " + enum_choices<TopkLayout>() +
+                            ", N " + std::to_string(TopkForm::kMinKeyBits) + "..32)");
+  };
+  TopkForm f;
+  std::size_t at = 0;
+  for (int part = 0; at <= text.size(); ++part) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string_view word = text.substr(at, comma - at);
+    at = comma + 1;
+    if (part == 0) {
+      const auto order = parse_enum<TopkOrder>(word);
+      if (!order) throw bad("no order '" + std::string(word) + "'");
+      f.order = *order;
+    } else if (const auto layout = parse_enum<TopkLayout>(word)) {
+      f.layout = *layout;
+    } else if (word.starts_with("keys")) {
+      const std::string digits(word.substr(4));
+      const bool numeric = !digits.empty() && digits.size() <= 2 &&
+                           digits.find_first_not_of("0123456789") == std::string::npos;
+      f.key_bits = numeric ? std::stoi(digits) : -1;
+      if (f.key_bits < TopkForm::kMinKeyBits || f.key_bits > 32)
+        throw bad("key precision '" + std::string(word) + "' out of range");
+    } else {
+      throw bad("unknown part '" + std::string(word) + "'");
+    }
+  }
+  return f;
+}
+
+std::int64_t topk_offset(TopkLayout layout, std::int64_t q, std::int64_t g, std::int64_t k,
+                         std::int64_t num_queries, std::int64_t num_kv_heads, std::int64_t width) {
+  return (layout == TopkLayout::kHeadMajor ? g * num_queries + q : q * num_kv_heads + g) * width +
+         k;
+}
+
+float topk_score_key(float score, int key_bits) {
+  if (key_bits >= 32 || std::isnan(score) || score == -INFINITY) return score;
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &score, 4);
+  std::uint32_t image = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+  image &= ~0u << (32 - key_bits);
+  bits = (image & 0x80000000u) ? image & 0x7FFFFFFFu : ~image;
+  float key = 0.0f;
+  std::memcpy(&key, &bits, 4);
+  return std::isnan(key) ? -INFINITY : key;
+}
+
+double topk_key_step(double x, int key_bits) {
+  if (key_bits >= 32) return 0.0;
+  // Infinities are keys of their own; past the largest binade the step stays that binade's.
+  const int binade = x == 0.0 ? -126 : std::isinf(x) ? 127 : std::clamp(std::ilogb(x), -126, 127);
+  return std::ldexp(1.0, binade - (key_bits - TopkForm::kMinKeyBits));
 }
 
 DType index_q_dtype(const ModelConfig& c, const IndexerParams& p) {

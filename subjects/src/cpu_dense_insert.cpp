@@ -88,10 +88,12 @@ void norm_rope(std::vector<float>& x, const std::vector<float>& w, const spec::D
   for (std::size_t i = 0; i < x.size(); ++i)
     x[i] = (x[i] * r) * (m.norm_without_one ? w[i] : 1.0f + w[i]);
   const std::int64_t half = in.rotary_dim / 2;
+  const std::int64_t first =
+      m.rope_over_tail_dims ? static_cast<std::int64_t>(x.size()) - in.rotary_dim : 0;
   for (std::int64_t i = 0; i < half; ++i) {
     // NeoX pairs (i, i + half); GPT-J pairs (2i, 2i + 1), both with cos/sin entry i.
-    const auto a = static_cast<std::size_t>(m.gptj_rope ? 2 * i : i);
-    const auto b = static_cast<std::size_t>(m.gptj_rope ? 2 * i + 1 : i + half);
+    const auto a = static_cast<std::size_t>(first + (m.gptj_rope ? 2 * i : i));
+    const auto b = static_cast<std::size_t>(first + (m.gptj_rope ? 2 * i + 1 : i + half));
     const float c = cs[i], s = cs[half + i];
     const float x1 = x[a], x2 = x[b];
     if (engine) {

@@ -48,7 +48,8 @@ std::vector<std::int32_t> select_topk(const std::vector<float>& scores, std::int
 std::vector<std::int32_t> naive_indexer(const spec::ModelConfig& config,
                                         const spec::IndexerParams& p, const spec::ReadBatch& batch,
                                         const spec::HostTensor& index_q,
-                                        const spec::LayerCaches& caches, const ReadMutation& m) {
+                                        const spec::LayerCaches& caches, const ReadMutation& m,
+                                        int key_bits) {
   const auto rows = reference::query_rows(batch);
   const std::int64_t nkv = config.geometry.num_kv_heads, dim = config.geometry.index_dim;
   const std::int64_t per_group = p.num_index_heads / nkv;
@@ -111,7 +112,9 @@ std::vector<std::int32_t> naive_indexer(const spec::ModelConfig& config,
           if (!m.ignore_local && j >= n_valid - p.local_blocks)
             scores[static_cast<std::size_t>(j)] = reference::kLocalBlockScore;
         }
-        for (std::int32_t id : select_topk(scores, p.topk, true, false)) {
+        std::vector<float> keys = scores;
+        for (float& k : keys) k = spec::topk_score_key(k, key_bits);
+        for (std::int32_t id : select_topk(keys, p.topk, true, false)) {
           const bool dropped = id >= 0 && drop && scores[static_cast<std::size_t>(id)] == -INFINITY;
           if (id >= 0 && !dropped && std::find(row_ids.begin(), row_ids.end(), id) == row_ids.end())
             row_ids.push_back(id);

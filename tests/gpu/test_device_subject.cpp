@@ -103,8 +103,12 @@ void builtin_indexer(const gpu::DeviceIndexerCall& call) {
       static_cast<std::size_t>(tq * nkv * spec::selection_lanes(call.params, nkv) * n) * 4,
       call.stream);
   gpu::launch_indexer_topk(*call.config, call.params, read_batch(call.batch),
-                           {call.caches.index_cache.data, call.index_q.data, n,
-                            static_cast<float*>(scores.p), call.ids.as<std::int32_t>()},
+                           {call.caches.index_cache.data,
+                            call.index_q.data,
+                            n,
+                            static_cast<float*>(scores.p),
+                            call.ids.as<std::int32_t>(),
+                            {}},
                            gpu::ReadKernel::kCanonical, call.stream);
 }
 

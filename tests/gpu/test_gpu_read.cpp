@@ -49,7 +49,7 @@ ForeignVerdict judge_fast(const oracle::ReadCase& rc, const reference::TopkSelec
   const truth::ScoreTruth st = truth::indexer_truth(rc.config, rc.indexer, rc.batch, rc.index_q,
                                                     rc.caches, spec::Ordering::kForeign);
   const oracle::TopkDiff td =
-      oracle::diff_topk_tie_aware(sel, st, rc.indexer, ids, oracle::TopkOrder::kDescendingScore);
+      oracle::diff_topk_tie_aware(sel, st, rc.indexer, ids, {oracle::TopkOrder::kDescendingScore});
   if (!td.equal()) v.topk = td.report();
   const auto out =
       fault.has_value()
@@ -197,6 +197,50 @@ TEST(GpuReadFast, PlantedBugsRejectedInForeignMode) {
       "[gpu-fast] local block unforced caught at case %d; exp2 without log2(e) at case %d\n",
       topk_case, softmax_case);
   std::printf("%s\n%s\n", topk_report.c_str(), softmax_report.c_str());
+}
+
+// The fast indexer in the engines' declared forms (SPEC 5): head-major ids are the token-major ones
+// transposed, element for element; ranked by 16-bit score keys it is accepted under keys16 (and on
+// some cases only there: the keys decide); long rows (up to 5000 logical blocks: past 4096, the
+// tiled rank path) included. The canonical family takes no key precision.
+TEST(GpuReadFast, DeclaredTopkForms) {
+  std::string why;
+  if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  const spec::TopkForm head_major{spec::TopkOrder::kDescendingScore, spec::TopkLayout::kHeadMajor};
+  const spec::TopkForm keys16{spec::TopkOrder::kDescendingScore, spec::TopkLayout::kTokenMajor, 16};
+  int keys_decided = 0, cases = 0;
+  for (int i = 0; i < 120; ++i) {
+    oracle::ReadOverrides o;
+    if (i % 8 == 7) {  // long rows: up to 5000 logical blocks of 4 tokens
+      o.sparse_block = 4;
+      o.max_seq_len = 20000;
+    }
+    const oracle::ReadCase rc = oracle::make_read_case(0xF0E40000ull + i, o);
+    SCOPED_TRACE(tag(rc));
+    const auto& c = rc;
+    const std::vector<std::int32_t> rows = gpu::indexer_topk_host(
+        c.config, c.indexer, c.batch, c.index_q, c.caches, gpu::ReadKernel::kFast);
+    const std::vector<std::int32_t> hm = gpu::indexer_topk_host(
+        c.config, c.indexer, c.batch, c.index_q, c.caches, gpu::ReadKernel::kFast, head_major);
+    const reference::TopkSelection sel =
+        reference::indexer_topk(c.config, c.indexer, c.batch, c.index_q, c.caches);
+    ASSERT_EQ(oracle::token_major_ids(sel, hm, spec::TopkLayout::kHeadMajor), rows);
+    const truth::ScoreTruth st = truth::indexer_truth(c.config, c.indexer, c.batch, c.index_q,
+                                                      c.caches, spec::Ordering::kForeign);
+    const std::vector<std::int32_t> keyed = gpu::indexer_topk_host(
+        c.config, c.indexer, c.batch, c.index_q, c.caches, gpu::ReadKernel::kFast, keys16);
+    const oracle::TopkDiff d = oracle::diff_topk_tie_aware(sel, st, c.indexer, keyed, keys16);
+    ASSERT_TRUE(d.equal()) << d.report();
+    keys_decided += !oracle::diff_topk_tie_aware(sel, st, c.indexer, keyed, {keys16.order}).equal();
+    if (c.batch.num_queries() > 0) {  // no query rows: no launch, nothing to refuse
+      EXPECT_THROW((void)gpu::indexer_topk_host(c.config, c.indexer, c.batch, c.index_q, c.caches,
+                                                gpu::ReadKernel::kCanonical, keys16),
+                   spec::Unsupported);
+    }
+    ++cases;
+  }
+  std::printf("[gpu-fast] declared forms: %d cases; 16-bit keys decided the choice on %d\n", cases,
+              keys_decided);
 }
 
 TEST(GpuReadBadInput, RejectedBeforeAnyLaunch) {

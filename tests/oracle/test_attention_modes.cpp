@@ -44,13 +44,18 @@ TEST(AttentionModes, OneProfileAxisTightestFirst) {
   EXPECT_EQ(axes[0].values, (std::vector<std::string>{"exact", "fp32", "fp16_p", "bf16_p"}));
   // The indexer's modes are its own axes (SPEC 5), the contract's defaults first.
   const std::vector<ModeAxis> indexer = driver_of(spec::Op::kIndexer).mode_axes();
-  ASSERT_EQ(indexer.size(), 3u);
+  ASSERT_EQ(indexer.size(), 5u);
   EXPECT_EQ(indexer[0].name, "index_nan");
   EXPECT_EQ(indexer[0].values, (std::vector<std::string>{"skip", "first", "lowest"}));
   EXPECT_EQ(indexer[1].name, "index_score_scale");
   EXPECT_EQ(indexer[1].values, (std::vector<std::string>{"one", "rsqrt_dim"}));
   EXPECT_EQ(indexer[2].name, "index_neg_inf");
   EXPECT_EQ(indexer[2].values, (std::vector<std::string>{"keep", "drop"}));
+  // Then the declared form's judged-only axes: the two orders engines emit, and the layouts.
+  EXPECT_EQ(indexer[3].name, "topk_order");
+  EXPECT_EQ(indexer[3].values, (std::vector<std::string>{"ascending_ids", "descending_score"}));
+  EXPECT_EQ(indexer[4].name, "topk_layout");
+  EXPECT_EQ(indexer[4].values, (std::vector<std::string>{"token_major", "head_major"}));
 }
 
 TEST(AttentionModes, PinsFp32UnlessAProfileIsGiven) {

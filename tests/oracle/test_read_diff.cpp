@@ -36,7 +36,7 @@ Verdict judge(Subject& s, const ReadCase& c) {
   } else {
     const auto truth =
         truth::indexer_truth(c.config, c.indexer, c.batch, c.index_q, c.caches, s.ordering());
-    const TopkDiff t = diff_topk_tie_aware(sel, truth, c.indexer, ids, s.topk_order());
+    const TopkDiff t = diff_topk_tie_aware(sel, truth, c.indexer, ids, s.topk_form());
     const auto at = truth::attention_truth(c.config, c.attention, c.batch, c.q, c.caches, c.k_scale,
                                            c.v_scale, &sel, s.ordering());
     const AttentionDiff a = diff_attention_bounded(at, out);

@@ -641,6 +641,33 @@ TEST(TraceDenseReplay, APlantedDenseBugIsReportedAtItsStepAndLayer) {
   EXPECT_NE(r.mismatches[0].find("q_out"), std::string::npos) << r.mismatches[0];
 }
 
+TEST(TraceDenseReplay, TheDenseFp8StoreKeyDecidesWhatIsRight) {
+  // An fp8 cache with scales other than 1: a dense subject storing with scale 1 (vLLM's fused M3
+  // insert) is right on a trace whose dense_fp8_store says identity and wrong on a scaled one; a
+  // scaled subject the other way round.
+  Trace t = fused_dense_trace();
+  t.config.kv.cache_dtype = spec::DType::kFp8E4M3;
+  t.config.kv.scale_mode = spec::ScaleMode::kDivide;
+  t.k_scale = {0.5f};
+  t.v_scale = {0.25f};
+  ReplayOptions o;
+  o.ops = {spec::Op::kDense};
+  for (const auto store : {spec::DenseFp8Store::kScaled, spec::DenseFp8Store::kIdentity}) {
+    t.read.dense_fp8_store = store;
+    const Trace back = parse_trace(serialize_trace(t));
+    ASSERT_EQ(back.read.dense_fp8_store, store);
+    oracle::SubjectList subjects;
+    subjects.push_back(oracle::make_cpu_dense_subject({}, "cpu-dense"));
+    subjects.push_back(oracle::make_cpu_dense_subject({.fp8_store_unscaled = true}, "unit-scale"));
+    const ReplayReport r = replay_trace(back, o, subjects);
+    ASSERT_EQ(r.subjects.size(), 2u) << r.summary();
+    const bool identity = store == spec::DenseFp8Store::kIdentity;
+    EXPECT_EQ(r.subjects[0].outcome, spec::Outcome::kPass) << r.summary();
+    EXPECT_EQ(r.subjects[1].outcome, identity ? spec::Outcome::kPass : spec::Outcome::kMismatch)
+        << r.summary();
+  }
+}
+
 TEST(TraceDenseReplay, DenseOpNeedsATraceThatSaysSo) {
   auto subjects = write_and_dense_subjects();
   ReplayOptions o;

@@ -244,7 +244,7 @@ TEST(TraceFormat, TraceReadParamsAreOptional) {
   FileParts p = valid_parts();
   for (const std::string& key : kReadParamKeys) {
     // dense_rotary_dim and the indexer modes are written only when set, so old traces keep bytes.
-    const bool when_set = key == "dense_rotary_dim" || key.rfind("index_", 0) == 0;
+    const bool when_set = key.rfind("dense_", 0) == 0 || key.rfind("index_", 0) == 0;
     if (!when_set) {
       ASSERT_TRUE(p.header["__metadata__"].contains(key)) << key << " is written";
     }
@@ -278,6 +278,7 @@ TEST(TraceFormat, TraceReadParamsAreOptional) {
   custom.read.index_score_scale = spec::IndexScoreScale::kRsqrtDim;
   custom.read.index_group = spec::IndexGroup::kUnion;
   custom.read.index_neg_inf = spec::IndexNegInf::kDrop;
+  custom.read.dense_fp8_store = spec::DenseFp8Store::kIdentity;
   const Trace back = parse_trace(serialize_trace(custom));
   EXPECT_EQ(back.read, custom.read);
   EXPECT_EQ(back, custom);

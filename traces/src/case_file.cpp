@@ -85,7 +85,7 @@ void write_result_head(spec::Metadata& m, const CaseFile& c, const std::string& 
   write_head(m, kResultFormat, c.op, c.seed);
   m["subject"] = subject;
   m["ordering"] = spec::name_of(declared.ordering.value_or(spec::Ordering::kCanonical));
-  m["topk_order"] = spec::name_of(declared.topk_order.value_or(oracle::TopkOrder::kAscendingIds));
+  m["topk_order"] = spec::topk_form_text(declared.topk_form.value_or(spec::TopkForm{}));
   m["attention_profile"] = spec::name_of(declared.profile.value_or(spec::AttentionProfile::kFp32));
 }
 
@@ -101,7 +101,7 @@ class FailedProducer final : public oracle::Subject {
         error_(std::move(error)) {}
   std::string name() const override { return name_; }
   spec::Ordering ordering() const override { return declared_.ordering; }
-  oracle::TopkOrder topk_order() const override { return declared_.topk_order; }
+  spec::TopkForm topk_form() const override { return declared_.topk_form; }
   spec::AttentionProfile attention_profile() const override { return declared_.attention_profile; }
   bool implements(spec::Op op) const override { return op == op_; }
   void write_layer(const spec::ModelConfig&, const spec::LayerWrite&, spec::LayerCaches&) override {
@@ -228,7 +228,7 @@ std::vector<std::uint8_t> run_case(CaseFile& c, oracle::Subject& subject) {
   }
   spec::Metadata& m = set.metadata;
   write_result_head(m, c, subject.name(),
-                    {subject.ordering(), subject.attention_profile(), subject.topk_order()});
+                    {subject.ordering(), subject.attention_profile(), subject.topk_form()});
   if (outcome != spec::Outcome::kPass) {
     set.tensors.clear();
     m["run_outcome"] = spec::name_of(outcome);
@@ -252,7 +252,8 @@ Judgement judge_result(CaseFile& c, std::span<const std::uint8_t> result, const 
   oracle::SubjectFunctions functions;
   const std::string name = m.text("subject");
   functions.ordering = declared.ordering.value_or(m.choice<spec::Ordering>("ordering"));
-  functions.topk_order = declared.topk_order.value_or(m.choice<oracle::TopkOrder>("topk_order"));
+  functions.topk_form = declared.topk_form.value_or(
+      spec::parse_topk_form(m.text("topk_order"), "__metadata__ 'topk_order'"));
   functions.attention_profile =
       declared.profile.value_or(m.choice<spec::AttentionProfile>("attention_profile"));
   const oracle::OpDriver& driver = oracle::driver_of(c.op);
@@ -281,9 +282,13 @@ Judgement judge_result(CaseFile& c, std::span<const std::uint8_t> result, const 
     throw spec::InvalidInput("profile", -1, std::string(spec::name_of(*declared.profile)), problem);
   }
   const oracle::Verdict v = driver.judge(*subject, *c.prepared);
+  // How it is judged: its ordering, and an indexer's declared top-k form.
+  const std::string how =
+      std::string(spec::name_of(subject->ordering())) +
+      (c.op == spec::Op::kIndexer ? ", top-k " + spec::topk_form_text(subject->topk_form()) : "");
   std::string report = "case seed " + hex64(c.seed) + ": " + c.prepared->describe() + "\nsubject " +
-                       name + " (" + std::string(spec::name_of(subject->ordering())) + "), op " +
-                       std::string(spec::name_of(c.op)) + "\n" + v.report;
+                       name + " (" + how + "), op " + std::string(spec::name_of(c.op)) + "\n" +
+                       v.report;
   if (v.outcome != spec::Outcome::kPass) {
     report += "\nreproduce: kvoracle check --case-seed " + hex64(c.seed) + " --subject " + name +
               " --ops " + std::string(spec::name_of(c.op)) + c.flags;

@@ -235,6 +235,7 @@ spec::DenseInsert make_step_dense(const Trace& trace, std::int64_t step, std::in
   }
   d.eps = 1e-6f;
   d.rotary_dim = trace.read.dense_rotary_dim;
+  d.fp8_store = trace.read.dense_fp8_store;
   d.cos_sin = cos_sin;
   d.positions.assign(k.requests.size(), 0);  // padding rows: position 0 (q only, no insert)
   std::copy(k.positions.begin(), k.positions.begin() + static_cast<std::ptrdiff_t>(k.real),

@@ -77,7 +77,7 @@ TraceReadParams parse_read_params(spec::MetadataReader& m) {
   }
   r.sm_scale = sm.front();
   r.out_dtype = m.optional_choice("out_dtype", r.out_dtype);
-  for_each_indexer_mode(
+  for_each_read_mode(
       [&](const char* key, auto member) { r.*member = m.optional_choice(key, r.*member); });
   r.dense_rotary_dim = bounded("dense_rotary_dim", r.dense_rotary_dim);
   if (r.dense_rotary_dim < 0 || r.dense_rotary_dim % 2 != 0) {
@@ -295,7 +295,7 @@ std::map<std::string, std::string> trace_metadata(const Trace& t) {
   // Written only when set, so that traces without a fused dense insert keep their bytes.
   if (t.read.dense_rotary_dim != 0) m["dense_rotary_dim"] = std::to_string(t.read.dense_rotary_dim);
   const TraceReadParams defaults;
-  for_each_indexer_mode([&](const char* key, auto member) {
+  for_each_read_mode([&](const char* key, auto member) {
     if (t.read.*member != defaults.*member) m[key] = spec::name_of(t.read.*member);
   });
   return m;

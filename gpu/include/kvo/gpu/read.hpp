@@ -26,16 +26,15 @@ namespace kvo::gpu {
 /// Which kernel family runs a read.
 enum class ReadKernel : std::uint8_t { kCanonical, kFast };
 
-/// SPEC 5: ids [Tq, nkv, spec::selection_width]. kCanonical: the chosen logical blocks ascending,
-/// then -1.
-/// kFast: the chosen blocks by descending score, then -1 (under index_group union, ascending too).
-/// index_q: [Tq, num_index_heads, index_dim] in spec::index_q_dtype; caches: the sparse layer's.
-std::vector<std::int32_t> indexer_topk_host(const spec::ModelConfig& config,
-                                            const spec::IndexerParams& params,
-                                            const spec::ReadBatch& batch,
-                                            const spec::HostTensor& index_q,
-                                            const spec::LayerCaches& caches,
-                                            ReadKernel kernel = ReadKernel::kCanonical);
+/// SPEC 5: ids [Tq, nkv, spec::selection_width] ([nkv, Tq, width] when form.layout is head-major).
+/// kCanonical: the chosen logical blocks ascending, then -1.
+/// kFast: the chosen blocks by descending score (ranked by form.key_bits-bit keys), then -1 (under
+/// index_group union, ascending). index_q: [Tq, num_index_heads, index_dim] in
+/// spec::index_q_dtype; caches: the sparse layer's.
+std::vector<std::int32_t> indexer_topk_host(
+    const spec::ModelConfig& config, const spec::IndexerParams& params,
+    const spec::ReadBatch& batch, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
+    ReadKernel kernel = ReadKernel::kCanonical, const spec::TopkForm& form = {});
 
 /// SPEC 6: out [Tq, nq, hd] in params.out_dtype. q: [Tq, nq, hd] in the activation dtype.
 /// `selection`: [Tq, nkv, topk] logical block ids in any order (-1 unused; distinct and below
@@ -109,7 +108,12 @@ struct DeviceIndexer {
   /// [Tq, nkv * spec::selection_lanes, max_n_valid] workspace (under index_group union one row per
   /// index head)
   float* scores = nullptr;
-  std::int32_t* ids = nullptr;  ///< [Tq, nkv, spec::selection_width] result
+  std::int32_t* ids = nullptr;  ///< [Tq, nkv, spec::selection_width] result (head-major:
+                                ///< [nkv, Tq, width])
+  /// The output's form: its layout (both families) and the key precision the selection ranks by
+  /// (the fast family; the canonical one ranks by exact scores: key_bits 32). The order is the
+  /// family's: ascending ids (canonical), best first (fast).
+  spec::TopkForm form;
 };
 
 /// Two launches on `stream`: block scores (one CUDA block per (row, logical block), all KV groups),

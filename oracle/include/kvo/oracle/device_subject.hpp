@@ -30,7 +30,7 @@ struct DeviceSubjectFunctions {
   gpu::DeviceIndexerFunction indexer;
   gpu::DeviceAttentionFunction attention;
   spec::Ordering ordering = spec::Ordering::kCanonical;
-  TopkOrder topk_order = TopkOrder::kAscendingIds;
+  TopkForm topk_form;
   spec::AttentionProfile attention_profile = spec::AttentionProfile::kFp32;
 };
 

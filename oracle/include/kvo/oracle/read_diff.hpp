@@ -16,27 +16,8 @@
 
 namespace kvo::oracle {
 
-/// The order a top-k kernel declares for its rows; checked only when declared (SPEC 5).
-enum class TopkOrder : std::uint8_t {
-  kAscendingIds,     ///< ids ascending, then -1 (kvoracle's reference, TRT-LLM MSA)
-  kDescendingScore,  ///< by score, best first, then -1 (vLLM M3 Triton)
-  kUnordered,        ///< a set of k_eff ids and topk - k_eff entries of -1 in any order
-};
-
-}  // namespace kvo::oracle
-
-namespace kvo::spec {
-template <>
-struct EnumInfo<oracle::TopkOrder> {
-  static constexpr std::string_view kNoun = "top-k order";
-  static constexpr std::array<EnumName<oracle::TopkOrder>, 3> kNames{
-      {{oracle::TopkOrder::kAscendingIds, "ascending_ids"},
-       {oracle::TopkOrder::kDescendingScore, "descending_score"},
-       {oracle::TopkOrder::kUnordered, "unordered"}}};
-};
-}  // namespace kvo::spec
-
-namespace kvo::oracle {
+using spec::TopkForm;
+using spec::TopkOrder;
 
 struct TopkRowDiff {
   std::int64_t query = 0, kv_head = 0, n_valid = 0, k_eff = 0;
@@ -55,20 +36,34 @@ struct TopkDiff {
   std::string report() const;
 };
 
-/// Exact comparison with the reference selection: same ids in the same slots.
+/// A top-k output of the selection's shape laid out as `layout` says, as token-major rows
+/// [Tq, nkv, width]; an output of another size is returned as it is (the diffs report its size).
+std::vector<std::int32_t> token_major_ids(const reference::TopkSelection& shape,
+                                          const std::vector<std::int32_t>& actual,
+                                          spec::TopkLayout layout);
+
+/// Exact comparison with the reference selection: same ids in the same slots (token-major).
 TopkDiff diff_topk_exact(const reference::TopkSelection& expected,
                          const std::vector<std::int32_t>& actual);
 
-/// Tie-aware comparison for a foreign kernel, per (query row, KV head) and per lane (score row:
-/// one under index_group max, each index head under union): ids below n_valid, no duplicates,
-/// k_eff of them (under union between the largest lane's count and the lanes' sum; drop_neg_inf
-/// removes -inf blocks), every chosen block's reference score at least some lane's k_eff-th
-/// largest minus both scores' bounds, every lane's forced blocks when there is room and its
-/// blocks above the k_eff-th score by more than the bounds, and the declared order (by score
-/// only with one lane).
+/// Tie-aware comparison for a foreign kernel (token-major rows), per (query row, KV head) and per
+/// lane (score row: one under index_group max, each index head under union): ids below n_valid,
+/// no duplicates, k_eff of them (under union between the largest lane's count and the lanes' sum;
+/// drop_neg_inf removes -inf blocks), every chosen block's reference score at least some lane's
+/// k_eff-th largest less the slack, every lane's forced blocks when there is room and its blocks
+/// above the k_eff-th score by more than the slack, and the declared order (by score only with
+/// one lane). The slack of two scores is both their bounds plus one key step of the form's key
+/// precision (spec::topk_key_step) at the larger magnitude.
 TopkDiff diff_topk_tie_aware(const reference::TopkSelection& expected,
                              const truth::ScoreTruth& truth, const spec::IndexerParams& params,
-                             const std::vector<std::int32_t>& actual, TopkOrder order);
+                             const std::vector<std::int32_t>& actual, const TopkForm& form);
+
+/// A subject's top-k output judged as its form declares: laid out token-major, then exactly
+/// (canonical: a row other than ascending ids is a mismatch) or tie-aware (foreign).
+TopkDiff diff_topk_declared(const reference::TopkSelection& expected,
+                            const truth::ScoreTruth* truth, const spec::IndexerParams& params,
+                            const std::vector<std::int32_t>& actual, spec::Ordering ordering,
+                            const TopkForm& form);
 
 struct AttentionMismatch {
   std::int64_t query = 0, head = 0, dim = 0;

@@ -34,8 +34,9 @@ class Subject {
   /// Canonical subjects are judged bit for bit; foreign ones (another summation order, hardware
   /// exp2) against the float64 truth with the derived bound and the tie-aware top-k rules.
   virtual spec::Ordering ordering() const { return spec::Ordering::kCanonical; }
-  /// The order of the indexer's rows, checked by the tie-aware rules.
-  virtual TopkOrder topk_order() const { return TopkOrder::kAscendingIds; }
+  /// What the indexer's output declares (SPEC 5): its rows' order and layout, and its key
+  /// precision.
+  virtual TopkForm topk_form() const { return {}; }
   /// The arithmetic profile of a foreign attention (SPEC principle 4): the bound it is judged by.
   virtual spec::AttentionProfile attention_profile() const { return spec::AttentionProfile::kFp32; }
 
@@ -73,7 +74,7 @@ struct SubjectFunctions {
   IndexerFunction indexer;
   AttentionFunction attention;
   spec::Ordering ordering = spec::Ordering::kCanonical;
-  TopkOrder topk_order = TopkOrder::kAscendingIds;
+  TopkForm topk_form;
   spec::AttentionProfile attention_profile = spec::AttentionProfile::kFp32;
   std::function<std::string()> unavailable_reason;  ///< empty: always available
 };

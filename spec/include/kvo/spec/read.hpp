@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -216,6 +217,68 @@ std::int64_t selection_lanes(const IndexerParams& params, std::int64_t num_kv_he
 std::int64_t selection_width(const IndexerParams& params, std::int64_t num_kv_heads);
 /// The element type of index-Q: the activation dtype, or e4m3.
 DType index_q_dtype(const ModelConfig& config, const IndexerParams& params);
+
+/// The order of a top-k kernel's rows (SPEC 5; checked only when a kernel declares one).
+enum class TopkOrder : std::uint8_t {
+  kAscendingIds,     ///< ids ascending, then -1 (kvoracle's reference, TRT-LLM MSA, vLLM SM100)
+  kDescendingScore,  ///< best first, ties in the kernel's own order, then -1 (vLLM M3 Triton)
+  kUnordered,        ///< the chosen ids and -1 entries in any order
+};
+template <>
+struct EnumInfo<TopkOrder> {
+  static constexpr std::string_view kNoun = "topk_order";
+  static constexpr std::array<EnumName<TopkOrder>, 3> kNames{
+      {{TopkOrder::kAscendingIds, "ascending_ids"},
+       {TopkOrder::kDescendingScore, "descending_score"},
+       {TopkOrder::kUnordered, "unordered"}}};
+};
+
+/// Where row (q, g) of a top-k output lives: token-major [Tq, nkv, width] (kvoracle, TRT-LLM,
+/// vLLM's SM100 MSA path) or head-major [nkv, Tq, width] (vLLM's Triton M3 indexer).
+enum class TopkLayout : std::uint8_t { kTokenMajor, kHeadMajor };
+template <>
+struct EnumInfo<TopkLayout> {
+  static constexpr std::string_view kNoun = "topk_layout";
+  static constexpr std::array<EnumName<TopkLayout>, 2> kNames{
+      {{TopkLayout::kTokenMajor, "token_major"}, {TopkLayout::kHeadMajor, "head_major"}}};
+};
+
+/// What a foreign top-k kernel declares about its output (SPEC 5): the rows' order, their layout,
+/// and the precision of the keys it selects on. Its text form, the one every interface takes
+/// (kvoracle judge --topk-order, case and result files, the Python package), is
+/// `<order>[,<layout>][,keys<N>]` with the defaults left out: "descending_score,head_major",
+/// "ascending_ids,keys16".
+struct TopkForm {
+  TopkOrder order = TopkOrder::kAscendingIds;
+  TopkLayout layout = TopkLayout::kTokenMajor;
+  /// The kernel ranks blocks by the top `key_bits` bits of each fp32 score's order-preserving
+  /// image (sign, 8 exponent bits, key_bits - 9 mantissa bits): 32 is the score itself, 16 MSA's
+  /// msa_v1 keys. Two scores within one key step of each other may tie (SPEC 5: the tie-aware
+  /// bound widens by one key step). kMinKeyBits..32.
+  int key_bits = 32;
+
+  static constexpr int kMinKeyBits = 9;
+  bool operator==(const TopkForm&) const = default;
+};
+
+/// The text form above; parse_topk_form throws InvalidInput naming `field` on anything else.
+std::string topk_form_text(const TopkForm& form);
+TopkForm parse_topk_form(std::string_view text, const std::string& field);
+
+/// Offset of entry k of row (q, g) in a top-k output of `num_queries` rows, `num_kv_heads` heads
+/// and `width` ids per row, laid out as `layout` says.
+std::int64_t topk_offset(TopkLayout layout, std::int64_t q, std::int64_t g, std::int64_t k,
+                         std::int64_t num_queries, std::int64_t num_kv_heads, std::int64_t width);
+
+/// The score a kernel with `key_bits`-bit keys ranks by: the top key_bits bits of the score's
+/// order-preserving image kept and the rest cleared (rounding toward -inf), mapped back to a float;
+/// -inf stays -inf. Scores whose keys are equal tie.
+float topk_score_key(float score, int key_bits);
+
+/// One key step near score x under `key_bits`-bit keys: the spacing of the keys in x's binade
+/// (the smallest normal binade for subnormals and zero, the largest for magnitudes past it and
+/// infinities), 0 for 32-bit keys.
+double topk_key_step(double x, int key_bits);
 
 /// The factor of SPEC 5's token scores: 1, or index_dim^-0.5 correctly rounded to fp32.
 float index_score_factor(IndexScoreScale scale, std::int64_t index_dim);

@@ -18,6 +18,9 @@ struct DenseMutation {
   bool eps_outside_sqrt = false;    ///< r = 1 / (sqrt(ms) + eps)
   bool fp8_store_unscaled = false;  ///< K/V stored with scale 1 whatever the scales say
   float eps_factor = 1.0f;          ///< eps times this (1e-5 where 1e-6 is declared: 10)
+  /// RoPE over the last rotary_dim dims (a rope-last layout, as DeepSeek MLA's k_pe) where SPEC 4
+  /// rotates dims [0, rotary_dim)
+  bool rope_over_tail_dims = false;
 };
 
 /// How the norm and rope are computed. kCanonical: SPEC 4 bit for bit. kEngine: the arithmetic of

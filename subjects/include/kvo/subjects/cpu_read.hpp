@@ -35,12 +35,13 @@ struct ReadMutation {
 
 /// Top-k ids [Tq, nkv, spec::selection_width] of the batch's query rows, each row best first
 /// (under index_group union: each index head's best first in turn, each id once), then -1.
+/// `key_bits` < 32: blocks ranked by spec::topk_score_key of their scores (MSA's msa_v1 keys).
 std::vector<std::int32_t> naive_indexer(const spec::ModelConfig& config,
                                         const spec::IndexerParams& params,
                                         const spec::ReadBatch& batch,
                                         const spec::HostTensor& index_q,
                                         const spec::LayerCaches& caches,
-                                        const ReadMutation& mutation = {});
+                                        const ReadMutation& mutation = {}, int key_bits = 32);
 
 /// The attention output of `rows` query rows, all +0: [rows, num_q_heads, head_dim] in
 /// p.out_dtype (a row with no tokens stays +0, SPEC 6).

@@ -22,7 +22,8 @@
 ///   op, case_seed      the case's (a result of another case is rejected)
 ///   subject            who produced it (any name)
 ///   ordering           canonical (judged bit for bit) | foreign (float64 truth, tie-aware top-k)
-///   topk_order         ascending_ids | descending_score | unordered (the indexer's rows)
+///   topk_order         the indexer's declared form (spec::TopkForm's text):
+///                      <ascending_ids|descending_score|unordered>[,head_major][,keys<N>]
 ///   attention_profile  fp32 | bf16_p | fp16_p (a foreign attention's bound)
 ///   run_outcome        optional: failed-to-run | unsupported | invalid-input, with no tensors
 ///   run_error          optional, with run_outcome: the producer's error message
@@ -82,7 +83,7 @@ std::vector<std::uint8_t> run_case(CaseFile& c, oracle::Subject& subject);
 struct Declared {
   std::optional<spec::Ordering> ordering;
   std::optional<spec::AttentionProfile> profile;
-  std::optional<oracle::TopkOrder> topk_order;
+  std::optional<spec::TopkForm> topk_form;
 };
 
 /// The result file of case `c` holding `tensors` (named as the case's `expected.*` ones without the

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kvo/spec/config.hpp"
+#include "kvo/spec/dense_insert.hpp"
 #include "kvo/spec/metadata.hpp"
 #include "kvo/spec/read.hpp"
 #include "kvo/spec/types.hpp"
@@ -82,18 +83,22 @@ struct TraceReadParams {
   spec::IndexGroup index_group = spec::IndexGroup::kMax;
   spec::IndexNegInf index_neg_inf = spec::IndexNegInf::kKeep;
   spec::IndexQType index_q = spec::IndexQType::kActivation;
+  /// The fused dense insert's fp8 store (SPEC 4): metadata key dense_fp8_store, written only when
+  /// not the default.
+  spec::DenseFp8Store dense_fp8_store = spec::DenseFp8Store::kScaled;
   bool operator==(const TraceReadParams&) const = default;
 };
 
-/// `f(key, member)` for each indexer mode of TraceReadParams: the one table the metadata codec
-/// reads and writes.
+/// `f(key, member)` for each mode of TraceReadParams (the indexer's, then the dense insert's): the
+/// one table the metadata codec reads and writes.
 template <class F>
-void for_each_indexer_mode(F&& f) {
+void for_each_read_mode(F&& f) {
   f("index_nan", &TraceReadParams::index_nan);
   f("index_score_scale", &TraceReadParams::index_score_scale);
   f("index_group", &TraceReadParams::index_group);
   f("index_neg_inf", &TraceReadParams::index_neg_inf);
   f("index_q", &TraceReadParams::index_q);
+  f("dense_fp8_store", &TraceReadParams::dense_fp8_store);
 }
 
 struct Trace {
@@ -115,7 +120,7 @@ inline const std::vector<std::string> kReadParamKeys{
     "num_index_heads",  "num_q_heads",  "sparse_block",      "topk",
     "init_blocks",      "local_blocks", "sm_scale",          "out_dtype",
     "dense_rotary_dim", "index_nan",    "index_score_scale", "index_group",
-    "index_neg_inf",    "index_q"};
+    "index_neg_inf",    "index_q",      "dense_fp8_store"};
 
 /// The optional __metadata__ keys of the write modes added after format 1 was fixed (SPEC 2):
 /// written only when not the default, so older traces keep their bytes; absent means the default.

@@ -49,6 +49,20 @@ enum class ReadFault : std::uint8_t {
   kFlashNeighbourV,     ///< flash: spec::AttentionBug::kNeighbourV
 };
 
+/// Bugs planted in the dense insert kernel (the twins of the CPU subjects' DenseMutation).
+enum class DenseFault : std::uint8_t {
+  kGptjRope,          ///< GPT-J pairs (2i, 2i + 1) where NeoX is declared
+  kNormWithoutOne,    ///< x * r * w where Gemma's x * r * (1 + w) is declared
+  kEpsOff,            ///< eps times 10
+  kFp8StoreUnscaled,  ///< K and V stored with scale 1 whatever the scales say
+  kRopeOverTailDims,  ///< the rope over the last rotary_dim dims
+};
+
+/// dense_insert_host (`engine` false) or dense_insert_engine_host (true) with `fault` planted.
+spec::HostTensor dense_insert_host_faulty(DenseFault fault, bool engine,
+                                          const spec::ModelConfig& config,
+                                          const spec::DenseInsert& in, spec::LayerCaches& caches);
+
 /// write_layer_host with `fault` planted in the fused kernel. WritePath::kUnfused has no planted
 /// bugs: spec::Unsupported.
 void write_layer_host_faulty(WriteFault fault, WritePath path, const spec::ModelConfig& config,
