@@ -29,6 +29,7 @@ struct CheckFlags {
   bool no_shrink = false;
   bool list_ops = false, list_subjects = false;
   bool detect_modes = false;
+  bool coverage = false;
   oracle::CheckOptions options;
 };
 
@@ -137,6 +138,7 @@ int run_check_verb(CheckFlags& f) {
   const oracle::CheckReport report = oracle::run_check(o, subjects, progress);
   if (tty) std::fprintf(stderr, "\n");
   std::cout << report.summary() << std::endl;
+  if (f.coverage) std::cout << report.coverage_table() << std::flush;
   // Every failing subject's case, shrunk to a small one that still fails, with its command.
   for (const auto& sum : report.subjects) {
     if (f.no_shrink || !sum.failing_seed || sum.count(spec::Outcome::kMismatch) == 0) continue;
@@ -181,6 +183,8 @@ void add_check(CLI::App& app, int& status) {
                   "write a JUnit XML report (one testcase per subject and op)");
   cmd->add_option("--json", flags->json, "write the report as JSON");
   cmd->add_flag("--no-shrink", flags->no_shrink, "do not shrink failing cases");
+  cmd->add_flag("--coverage", flags->coverage,
+                "print how often the cases reached each op's rare conditions (also in --json)");
   cmd->add_flag("--list-ops", flags->list_ops,
                 "print the op registry (each op and the subjects that implement it) and exit");
   cmd->add_flag("--list-subjects", flags->list_subjects,

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <iomanip>
 #include <map>
 #include <sstream>
 
@@ -181,6 +182,33 @@ Campaign::Campaign(CheckOptions options, SubjectList& subjects) : o_(std::move(o
     report_.subjects.push_back(sum);
     if (sum.skipped.empty()) rows_.push_back({so.subject, so.op, report_.subjects.size() - 1});
   }
+  // Coverage rows: each op that runs, its table's conditions, grouped by op.
+  for (const spec::Op op : o_.ops) {
+    if (std::none_of(rows_.begin(), rows_.end(), [&](const Row& r) { return r.op == op; }))
+      continue;
+    for (const CaseCondition& c : driver_of(op).conditions())
+      report_.coverage.push_back({op, std::string(c.name), std::string(c.means), 0, 0, -1});
+  }
+}
+
+std::string CheckReport::coverage_table() const {
+  std::ostringstream s;
+  s << "coverage: the rare conditions each op's cases reached\n";
+  s << std::left << std::setw(10) << "op" << std::setw(28) << "condition" << std::right
+    << std::setw(8) << "cases" << std::setw(9) << "reached" << std::setw(8) << "share"
+    << std::setw(7) << "first"
+    << "  means\n";
+  for (const CoverageRow& r : coverage) {
+    const double share =
+        r.cases > 0 ? static_cast<double>(r.reached) / static_cast<double>(r.cases) : 0.0;
+    char pct[16];
+    std::snprintf(pct, sizeof pct, "%.1f%%", 100.0 * share);
+    s << std::left << std::setw(10) << spec::name_of(r.op) << std::setw(28) << r.condition
+      << std::right << std::setw(8) << r.cases << std::setw(9) << r.reached << std::setw(8) << pct
+      << std::setw(7) << (r.first_case < 0 ? std::string("never") : std::to_string(r.first_case))
+      << "  " << r.means << "\n";
+  }
+  return s.str();
 }
 
 void Campaign::record(const Row& row, const Verdict& v, std::int64_t index, std::uint64_t seed,
@@ -244,6 +272,19 @@ CheckReport Campaign::run(const Progress& progress) {
     const std::int64_t next = next_index(i + 1);
     if (next < total) ahead = launch(next);
     const std::uint64_t seed = seed_of(i);
+    for (CoverageRow& cov : report_.coverage) {
+      // Once per op and case (reached() returns the op's flags; cov rows are grouped by op).
+      if (&cov != &report_.coverage.front() && (&cov - 1)->op == cov.op) continue;
+      const OpDriver& driver = driver_of(cov.op);
+      const std::vector<bool> hit = driver.reached(*cases.at(driver.case_kind()));
+      for (std::size_t k = 0; k < hit.size(); ++k) {
+        CoverageRow& r = (&cov)[k];
+        ++r.cases;
+        if (!hit[k]) continue;
+        ++r.reached;
+        if (r.first_case < 0) r.first_case = i;
+      }
+    }
     for (const Row& row : rows_) {
       const OpDriver& driver = driver_of(row.op);
       PreparedCase& c = *cases.at(driver.case_kind());

@@ -92,7 +92,10 @@ DenseCase make_case_impl(std::uint64_t seed, const CaseOverrides& o, const Dense
                              "an activation dtype is f32, bf16 or fp16");
   }
   c.layout = fixed_or(o.layout, pick<spec::KvLayout>(rng));
-  c.kv.cache_dtype = fixed_or(o.kv_dtype, pick<DType>(rng));
+  const DType drawn_cache = pick<DType>(rng);
+  // Its stress theme (write_case.hpp) needs an fp8 cache.
+  c.kv.cache_dtype =
+      fixed_or(o.kv_dtype, theme_slot(seed) == kThemeTies ? DType::kFp8E4M3 : drawn_cache);
   c.kv.saturation = fixed_or(o.saturation, pick<spec::Saturation>(rng));
   c.kv.scale_mode = fixed_or(o.scale_mode, pick<spec::ScaleMode>(rng));
   c.kv.per_head_scale = fixed_or(o.per_head_scale, rng.chance(1, 2));
@@ -174,6 +177,8 @@ DenseCase make_case_impl(std::uint64_t seed, const CaseOverrides& o, const Dense
   const auto drawn_store =
       store.chance(1, 4) ? spec::DenseFp8Store::kIdentity : spec::DenseFp8Store::kScaled;
   in.fp8_store = d.fp8_store.value_or(drawn_store);
+  // Its stress theme (write_case.hpp): an fp8 cache stored with scale 1 (dense_fp8_store identity).
+  if (theme_slot(seed) == kThemeTies && !d.fp8_store) in.fp8_store = spec::DenseFp8Store::kIdentity;
   return ic;
 }
 

@@ -151,6 +151,25 @@ std::vector<Mutant> build_catalogue() {
                            "SGLang's DeepSeek index-K quantizer: a NaN element clamped to -448 "
                            "instead of the NaN code 0x7F",
                            blockscale_nan, subjects::WriteMutation::kBlockscaleNanToMin));
+  // The reach classes (issue 14): each bug's condition comes up under the default distribution.
+  c.push_back(fused_mutant("minus-one-stops-write",
+                           "a token loop that exits at the first padding slot: the real tokens "
+                           "after a -1 (a -1 anywhere in the mapping) are never written",
+                           {}, subjects::WriteMutation::kMinusOneStopsWrite));
+  c.push_back(fused_mutant("per-head-scale-as-head-0",
+                           "a scalar-scale kernel handed per-head K/V scales: every head divided "
+                           "by head 0's",
+                           {}, subjects::WriteMutation::kPerHeadScaleAsHead0));
+  c.push_back(fused_mutant("fp8-flush-to-zero",
+                           "an fp8 cast compiled with flush-to-zero: subnormal codes become +-0",
+                           {}, subjects::WriteMutation::kFp8FlushToZero));
+  c.push_back(fused_mutant("fp8-round-half-away",
+                           "an fp8 cast rounding ties away from zero where SPEC 2 rounds to even",
+                           {}, subjects::WriteMutation::kRoundHalfAway));
+  c.push_back(fused_mutant("zero-group-scale",
+                           "vllm#53339's class: a blockscale quantizer without the amax floor, so "
+                           "an all-zero group gets scale 0 and NaN codes",
+                           {}, subjects::WriteMutation::kZeroGroupScale));
   CaseOverrides divide = fp8_16bit_act;
   c.push_back(write_mutant("multiply-not-divide",
                            "FlashInfer's convention in a vLLM-convention kernel: x * s, not x / s",
@@ -404,9 +423,9 @@ void add_named_mutants(const std::vector<std::string>& names, SubjectList& subje
   }
 }
 
-std::vector<MutantResult> run_mutants(std::uint64_t seed, std::int64_t max_cases,
-                                      const std::vector<std::string>& names) {
+std::vector<MutantResult> run_mutants(const MutantRun& run) {
   const auto& cat = mutant_catalogue();
+  const std::vector<std::string>& names = run.names;
   for (std::size_t i = 0; i < names.size(); ++i) {
     if (std::none_of(cat.begin(), cat.end(), [&](const Mutant& m) { return m.name == names[i]; })) {
       std::string known;
@@ -415,29 +434,48 @@ std::vector<MutantResult> run_mutants(std::uint64_t seed, std::int64_t max_cases
                                "unknown mutant; known: " + known);
     }
   }
+  if (run.seeds < 1)
+    throw spec::InvalidInput("seeds", -1, std::to_string(run.seeds), "must be >= 1");
   std::vector<MutantResult> results;
   for (const Mutant& m : cat) {
     if (!names.empty() && std::find(names.begin(), names.end(), m.name) == names.end()) continue;
-    CheckOptions o;
-    o.seed = seed;
-    o.cases = max_cases;
-    o.overrides = m.overrides;
-    o.ops = {m.op};
-    o.fail_fast = true;
     SubjectList subjects;
     subjects.push_back(m.make());
     const std::string unavailable = subjects.front()->unavailable_reason();
+    MutantResult res;
+    res.name = m.name;
+    res.op = m.op;
+    res.models = m.models;
     if (!unavailable.empty()) {
-      MutantResult skipped{m.name, m.op, m.models, false, 0, "", ""};
-      skipped.skipped = unavailable;
-      results.push_back(std::move(skipped));
+      res.skipped = unavailable;
+      results.push_back(std::move(res));
       continue;
     }
-    const CheckReport r = run_check(o, subjects);
-    MutantResult res{m.name, m.op, m.models, r.worst != spec::Outcome::kPass, r.cases_run, "", ""};
-    for (const auto& s : r.subjects) {
-      if (!s.first_failure.empty()) res.first_failure = s.first_failure;
+    std::vector<std::int64_t> to_kill;
+    for (std::int64_t i = 0; i < run.seeds; ++i) {
+      CheckOptions o;
+      o.seed = i == 0 ? run.seed : case_seed(run.seed, 1000 + static_cast<std::uint64_t>(i));
+      o.cases = run.max_cases;
+      if (run.targeted) o.overrides = m.overrides;
+      o.ops = {m.op};
+      o.fail_fast = true;
+      const CheckReport r = run_check(o, subjects);
+      const bool killed = r.worst != spec::Outcome::kPass;
+      to_kill.push_back(killed ? r.cases_run : run.max_cases + 1);
+      res.seeds_killed += killed;
+      if (i > 0) continue;
+      res.killed = killed;
+      res.cases = r.cases_run;
+      for (const auto& s : r.subjects) {
+        if (!s.first_failure.empty()) res.first_failure = s.first_failure;
+      }
     }
+    res.seeds = run.seeds;
+    std::sort(to_kill.begin(), to_kill.end());
+    const std::size_t n = to_kill.size();
+    res.median_cases = n % 2 == 1 ? static_cast<double>(to_kill[n / 2])
+                                  : 0.5 * static_cast<double>(to_kill[n / 2 - 1] + to_kill[n / 2]);
+    res.worst_cases = to_kill.back();
     results.push_back(std::move(res));
   }
   return results;

@@ -1,6 +1,7 @@
 // The dense op (SPEC 4): the dense-layer fused qknorm + rope + insert. The caches are diffed byte
 // for byte, guards included, and q_out element for element, against the reference; a foreign
 // subject's (another reduction order, rsqrtf) by admissible sets around the float64 truth.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <map>
@@ -93,6 +94,37 @@ class DenseAnswer final : public CapturedAnswer {
       inputs_;
 };
 
+/// The dense insert's rare conditions (issue 14): the one table conditions() and reached() read.
+struct DenseCondition {
+  CaseCondition info;
+  bool (*reached)(const DenseCase&);
+};
+
+const std::array<DenseCondition, 5> kDenseConditions{{
+    {{"partial_rotary", "a rope over fewer dims than the head (rotary_dim < head_dim)"},
+     [](const DenseCase& c) { return c.in.rotary_dim < c.config.geometry.head_dim; }},
+    {{"fp8_scaled_store", "an fp8 cache with scales other than 1, stored scaled"},
+     [](const DenseCase& c) {
+       const auto not_one = [](float s) { return s != 1.0f; };
+       return spec::is_fp8(c.config.kv.cache_dtype) &&
+              c.in.fp8_store == spec::DenseFp8Store::kScaled &&
+              (std::any_of(c.in.kv.k_scale.begin(), c.in.kv.k_scale.end(), not_one) ||
+               std::any_of(c.in.kv.v_scale.begin(), c.in.kv.v_scale.end(), not_one));
+     }},
+    {{"fp8_identity_store", "an fp8 cache under dense_fp8_store identity (scale 1)"},
+     [](const DenseCase& c) {
+       return spec::is_fp8(c.config.kv.cache_dtype) &&
+              c.in.fp8_store == spec::DenseFp8Store::kIdentity;
+     }},
+    {{"padding_slots", "-1 slots: q rows with no insert"},
+     [](const DenseCase& c) {
+       return std::any_of(c.in.kv.slots.slots.begin(), c.in.kv.slots.slots.end(),
+                          [](std::int64_t s) { return s < 0; });
+     }},
+    {{"gqa", "more query heads than KV heads"},
+     [](const DenseCase& c) { return c.in.q.shape.at(1) > c.config.geometry.num_kv_heads; }},
+}};
+
 class DenseDriver final : public OpDriver {
  public:
   spec::Op op() const override { return spec::Op::kDense; }
@@ -145,6 +177,18 @@ class DenseDriver final : public OpDriver {
     r.push_back(set_override("one rounding", &Overrides::write, &W::via_model_dtype, false));
     r.push_back(set_override("rotary_dim 2", &Overrides::dense, &D::rotary_dim, std::int64_t{2}));
     return r;
+  }
+
+  std::vector<CaseCondition> conditions() const override {
+    std::vector<CaseCondition> out;
+    for (const DenseCondition& c : kDenseConditions) out.push_back(c.info);
+    return out;
+  }
+  std::vector<bool> reached(const PreparedCase& pc) const override {
+    const DenseCase& dc = static_cast<const DensePrepared&>(pc).dc;
+    std::vector<bool> out;
+    for (const DenseCondition& c : kDenseConditions) out.push_back(c.reached(dc));
+    return out;
   }
 
   std::string flags(const Overrides& o) const override {

@@ -8,6 +8,7 @@
 // declared order and layout (judged-only axes: detection names a foreign indexer's form).
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -176,6 +177,98 @@ CaseOverrides shared_as_write(const Overrides& o) {
   return w;
 }
 
+/// Per (query row, KV head, lane) of a selection: how many valid blocks tie at the k_eff-th score,
+/// and how many of them the top-k keeps. `f(tied, kept, k_eff)` for each.
+template <class F>
+void for_each_cut(const reference::TopkSelection& s, std::int64_t topk, F&& f) {
+  for (std::int64_t q = 0; q < s.num_queries; ++q) {
+    const std::int64_t n_valid = s.n_valid[static_cast<std::size_t>(q)];
+    const std::int64_t k_eff = std::min(topk, n_valid);
+    if (k_eff == 0) continue;
+    for (std::int64_t g = 0; g < s.num_kv_heads; ++g) {
+      for (std::int64_t l = 0; l < s.lanes; ++l) {
+        std::vector<float> v;
+        for (std::int64_t j = 0; j < n_valid; ++j) v.push_back(s.score(q, g, j, l));
+        std::vector<float> sorted = v;
+        std::sort(sorted.begin(), sorted.end(), std::greater<>());
+        const float cut = sorted[static_cast<std::size_t>(k_eff - 1)];
+        const auto above = std::count_if(v.begin(), v.end(), [&](float x) { return x > cut; });
+        const auto tied = std::count(v.begin(), v.end(), cut);
+        f(tied, k_eff - above, k_eff);
+      }
+    }
+  }
+}
+
+/// The read side's rare conditions (issue 14): the one table conditions() and reached() read.
+/// `attention`: the condition matters to attention too (over the reference's selection); the rest
+/// are the indexer's alone.
+struct ReadCondition {
+  CaseCondition info;
+  bool (*reached)(const ReadPrepared&);
+  bool attention = false;
+};
+
+const std::array<ReadCondition, 10> kReadConditions{{
+    {{"padded_row", "a request with seq_len 0 (its rows all -1, attention +0)"},
+     [](const ReadPrepared& c) {
+       return std::count(c.rc.batch.seq_lens.begin(), c.rc.batch.seq_lens.end(), 0) > 0;
+     },
+     true},
+    {{"prefill_rows", "a request with several query rows (MTP or prefill)"},
+     [](const ReadPrepared& c) {
+       const auto& s = c.rc.batch.query_start_loc;
+       for (std::size_t r = 1; r < s.size(); ++r)
+         if (s[r] - s[r - 1] > 1) return true;
+       return false;
+     },
+     true},
+    {{"tie_straddles_cut", "blocks tied at the k_eff-th score, some kept and some not"},
+     [](const ReadPrepared& c) {
+       bool hit = false;
+       for_each_cut(
+           c.expectation.selection(), c.rc.indexer.topk,
+           [&](std::int64_t tied, std::int64_t kept, std::int64_t) { hit |= tied > kept; });
+       return hit;
+     }},
+    {{"tie_wider_than_topk", "more blocks tied at the cut than topk"},
+     [](const ReadPrepared& c) {
+       bool hit = false;
+       for_each_cut(
+           c.expectation.selection(), c.rc.indexer.topk,
+           [&](std::int64_t tied, std::int64_t, std::int64_t) { hit |= tied > c.rc.indexer.topk; });
+       return hit;
+     }},
+    {{"neg_inf_block", "a valid block whose score is -inf"},
+     [](const ReadPrepared& c) {
+       const reference::TopkSelection& s = c.expectation.selection();
+       for (std::int64_t q = 0; q < s.num_queries; ++q)
+         for (std::int64_t g = 0; g < s.num_kv_heads; ++g)
+           for (std::int64_t l = 0; l < s.lanes; ++l)
+             for (std::int64_t j = 0; j < s.n_valid[static_cast<std::size_t>(q)]; ++j)
+               if (s.score(q, g, j, l) == -INFINITY) return true;
+       return false;
+     }},
+    {{"union_lanes", "index_group union over several index heads per KV head"},
+     [](const ReadPrepared& c) { return c.expectation.selection().lanes > 1; }},
+    {{"e4m3_index_q", "fp8 index-Q"},
+     [](const ReadPrepared& c) { return c.rc.indexer.index_q_type == spec::IndexQType::kFp8E4m3; }},
+    {{"gqa_16", "16 or more query heads per KV head"},
+     [](const ReadPrepared& c) {
+       return c.rc.attention.num_q_heads / c.rc.config.geometry.num_kv_heads >= 16;
+     },
+     true},
+    {{"fp8_kv", "an fp8 K/V cache read with its scales"},
+     [](const ReadPrepared& c) { return spec::is_fp8(c.rc.config.kv.cache_dtype); },
+     true},
+    {{"block_ids_past_1024", "a row with more than 1024 logical blocks (top-k's long path)"},
+     [](const ReadPrepared& c) {
+       const auto& n = c.expectation.selection().n_valid;
+       return std::any_of(n.begin(), n.end(), [](std::int64_t v) { return v > 1024; });
+     },
+     true},
+}};
+
 class ReadDriver final : public OpDriver {
  public:
   explicit ReadDriver(spec::Op op) : op_(op) {}
@@ -234,6 +327,22 @@ class ReadDriver final : public OpDriver {
 
   std::string flags(const Overrides& o) const override {
     return shared_as_write(o).to_flags() + o.read.to_flags();
+  }
+
+  // Coverage: the indexer's and attention's cases are the same read case: one table for both,
+  // attention reading the conditions that matter to it.
+  std::vector<CaseCondition> conditions() const override {
+    std::vector<CaseCondition> out;
+    for (const ReadCondition& c : kReadConditions)
+      if (op_ == spec::Op::kIndexer || c.attention) out.push_back(c.info);
+    return out;
+  }
+  std::vector<bool> reached(const PreparedCase& pc) const override {
+    const auto& rp = static_cast<const ReadPrepared&>(pc);
+    std::vector<bool> out;
+    for (const ReadCondition& c : kReadConditions)
+      if (op_ == spec::Op::kIndexer || c.attention) out.push_back(c.reached(rp));
+    return out;
   }
 
   // Mode detection: attention has one axis, the arithmetic profile (exact first); the indexer

@@ -1,6 +1,7 @@
 // The write op (SPEC 4): one random step's writes over every layer of a layer mix, diffed byte for
 // byte over whole buffers, guards included, against the reference.
 #include <algorithm>
+#include <array>
 #include <map>
 #include <sstream>
 
@@ -111,6 +112,61 @@ class WriteAnswer final : public CapturedAnswer {
   std::map<std::pair<KvPart, ModeChoice>, Verdict> memo_;
 };
 
+/// The write's rare conditions (issue 14): the one table conditions() and reached() read.
+struct WriteCondition {
+  CaseCondition info;
+  bool (*reached)(const WriteCase&);
+};
+
+bool has_sparse(const WriteCase& c) {
+  return std::find(c.config.layers.begin(), c.config.layers.end(), spec::LayerKind::kSparse) !=
+         c.config.layers.end();
+}
+
+const std::array<WriteCondition, 11> kWriteConditions{{
+    {{"minus_one_before_real", "a -1 slot before a real token's (not only a tail)"},
+     [](const WriteCase& c) { return c.padding_interleaved; }},
+    {{"legacy_wrap_padding", "legacy_wrap with -1 slots: they wrap onto the last slot"},
+     [](const WriteCase& c) {
+       return c.config.slot_mode == spec::SlotMode::kLegacyWrap && c.padding > 0;
+     }},
+    {{"zero_rows", "source rows all zero: zero amax, all-zero blockscale groups"},
+     [](const WriteCase& c) { return c.zero_rows > 0; }},
+    {{"per_head_scales", "per-head K/V scales over several heads, applied"},
+     [](const WriteCase& c) {
+       return c.config.kv.per_head_scale && c.config.geometry.num_kv_heads > 1 &&
+              c.config.kv.scale_mode != spec::ScaleMode::kNone;
+     }},
+    {{"fp8_cache", "an fp8 K/V cache (e4m3 or e5m2)"},
+     [](const WriteCase& c) { return spec::is_fp8(c.config.kv.cache_dtype); }},
+    {{"page_size_1", "one token per page"},
+     [](const WriteCase& c) { return c.config.geometry.block_size == 1; }},
+    {{"page_edge_straddle", "a request's new tokens cross a page edge"},
+     [](const WriteCase& c) {
+       const std::int64_t bs = c.config.geometry.block_size;
+       return std::any_of(c.requests.begin(), c.requests.end(), [&](const StepRequest& r) {
+         return r.q_len > 0 && r.context / bs != (r.context + r.q_len - 1) / bs;
+       });
+     }},
+    {{"vector_tail", "a head row whose bytes are not a multiple of 16 (a vector store's tail)"},
+     [](const WriteCase& c) {
+       return c.config.geometry.head_dim *
+                  static_cast<std::int64_t>(spec::dtype_bytes(c.config.kv.cache_dtype)) % 16 !=
+              0;
+     }},
+    {{"blockscale_index_k", "a block-scaled (fp8 + fp32 group scales) index-K cache"},
+     [](const WriteCase& c) {
+       return has_sparse(c) && c.config.index.layout == spec::IndexLayout::kBlockScale;
+     }},
+    {{"separate_index_slots", "index-K written through its own slot mapping"},
+     [](const WriteCase& c) { return has_sparse(c) && c.config.separate_index_slots; }},
+    {{"mixed_layers", "dense and sparse layers in one model"},
+     [](const WriteCase& c) {
+       return has_sparse(c) && std::find(c.config.layers.begin(), c.config.layers.end(),
+                                         spec::LayerKind::kDense) != c.config.layers.end();
+     }},
+}};
+
 class WriteDriver final : public OpDriver {
  public:
   spec::Op op() const override { return spec::Op::kWrite; }
@@ -179,6 +235,18 @@ class WriteDriver final : public OpDriver {
   }
 
   std::string flags(const Overrides& o) const override { return o.write.to_flags(); }
+
+  std::vector<CaseCondition> conditions() const override {
+    std::vector<CaseCondition> out;
+    for (const WriteCondition& c : kWriteConditions) out.push_back(c.info);
+    return out;
+  }
+  std::vector<bool> reached(const PreparedCase& pc) const override {
+    const WriteCase& wc = static_cast<const WritePrepared&>(pc).wc;
+    std::vector<bool> out;
+    for (const WriteCondition& c : kWriteConditions) out.push_back(c.reached(wc));
+    return out;
+  }
 
   std::vector<ModeAxis> mode_axes() const override { return kv_mode_axes(op()); }
   bool possible(const ModeChoice& choice) const override { return kv_mode_possible(op(), choice); }

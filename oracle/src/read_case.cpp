@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "kvo/oracle/harness.hpp"
+#include "kvo/oracle/write_case.hpp"
 #include "kvo/reference/generator.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/numbers.hpp"
@@ -147,14 +148,46 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
                             c.index.flat_dtype == spec::DType::kFp8E4M3;
   const auto drawn_q = e4m3_index_k && third.chance(1, 2) ? spec::IndexQType::kFp8E4m3
                                                           : spec::IndexQType::kActivation;
-  const bool neg_inf_block = o.neg_inf_block.value_or(third.chance(1, 4));
+  bool neg_inf_block = o.neg_inf_block.value_or(third.chance(1, 4));
   rc.indexer.index_group = o.index_group.value_or(drawn_group);
   rc.indexer.neg_inf = o.index_neg_inf.value_or(drawn_neg_inf);
   rc.indexer.index_q_type = o.index_q.value_or(drawn_q);
+  // Stress themes (write_case.hpp): a union over two index heads per KV head with a -inf block
+  // planted over a block-scaled index-K (2^127 survives its scale; a flat e4m3 one saturates).
+  const std::uint64_t theme = theme_slot(seed);
+  if (theme == kThemeUnionNegInf) {
+    if (!o.index_group) rc.indexer.index_group = spec::IndexGroup::kUnion;
+    if (!o.index_heads_per_kv) rc.indexer.num_index_heads = 2 * c.geometry.num_kv_heads;
+    if (!o.neg_inf_block) neg_inf_block = true;
+    if (!o.index_layout && !o.index_dim && !o.index_dtype) {
+      c.index.layout = spec::IndexLayout::kBlockScale;
+      c.geometry.index_dim = 128;
+    }
+  }
 
   // Requests: lengths up to max_seq_len; query lengths of decode (1), MTP (2-4) or a prefill chunk;
   // one in five a padded row (seq_len 0).
-  const std::int64_t max_seq = o.max_seq_len.value_or(4 * rc.indexer.sparse_block + 7);
+  // Stress themes (write_case.hpp): ties over longer rows; a long context.
+  // Both keep their rows cheap: ties over small blocks (at most 16 tokens, up to 16 blocks a row),
+  // and one long decode row (4-token blocks, 4097-4600 tokens) beside ordinary requests.
+  if (theme == kThemeLongContext) {
+    // Narrow rows, so that generating 4600 tokens costs what an ordinary case does.
+    if (!o.head_dim) c.geometry.head_dim = 8;
+    if (!o.index_layout && !o.index_dim && !o.index_dtype && !o.index_q) {
+      c.index.layout = spec::IndexLayout::kFlat;
+      c.geometry.index_dim = 16;
+      // e4m3 index-Q, drawn over a block-scaled cache, keeps an e4m3 index-K (SPEC 5).
+      if (rc.indexer.index_q_type == spec::IndexQType::kFp8E4m3)
+        c.index.flat_dtype = spec::DType::kFp8E4M3;
+    }
+  }
+  if (!o.sparse_block && (theme == kThemeLongContext || theme == kThemeTies)) {
+    rc.indexer.sparse_block = rc.attention.sparse_block =
+        theme == kThemeLongContext ? 4 : std::min<std::int64_t>(rc.indexer.sparse_block, 16);
+  }
+  const std::int64_t max_seq =
+      o.max_seq_len.value_or((theme == kThemeTies ? 16 : 4) * rc.indexer.sparse_block + 7);
+  const bool long_row = theme == kThemeLongContext && !o.max_seq_len && !o.seq_len;
   const std::int64_t nreq = o.requests.value_or(rng.uniform(1, 3));
   spec::ReadBatch& b = rc.batch;
   b.query_start_loc = {0};
@@ -163,7 +196,12 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
     const bool padded = nreq > 1 && rng.chance(1, 5);
     std::int64_t seq = padded ? 0 : rng.uniform(1, max_seq);
     if (!padded && o.seq_len) seq = *o.seq_len;
-    const std::int64_t kind = rng.uniform(0, 2);
+    std::int64_t kind = rng.uniform(0, 2);
+    // The long theme's first request: one decode row past 4096 tokens (over 1024 blocks of 4).
+    if (long_row && r == 0) {
+      seq = 4097 + static_cast<std::int64_t>(reference::mix64(seed ^ 0x4096ull) % 504);
+      kind = 0;
+    }
     const std::int64_t q_len = padded ? rng.uniform(0, 1)
                                       : std::min(seq, kind == 0   ? 1
                                                       : kind == 1 ? rng.uniform(2, 4)
@@ -270,7 +308,8 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
   }
   rc.index_q = generated(gen, GenTensor::kIndexQ, qkeys, rc.indexer.num_index_heads,
                          c.geometry.index_dim, 0.0f);
-  if (o.tied_scores.value_or(false)) std::fill(rc.index_q.bytes.begin(), rc.index_q.bytes.end(), 0);
+  if (o.tied_scores.value_or(theme == kThemeTies))
+    std::fill(rc.index_q.bytes.begin(), rc.index_q.bytes.end(), 0);
   if (neg_inf_block) {
     // Dim 0 of request 0's index-Q rows is -4 in every head: fma(-4, 2^127, 0) overflows to -inf.
     const std::size_t eb = spec::dtype_bytes(c.act_dtype);

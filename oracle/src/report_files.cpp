@@ -144,6 +144,13 @@ std::string report_json(const CheckReport& r) {
     }
     j << ", \"first_failure\": " << json_escape(s.first_failure) << "}";
   }
+  j << "\n  ],\n  \"coverage\": [";
+  for (std::size_t i = 0; i < r.coverage.size(); ++i) {
+    const CoverageRow& c = r.coverage[i];
+    j << (i ? "," : "") << "\n    {\"op\": " << json_escape(std::string(spec::name_of(c.op)))
+      << ", \"condition\": " << json_escape(c.condition) << ", \"cases\": " << c.cases
+      << ", \"reached\": " << c.reached << ", \"first_case\": " << c.first_case << "}";
+  }
   j << "\n  ]\n}\n";
   return j.str();
 }

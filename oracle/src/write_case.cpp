@@ -146,7 +146,8 @@ void apply_overrides(const CaseOverrides& o, spec::ModelConfig& c) {
 }
 
 std::uint64_t case_seed(std::uint64_t campaign_seed, std::uint64_t index) {
-  return reference::mix64(campaign_seed ^ reference::mix64(index + 0x51ED2705ull));
+  const std::uint64_t h = reference::mix64(campaign_seed ^ reference::mix64(index + 0x51ED2705ull));
+  return h - theme_slot(h) + index % kThemeSlots;
 }
 
 std::string WriteCase::describe() const {
@@ -154,7 +155,9 @@ std::string WriteCase::describe() const {
   std::int64_t tokens = padding;
   for (const auto& r : requests) tokens += r.q_len;
   s << spec::describe(config) << " allocator=" << spec::name_of(allocator)
-    << " requests=" << requests.size() << " tokens=" << tokens << " (padding " << padding << ")";
+    << " requests=" << requests.size() << " tokens=" << tokens << " (padding " << padding
+    << (padding_interleaved ? ", interleaved" : "") << ")";
+  if (zero_rows > 0) s << " zero_rows=" << zero_rows;
   return s.str();
 }
 
@@ -195,6 +198,11 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
   std::int64_t padding = rng.chance(1, 2) ? rng.uniform(1, 7) : 0;
 
   apply_overrides(o, c);
+  // Its stress theme (write_case.hpp): a head row with a vector store's tail.
+  if (theme_slot(seed) == kThemeVectorTail) {
+    if (!o.head_dim) c.geometry.head_dim = 40;
+    if (!o.kv_dtype) c.kv.cache_dtype = spec::DType::kFp8E4M3;
+  }
   // Drawn modes that the configuration makes meaningless take their defaults; an override that
   // contradicts another is the user's to fix (spec::validate names it).
   // A drawn dimension that an override needs yields to it (a rounded scale needs a scale mode;
@@ -331,6 +339,40 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     slots.slots.push_back(-1);
     row_keys.emplace_back(-1, i);
   }
+  // Reach conditions from their own stream (so older seeds keep every other draw): in half the
+  // cases with padding the -1 entries are scattered among the real tokens (a kernel that stops at
+  // the first -1 shows), and in a quarter of the cases a few source rows are all zero.
+  SplitMix64 reach(reference::mix64(seed ^ 0x7E4C4ull));
+  const std::uint64_t theme = theme_slot(seed);
+  if (theme == kThemeLegacyWrap && !o.slot_mode) c.slot_mode = spec::SlotMode::kLegacyWrap;
+  if ((theme == kThemeMinusOneInside || theme == kThemeLegacyWrap) && padding == 0) {
+    for (std::int64_t i = reach.uniform(1, 3); i > 0; --i) {  // -1 rows to scatter
+      slots.slots.push_back(-1);
+      row_keys.emplace_back(-1, padding++);
+    }
+    wc.padding = padding;
+  }
+  wc.padding_interleaved = padding > 0 && (theme == kThemeMinusOneInside || reach.chance(1, 2));
+  if (wc.padding_interleaved) {
+    std::vector<std::size_t> order(slots.slots.size());
+    std::iota(order.begin(), order.end(), 0);
+    reach.shuffle(order);
+    std::vector<std::int64_t> permuted_slots;
+    std::vector<std::pair<std::int64_t, std::int64_t>> permuted_keys;
+    for (std::size_t i : order) {
+      permuted_slots.push_back(slots.slots[i]);
+      permuted_keys.push_back(row_keys[i]);
+    }
+    slots.slots = std::move(permuted_slots);
+    row_keys = std::move(permuted_keys);
+  }
+  const auto mapped_rows = static_cast<std::int64_t>(slots.slots.size());
+  std::vector<std::int64_t> zero_rows;
+  if (theme == kThemeZeros || reach.chance(1, 4)) {
+    for (std::int64_t i = reach.uniform(1, 3); i > 0; --i)
+      zero_rows.push_back(reach.uniform(0, mapped_rows - 1));
+  }
+  wc.zero_rows = static_cast<std::int64_t>(zero_rows.size());
   // Source tensors padded past the mapping, as CUDA-graph captures are: those rows must stay
   // unread.
   const std::int64_t extra_rows = rng.chance(1, 2) ? rng.uniform(1, 3) : 0;
@@ -366,6 +408,15 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     if (w.kind == spec::LayerKind::kSparse) {
       w.index_k = make_tensor(gen, layer, GenTensor::kIndexK, row_keys, 0, g.index_dim);
       w.index_slots = index_slots;
+    }
+    for (spec::HostTensor* t : {&w.k, &w.v, &w.index_k}) {
+      if (t->bytes.empty()) continue;
+      const std::size_t row_bytes = t->bytes.size() / row_keys.size();
+      for (std::int64_t r : zero_rows) {
+        std::fill_n(
+            t->bytes.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * row_bytes),
+            row_bytes, std::uint8_t{0});
+      }
     }
     w.slots = slots;
     w.k_scale = make_scales(rng, nscale);

@@ -95,6 +95,29 @@ std::uint32_t quantize_element(float x, float s, const spec::ModelConfig& config
     q.cache_dtype = spec::DType::kFp8E4M3;
   const bool divides =
       q.scale_mode == spec::ScaleMode::kDivide || q.scale_mode == spec::ScaleMode::kDivApprox;
+  const bool fp8 = spec::is_fp8(q.cache_dtype);
+  if (fp8 &&
+      (mutation == WriteMutation::kFp8FlushToZero || mutation == WriteMutation::kRoundHalfAway)) {
+    float v =
+        reference::apply_scale(x, reference::effective_scale(s, q, config.act_dtype), q.scale_mode);
+    if (q.via_model_dtype) v = reference::round_to(v, config.act_dtype);
+    std::uint32_t code = encode(v, q.cache_dtype, q.saturation);
+    const std::uint32_t magnitude = code & 0x7Fu;
+    const int mantissa_bits = q.cache_dtype == spec::DType::kFp8E4M3 ? 3 : 2;
+    if (mutation == WriteMutation::kFp8FlushToZero) {
+      const bool subnormal = magnitude != 0 && (magnitude >> mantissa_bits) == 0;
+      return subnormal ? code & 0x80u : code;
+    }
+    // A tie: v exactly halfway between its code and the next code away from zero.
+    const std::uint32_t away =
+        encode(std::nextafter(v, std::copysign(INFINITY, v)), q.cache_dtype, q.saturation);
+    if (std::isfinite(v) && away != code &&
+        std::fabs(reference::decode(away, q.cache_dtype) - v) ==
+            std::fabs(reference::decode(code, q.cache_dtype) - v)) {
+      code = away;
+    }
+    return code;
+  }
   if (mutation != WriteMutation::kApproxDivision || !divides)
     return quantize_kv(x, s, q, config.act_dtype);
   float v = approx_quotient(x, reference::effective_scale(s, q, config.act_dtype));
@@ -173,12 +196,18 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
   std::vector<float> index_row(static_cast<std::size_t>(g.index_dim));
   const auto num_tokens = static_cast<std::int64_t>(w.slots.slots.size());
   for (std::int64_t t = 0; t < num_tokens; ++t) {
+    if (mutation == WriteMutation::kMinusOneStopsWrite &&
+        w.slots.slots[static_cast<std::size_t>(t)] < 0)
+      break;
     const std::int64_t slot =
         resolve_slot(w.slots.slots[static_cast<std::size_t>(t)], g.capacity(), config.slot_mode);
     if (slot >= 0) {
       const std::int64_t token_base = view.token_offset(slot);
       for (std::int64_t h = 0; h < g.num_kv_heads; ++h) {
-        const std::size_t si = config.kv.per_head_scale ? static_cast<std::size_t>(h) : 0;
+        const std::size_t si =
+            config.kv.per_head_scale && mutation != WriteMutation::kPerHeadScaleAsHead0
+                ? static_cast<std::size_t>(h)
+                : 0;
         const float ks = w.k_scale[si];
         const float vs = w.v_scale[si];
         std::uint8_t* kd = view.k + (token_base + h * view.strides.head) * eb;
@@ -225,7 +254,8 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
         const float a = std::fabs(x[i]);
         if (a > amax) amax = a;
       }
-      if (!(amax > spec::kBlockScaleAmaxFloor)) amax = spec::kBlockScaleAmaxFloor;
+      if (!(amax > spec::kBlockScaleAmaxFloor) && mutation != WriteMutation::kZeroGroupScale)
+        amax = spec::kBlockScaleAmaxFloor;
       // SPEC 2's two formulas: vLLM/TRT-LLM divide, SGLang/DeepSeek multiply by fl(1/448).
       float s = config.index.blockscale_scale == spec::BlockScaleFormula::kMulRecip
                     ? amax * (1.0f / spec::kFp8E4M3Max)

@@ -59,7 +59,9 @@ TEST(DetectModes, BuiltInSubjectToldEachScaleModeIsNamedInIt) {
       {spec::ScaleMode::kDivApprox, {"div_approx", "divide"}}};
   for (const auto& [mode, want] : expected) {
     SCOPED_TRACE(std::string(spec::name_of(mode)));
-    CheckOptions o = options(spec::Op::kWrite, 60);
+    // bf16 caches: divide and mul_recip differ only where a scale is not a power of two and the
+    // rounding differs, in a few percent of the cases.
+    CheckOptions o = options(spec::Op::kWrite, 120);
     o.overrides.write.scale_mode = mode;
     o.overrides.write.kv_dtype = spec::DType::kBF16;
     SubjectList subjects = make_cpu_subjects();

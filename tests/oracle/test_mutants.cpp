@@ -38,7 +38,9 @@ TEST(Mutants, CatalogueHasAtLeastTwelveDistinctBugsOverEveryOp) {
 
 TEST(Mutants, EveryMutantIsKilledWithin200Cases) {
   for (const std::uint64_t seed : {0x6D757461ull, 0x1234ull}) {
-    for (const MutantResult& r : run_mutants(seed, 200)) {
+    MutantRun run;
+    run.seed = seed;
+    for (const MutantResult& r : run_mutants(run)) {
       if (!r.skipped.empty()) continue;  // a CUDA mutant without a GPU
       EXPECT_TRUE(r.killed) << r.name << " survived 200 cases from seed " << seed;
       EXPECT_NE(r.first_failure.find("reproduce: kvoracle check --case-seed"), std::string::npos)
@@ -47,8 +49,28 @@ TEST(Mutants, EveryMutantIsKilledWithin200Cases) {
   }
 }
 
+TEST(Mutants, MedianCasesToKillOverSeeds) {
+  MutantRun run;
+  run.names = {"minus-one-stops-write", "fp8-round-half-away"};
+  run.seeds = 5;
+  const std::vector<MutantResult> results = run_mutants(run);
+  ASSERT_EQ(results.size(), 2u);
+  for (const MutantResult& r : results) {
+    EXPECT_EQ(r.seeds, 5) << r.name;
+    EXPECT_EQ(r.seeds_killed, 5) << r.name;
+    EXPECT_GE(r.median_cases, 1.0) << r.name;
+    EXPECT_LE(r.median_cases, static_cast<double>(r.worst_cases)) << r.name;
+    EXPECT_LE(r.worst_cases, 200) << r.name;
+  }
+}
+
 TEST(Mutants, UnknownMutantIsInvalidInput) {
-  EXPECT_THROW(run_mutants(1, 10, {"minus-one-wraps", "no-such-bug"}), spec::InvalidInput);
+  MutantRun run;
+  run.names = {"minus-one-wraps", "no-such-bug"};
+  EXPECT_THROW(run_mutants(run), spec::InvalidInput);
+  run.names = {};
+  run.seeds = 0;
+  EXPECT_THROW(run_mutants(run), spec::InvalidInput);
 }
 
 TEST(Shards, ShardsPartitionTheCampaign) {

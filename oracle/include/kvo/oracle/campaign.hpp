@@ -76,6 +76,15 @@ struct SubjectSummary {
   std::int64_t count(spec::Outcome o) const { return counts[static_cast<int>(o)]; }
 };
 
+/// How often a campaign's cases reached one rare condition of an op (CaseCondition).
+struct CoverageRow {
+  spec::Op op = spec::Op::kWrite;
+  std::string condition, means;
+  std::int64_t cases = 0;        ///< the op's cases drawn
+  std::int64_t reached = 0;      ///< of them, those that reached the condition
+  std::int64_t first_case = -1;  ///< campaign index of the first case that did (-1: none)
+};
+
 struct CheckReport {
   std::uint64_t seed = 0;
   std::int64_t cases_run = 0;
@@ -83,9 +92,14 @@ struct CheckReport {
   double seconds = 0.0;
   std::vector<SubjectSummary> subjects;
   spec::Outcome worst = spec::Outcome::kPass;
+  /// Per op run and condition of its table, how often the campaign's cases reached it.
+  std::vector<CoverageRow> coverage;
 
   /// The one-screen summary printed by the CLI.
   std::string summary() const;
+  /// The coverage table (`kvoracle check --coverage`): per op and condition, the cases that reached
+  /// it, their share and the first; conditions never reached are marked.
+  std::string coverage_table() const;
 };
 
 /// The one-line command that replays case `case_seed` of `op` with the same overrides and subject.

@@ -83,6 +83,14 @@ class CapturedAnswer {
   std::string run_error;                             ///< why it did not
 };
 
+/// A rare condition real bugs hide behind (issue 14): its name, what it means, and whether a
+/// prepared case of the op reaches it. Each driver's table is the one definition; the campaign
+/// counts how often its cases reach each (`kvoracle check --coverage`).
+struct CaseCondition {
+  std::string_view name;
+  std::string_view means;
+};
+
 class OpDriver {
  public:
   virtual ~OpDriver() = default;
@@ -103,6 +111,11 @@ class OpDriver {
   virtual std::vector<Reduction> reductions() const = 0;
   /// The command-line flags that reproduce the overrides this op's cases read.
   virtual std::string flags(const Overrides& overrides) const = 0;
+
+  /// The rare conditions this op's cases can reach, and which of them case `c` reaches (one flag
+  /// per condition, in the same order).
+  virtual std::vector<CaseCondition> conditions() const { return {}; }
+  virtual std::vector<bool> reached(const PreparedCase& /*c*/) const { return {}; }
 
   // Mode detection (SPEC 7). An op without modes returns no axes and is not detected.
 

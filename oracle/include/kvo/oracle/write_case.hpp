@@ -72,7 +72,12 @@ struct WriteCase {
   std::uint64_t seed = 0;
   spec::ModelConfig config;
   std::vector<StepRequest> requests;
-  std::int64_t padding = 0;  ///< -1 tail length of the slot mapping
+  std::int64_t padding = 0;  ///< -1 entries of the slot mapping (a tail unless interleaved)
+  /// Reach (issue 14): the -1 entries scattered among the real tokens, not only at the tail; and
+  /// source rows (token, all heads) of K, V and index-K that are all zero (an all-zero blockscale
+  /// group, a zero amax).
+  bool padding_interleaved = false;
+  std::int64_t zero_rows = 0;
   AllocatorShape allocator = AllocatorShape::kFragmented;
   std::vector<spec::LayerWrite> writes;
 
@@ -85,7 +90,30 @@ void apply_overrides(const CaseOverrides& o, spec::ModelConfig& config);
 /// Draws the case of `seed`. Throws spec::InvalidInput when the overrides are inconsistent.
 WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& overrides);
 
-/// The seed of case `index` of a campaign started from `campaign_seed`.
+/// Stratified stress themes (issue 14): a case's theme slot is its seed's low bits, and case
+/// `index` of a campaign gets slot index % kThemeSlots, so each theme comes up once in every
+/// kThemeSlots cases while a case stays a pure function of its seed (`--case-seed` replays it,
+/// theme included). Each op's generator gives a slot its own meaning; slot 0 and the slots it
+/// leaves unnamed draw the plain distribution:
+///   write:  kThemeMinusOneInside: -1 slots scattered among the real tokens;
+///           kThemeZeros: all-zero source rows (zero amax, all-zero blockscale groups);
+///           kThemeLegacyWrap: slot_mode legacy_wrap with -1 slots (they wrap onto the last slot);
+///           kThemeVectorTail: fp8 heads of 40 dims (a 16-byte vector store's 8-byte tail).
+///   read:   kThemeTies: all-zero index-Q over longer rows (every block tied, ties wider than
+///           topk); kThemeLongContext: a request past 4096 tokens in 4-token blocks (over 1024
+///           logical blocks: the top-k kernels' long path); kThemeUnionNegInf: index_group union
+///           over two index heads per KV head, and a -inf block planted.
+///   dense:  kThemeTies (its slot 1): an fp8 cache stored under dense_fp8_store identity.
+/// An override of the dimension a theme sets wins over the theme.
+inline constexpr std::uint64_t kThemeSlots = 8;
+inline constexpr std::uint64_t kThemeMinusOneInside = 1, kThemeTies = 1;
+inline constexpr std::uint64_t kThemeZeros = 2, kThemeLongContext = 2;
+inline constexpr std::uint64_t kThemeLegacyWrap = 3, kThemeUnionNegInf = 3;
+inline constexpr std::uint64_t kThemeVectorTail = 4;
+inline std::uint64_t theme_slot(std::uint64_t seed) { return seed % kThemeSlots; }
+
+/// The seed of case `index` of a campaign started from `campaign_seed`: a hash of both, its theme
+/// slot index % kThemeSlots.
 std::uint64_t case_seed(std::uint64_t campaign_seed, std::uint64_t index);
 
 }  // namespace kvo::oracle

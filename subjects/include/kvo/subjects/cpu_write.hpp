@@ -65,6 +65,18 @@ enum class WriteMutation : std::uint8_t {
   /// SGLang's DeepSeek index-K quantizer: a NaN element becomes -448 (clamped before the cast)
   /// instead of the NaN code.
   kBlockscaleNanToMin,
+  /// A kernel whose token loop returns at the first padding slot (`if (slot < 0) return;` written
+  /// as a loop exit): the real tokens after a -1 are never written.
+  kMinusOneStopsWrite,
+  /// Per-head K/V scales read as head 0's (a scalar-scale kernel handed a per-head scale tensor).
+  kPerHeadScaleAsHead0,
+  /// fp8 subnormal results flushed to signed zero (a conversion compiled with flush-to-zero).
+  kFp8FlushToZero,
+  /// fp8 conversion rounding ties away from zero (round-half-away) where SPEC 2 rounds to even.
+  kRoundHalfAway,
+  /// A quantizer without the amax floor: an all-zero blockscale group gets scale 0 (the ue8m0
+  /// floor class, vllm#53339), so its codes are 0/0 = NaN.
+  kZeroGroupScale,
 };
 
 /// The CPU model of the fused one-launch kernel.
