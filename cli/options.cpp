@@ -87,6 +87,9 @@ void add_read_flags(CLI::App& app, oracle::ReadOverrides& r) {
                   "indexer: index-Q in the activation dtype or e4m3 (over an e4m3 index-K cache)");
   add_bool(app, "--neg-inf-block", r.neg_inf_block,
            "indexer: one block scores -inf in every index head (the dot overflows)");
+  add_enum_option(app, "--selection-order", r.selection_order,
+                  "attention: the order of the selection it is handed (SPEC 6; drawn per case "
+                  "otherwise)");
 }
 
 void add_case_flags(CLI::App& app, oracle::Overrides& o) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU campaign in one call: GPU tests (8 shards in parallel), compute-sanitizer memcheck and
-# racecheck over a reduced test run, the benchmarks, and a short table printed last.
+# racecheck over a reduced test run, the CLI campaign, replay and mutants, the Python package on the
+# GPU, the real-kernel modes, the benchmarks, and a short table printed last.
 #
 #   gpu/run_on_device.sh --stage   (here, on a machine with nvcc and the Debian test/bench
 #                                   packages) builds build-gpu/ and copies the binaries, plus
@@ -9,8 +10,8 @@
 #                                   staged binaries are present it tries to build them there.
 #
 # Environment: OUT (default ./device-out) receives summary.txt, bench.json and logs.tar.gz;
-# KVO_GPU_CASES random cases per RandomCases shard (default 1500; 8 shards); SAN_CASES (default
-# 40) for the sanitizer runs.
+# KVO_GPU_CASES random cases per RandomCases shard (default 600; 8 shards); SAN_CASES (default
+# 40) for the sanitizer runs; KVO_DEADLINE_S (default 550) the whole run's wall-clock budget.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/.device/bin
@@ -59,10 +60,18 @@ fi
 OUT=${OUT:-$ROOT/device-out}
 LOGS=$(mktemp -d /tmp/kvo-logs.XXXX)
 mkdir -p "$OUT"
-CASES=${KVO_GPU_CASES:-1500}
+CASES=${KVO_GPU_CASES:-600}
 SAN_CASES=${SAN_CASES:-40}
 export RC_PARAMS=${RC_PARAMS:-"seed=20261129 max_success=300 verbose_progress=0"}
 START=$(date +%s)
+# Every stage's limit is cut to what is left before the deadline (the device tool's calls end at
+# 600 s), so that the table below is always written; a stage cut short shows exit 124 in its log.
+DEADLINE=$((START + ${KVO_DEADLINE_S:-550}))
+budget() {
+  local left=$((DEADLINE - $(date +%s)))
+  ((left < 1)) && left=1
+  echo $(($1 < left ? $1 : left))
+}
 
 {
   date -u
@@ -96,7 +105,7 @@ PYBUILD=/tmp/kvo-py
 # 1. GPU tests, 8 shards in parallel.
 for i in 0 1 2 3 4 5 6 7; do
   GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i KVO_GPU_CASES=$CASES \
-    timeout 240 "$BIN/test_gpu_write" >"$LOGS/tests_$i.log" 2>&1 &
+    timeout $(budget 240) "$BIN/test_gpu_write" >"$LOGS/tests_$i.log" 2>&1 &
 done
 wait
 T_TESTS=$(($(date +%s) - START))
@@ -114,7 +123,7 @@ done
 SAN_FILTER='Shards/RandomCases.GpuMatchesReference/0:PlantedBug.*:BadInput.*:LegacyWrap.*:DenseInsert.*:Shards/GpuRead.*/0:GpuReadBadInput.*'
 san_errors() { grep -oE '(ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors)' "$1" | tail -1 | grep -oE '[0-9]+'; }
 for tool in memcheck racecheck; do
-  KVO_GPU_CASES=$SAN_CASES KVO_DENSE_CASES=10 KVO_GPU_READ_CASES=4 KVO_GPU_READ_LONG=0 timeout 150 compute-sanitizer --tool $tool --print-limit 20 \
+  KVO_GPU_CASES=$SAN_CASES KVO_DENSE_CASES=10 KVO_GPU_READ_CASES=4 KVO_GPU_READ_LONG=0 timeout $(budget 150) compute-sanitizer --tool $tool --print-limit 20 \
     "$BIN/test_gpu_write" --gtest_filter="$SAN_FILTER" >"$LOGS/sanitizer_$tool.log" 2>&1
   echo "exit $?" >>"$LOGS/sanitizer_$tool.log"
 done
@@ -123,35 +132,39 @@ MEMCHECK_TESTS=$(grep -c '^\[       OK \]' "$LOGS/sanitizer_memcheck.log")
 RACECHECK_TESTS=$(grep -c '^\[       OK \]' "$LOGS/sanitizer_racecheck.log")
 T_SAN=$(($(date +%s) - START))
 
-# 3. Benchmarks.
-timeout 150 "$BIN/bench_write_gpu" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json \
-  >"$LOGS/bench.txt" 2>&1
-echo "exit $?" >>"$LOGS/bench.txt"
-timeout 200 "$BIN/bench_read_gpu" --benchmark_out="$OUT/bench_read.json" --benchmark_out_format=json \
-  >"$LOGS/bench_read.txt" 2>&1
-echo "exit $?" >>"$LOGS/bench_read.txt"
-T_BENCH=$(($(date +%s) - START))
-
 # 3b. The CLI campaign with every subject (CPU and CUDA), as `kvoracle check` runs it.
-timeout 90 "$BIN/kvoracle" check --cases 300 >"$LOGS/kvoracle_check.txt" 2>&1
+timeout $(budget 90) "$BIN/kvoracle" check --cases 300 >"$LOGS/kvoracle_check.txt" 2>&1
 echo "exit $?" >>"$LOGS/kvoracle_check.txt"
 # 3b'. The committed traces replayed on every subject (CPU and CUDA), writes, indexer and attention.
 for t in "$ROOT"/traces/data/*.st; do
   case "$t" in *planted*) continue ;; esac
   ops=write,indexer,attention
   case "$t" in *dense_insert*) ops=write,dense,indexer,attention ;; esac  # fused dense layers
-  timeout 120 "$BIN/kvoracle" replay "$t" --ops "$ops" >>"$LOGS/kvoracle_replay.txt" 2>&1
+  timeout $(budget 120) "$BIN/kvoracle" replay "$t" --ops "$ops" >>"$LOGS/kvoracle_replay.txt" 2>&1
   echo "exit $? $(basename "$t")" >>"$LOGS/kvoracle_replay.txt"
 done
 # 3c. The mutation score with the CUDA mutants (bugs planted in the fused kernel) included.
-timeout 90 "$BIN/kvoracle" mutants --cases 200 >"$LOGS/kvoracle_mutants.txt" 2>&1
+timeout $(budget 90) "$BIN/kvoracle" mutants --cases 200 --seeds 3 >"$LOGS/kvoracle_mutants.txt" 2>&1
 echo "exit $?" >>"$LOGS/kvoracle_mutants.txt"
+T_CLI=$(($(date +%s) - START))
+# 3f. The Python package on the GPU (issue 13): the NumPy tests, torch ops and Triton kernels
+# judged through the adapters (one [py-gpu] line per subject), examples/python, then what the
+# Python path costs against the C++ campaign.
+wait  # the extension's build (section 0b), if still running
+PYTHONPATH=$PYBUILD timeout $(budget 420) "$PY" -m pytest -q -s -p no:cacheprovider -rs \
+  "$ROOT/python/tests" "$ROOT/examples/python" >"$LOGS/python_tests.txt" 2>&1
+echo "exit $?" >>"$LOGS/python_tests.txt"
+PYTHONPATH=$PYBUILD timeout $(budget 120) "$PY" "$ROOT/python/bench/bench_python_path.py" \
+  >"$LOGS/python_bench.txt" 2>&1
+echo "exit $?" >>"$LOGS/python_bench.txt"
+
+T_PY=$(($(date +%s) - START))
 # 3d. The real-kernel modes (SPEC 2, 7): div_approx (div.full.f32) judged by admissible sets; mode
 # detection of the CUDA subjects told a mode; the flash attention under its profile and under fp32.
 modes() {  # label, then the kvoracle arguments
   local label=$1
   shift
-  timeout 90 "$BIN/kvoracle" "$@" --no-shrink >>"$LOGS/kvoracle_modes.txt" 2>&1
+  timeout $(budget 90) "$BIN/kvoracle" "$@" --no-shrink >>"$LOGS/kvoracle_modes.txt" 2>&1
   echo "exit $? $label" >>"$LOGS/kvoracle_modes.txt"
 }
 modes div_approx check --subject cuda-fused,cuda-unfused --ops write --scale-mode div_approx --cases 300
@@ -168,25 +181,24 @@ modes detect_profiles check --subject cuda-flash-bf16,cuda-fast,cuda-canonical -
 
 # 3e. The user's-kernel example (examples/cpp): its CUDA twin judged in device memory through the
 # device subjects (each kernel passes, each planted bug fails), then under compute-sanitizer.
-timeout 200 "$BIN/test_my_cuda_kernels" >"$LOGS/example_cuda.txt" 2>&1
+timeout $(budget 200) "$BIN/test_my_cuda_kernels" >"$LOGS/example_cuda.txt" 2>&1
 echo "exit $?" >>"$LOGS/example_cuda.txt"
-KVO_CASES=20 timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$BIN/test_my_cuda_kernels" \
+KVO_CASES=20 timeout $(budget 150) compute-sanitizer --tool memcheck --print-limit 20 "$BIN/test_my_cuda_kernels" \
   >"$LOGS/example_cuda_memcheck.txt" 2>&1
 echo "exit $?" >>"$LOGS/example_cuda_memcheck.txt"
 EXAMPLE_MEMCHECK=$(san_errors "$LOGS/example_cuda_memcheck.txt")
 
-# 3f. The Python package on the GPU (issue 13): the NumPy tests, torch ops and Triton kernels
-# judged through the adapters (one [py-gpu] line per subject), examples/python, then what the
-# Python path costs against the C++ campaign.
-wait  # the extension's build (section 0b), if still running
-PYTHONPATH=$PYBUILD timeout 420 "$PY" -m pytest -q -s -p no:cacheprovider -rs \
-  "$ROOT/python/tests" "$ROOT/examples/python" >"$LOGS/python_tests.txt" 2>&1
-echo "exit $?" >>"$LOGS/python_tests.txt"
-PYTHONPATH=$PYBUILD timeout 120 "$PY" "$ROOT/python/bench/bench_python_path.py" \
-  >"$LOGS/python_bench.txt" 2>&1
-echo "exit $?" >>"$LOGS/python_bench.txt"
+T_MODES=$(($(date +%s) - START))
+# 5. Benchmarks (last: what the deadline leaves).
+timeout $(budget 150) "$BIN/bench_write_gpu" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json \
+  >"$LOGS/bench.txt" 2>&1
+echo "exit $?" >>"$LOGS/bench.txt"
+timeout $(budget 200) "$BIN/bench_read_gpu" --benchmark_out="$OUT/bench_read.json" --benchmark_out_format=json \
+  >"$LOGS/bench_read.txt" 2>&1
+echo "exit $?" >>"$LOGS/bench_read.txt"
+T_BENCH=$(($(date +%s) - START))
 
-# 4. Short table, last.
+# 6. Short table, last.
 {
   cat "$LOGS/machine.txt"
   echo
@@ -200,7 +212,7 @@ echo "exit $?" >>"$LOGS/python_bench.txt"
   grep -E '^(cpu|cuda)-|^result|exit' "$LOGS/kvoracle_check.txt"
   echo "kvoracle replay of the committed traces:"
   grep -E '^exit|result' "$LOGS/kvoracle_replay.txt"
-  echo "kvoracle mutants --cases 200:"
+  echo "kvoracle mutants --cases 200 --seeds 3:"
   grep -E '^cuda-|^killed|exit' "$LOGS/kvoracle_mutants.txt"
   echo "examples/cpp CUDA twin (device subjects): $(grep -c '^\[       OK \]' "$LOGS/example_cuda.txt") passed, $(grep -c '^\[  FAILED  \].*(' "$LOGS/example_cuda.txt") failed, $(grep -c '^\[  SKIPPED \].*(' "$LOGS/example_cuda.txt") skipped; memcheck ${EXAMPLE_MEMCHECK:-?} errors; $(tail -1 "$LOGS/example_cuda.txt")"
   grep -h '^\[gpu-device-subject\]' "$LOGS"/tests_*.log
@@ -266,7 +278,8 @@ for name, r in row.items():
         r["x_empty_pdl"], r["speedup"], r["speedup_pdl"], r["bw_frac"], r["bw_frac_pdl"], hot, ", ".join(notes)))
 print("(times in us per layer; xEmpty = fused / plain empty launch; bwFrac = (bytes read + written) / time / copy bandwidth; fp8: K/V scale 0.37 (division), fp8s1: scale 1.0)")
 PY
-  echo "total ${T_BENCH}s"
+  echo "stage ends (s from start): tests ${T_TESTS}, sanitizers ${T_SAN}, check+replay+mutants ${T_CLI}, python ${T_PY}, modes+example ${T_MODES}, benchmarks ${T_BENCH}"
+  echo "benchmarks done at ${T_BENCH}s; whole run $(($(date +%s) - START))s of a ${KVO_DEADLINE_S:-550}s budget (a stage cut short by it shows exit 124)"
 } >"$OUT/summary.txt" 2>&1
 tar czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
 cat "$OUT/summary.txt"

@@ -45,12 +45,19 @@ struct AttnArgs : BatchView {
   float sm;  // canonical: sm_scale; fast and flash: sm_scale * log2(e) (kExpNoLog2e: sm_scale)
 };
 
-/// The logical block of chunk slot `slot` of row `row` for KV head `kvh`, or -1 when the slot is
-/// empty (a -1 selection entry, or a dense slot past n_valid, or a padded request).
+/// Entry `slot` of the selection row of (row, kvh) as given (SPEC 6: any order, -1 anywhere).
+__device__ inline long long selected_id(const AttnArgs& a, long long row, long long kvh,
+                                        long long slot) {
+  return a.selection[(row * a.g.nkv + kvh) * a.topk + slot];
+}
+
+/// The logical block of chunk slot `slot` of row `row` for KV head `kvh`, or negative when the slot
+/// selects nothing (a negative entry or one past n_valid, SPEC 6; a dense slot past n_valid).
 __device__ inline long long chunk_of(const AttnArgs& a, long long row, long long kvh,
                                      long long slot, long long n_valid) {
   if (a.selection == nullptr) return slot < n_valid ? slot : -1;
-  return a.selection[(row * a.g.nkv + kvh) * a.topk + slot];
+  const long long id = selected_id(a, row, kvh, slot);
+  return id < n_valid ? id : -1;
 }
 
 __device__ inline float* ws_entry(const AttnArgs& a, long long row, long long hq, long long slot) {
@@ -644,9 +651,19 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(AttnArgs
   const int* table_row = a.table + r * g.max_blocks;
   // Fill tiles with the chunks' visible tokens, in selection order, across chunk boundaries.
   int fill = 0;
+  bool seen_visible = false, poisoned = false;  // kMaskedChunkNan's state
   for (long long slot = 0; slot < slots; ++slot) {
+    if constexpr (B == spec::AttentionBug::kStopAtMinusOne) {
+      if (a.selection != nullptr && selected_id(a, row, kvh, slot) < 0) break;
+    }
+    // kMaskedChunkNan: an id past n_valid kept as an all-masked block; first in the row, its
+    // tile's maximum is -inf and exp2(-inf - -inf) = NaN reaches L and O.
+    if (B == spec::AttentionBug::kMaskedChunkNan && a.selection != nullptr && !seen_visible &&
+        selected_id(a, row, kvh, slot) >= n_valid)
+      poisoned = true;
     const long long j = chunk_of(a, row, kvh, slot, n_valid);
     if (j < 0) continue;
+    seen_visible = true;
     const long long first = j * a.sb;
     long long count = pos - first + 1 < a.sb ? pos - first + 1 : a.sb;
     if constexpr (B == spec::AttentionBug::kDropChunkLast) --count;
@@ -675,7 +692,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(AttnArgs
   for (int e = threadIdx.x; e < group * hd; e += blockDim.x) {
     const int h = e / hd;
     const float l = s.l[h];
-    const float y = l > 0.0f ? s.o[e] * fast_rcp(l) : 0.0f;  // a row without tokens is +0
+    float y = l > 0.0f ? s.o[e] * fast_rcp(l) : 0.0f;  // a row without tokens is +0
+    if (B == spec::AttentionBug::kMaskedChunkNan && poisoned) y = __int_as_float(0x7fc00000);
     store_out(a, (row * a.nq + kvh * group + h) * hd + e % hd, y);
   }
 }

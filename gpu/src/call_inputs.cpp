@@ -146,8 +146,7 @@ void check_tensor(const spec::HostTensor& t, const char* field, spec::DType dt, 
   }
 }
 
-void check_selection(const spec::ModelConfig& c, const spec::AttentionParams& p,
-                     const spec::ReadBatch& b, const QueryRows& rows,
+void check_selection(const spec::ModelConfig& c, const QueryRows& rows,
                      const std::vector<std::int32_t>& selection, std::int64_t topk) {
   const std::int64_t tq = rows.size(), nkv = c.geometry.num_kv_heads;
   if (topk < 1 || static_cast<std::int64_t>(selection.size()) != tq * nkv * topk) {
@@ -156,16 +155,14 @@ void check_selection(const spec::ModelConfig& c, const spec::AttentionParams& p,
         "expected [" + std::to_string(tq) + ", " + std::to_string(nkv) + ", topk]");
   }
   for (std::int64_t qi = 0; qi < tq; ++qi) {
-    const std::int64_t n_valid = rows.n_valid(b, qi, p.sparse_block);
     for (std::int64_t g = 0; g < nkv; ++g) {
       const std::int32_t* row = &selection[static_cast<std::size_t>((qi * nkv + g) * topk)];
       for (std::int64_t k = 0; k < topk; ++k) {
         const std::int32_t id = row[k];
-        const bool dup = id >= 0 && std::find(row, row + k, id) != row + k;
-        if (id >= 0 && (id >= n_valid || dup)) {
-          throw spec::InvalidInput(
-              "selection", (qi * nkv + g) * topk + k, std::to_string(id),
-              "a duplicate or a block past n_valid = " + std::to_string(n_valid));
+        // SPEC 6: -1 anywhere and ids past n_valid select nothing; the same id twice is invalid.
+        if (id >= 0 && std::find(row, row + k, id) != row + k) {
+          throw spec::InvalidInput("selection", (qi * nkv + g) * topk + k, std::to_string(id),
+                                   "the same block twice in one row");
         }
       }
     }
@@ -198,7 +195,7 @@ QueryRows check_attention_inputs(const spec::ModelConfig& c, const spec::Attenti
   spec::validate_scales(c, k_scale, "k_scale");
   spec::validate_scales(c, v_scale, "v_scale");
   check_tensor(q, "q", c.act_dtype, rows.size(), p.num_q_heads, c.geometry.head_dim);
-  if (!selection.empty()) check_selection(c, p, b, rows, selection, topk);
+  if (!selection.empty()) check_selection(c, rows, selection, topk);
   return rows;
 }
 

@@ -53,10 +53,9 @@ struct QueryRows {
 void check_tensor(const spec::HostTensor& t, const char* field, spec::DType dtype,
                   std::int64_t rows, std::int64_t heads, std::int64_t dim);
 
-/// Throws spec::InvalidInput unless `selection` is [Tq, nkv, topk] (topk >= 1) of ids that are -1,
-/// or distinct within their row and below the row's n_valid.
-void check_selection(const spec::ModelConfig& config, const spec::AttentionParams& params,
-                     const spec::ReadBatch& batch, const QueryRows& rows,
+/// Throws spec::InvalidInput unless `selection` is [Tq, nkv, topk] (topk >= 1) whose ids >= 0 are
+/// distinct within their row (SPEC 6: negative ids and ids past n_valid select nothing).
+void check_selection(const spec::ModelConfig& config, const QueryRows& rows,
                      const std::vector<std::int32_t>& selection, std::int64_t topk);
 
 /// Validates an indexer call on the host (SPEC principle 5: before anything moves): the config,

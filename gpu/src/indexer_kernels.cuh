@@ -34,6 +34,7 @@ struct IndexArgs : BatchView {
   bool drop_neg_inf;
   bool head_major;    // ids [nkv, Tq, width] (spec::TopkLayout::kHeadMajor)
   unsigned key_mask;  // the top spec::TopkForm::key_bits bits of each score's image (fast only)
+  int id_mask;        // TopkArgs::id_mask
   int tile;           // tokens per staged tile
   long long sb, topk, init_blocks, local_blocks, max_nv;
   float score_factor;  // 1 or fl(index_dim^-0.5): token score = fl(dot * score_factor)
@@ -175,7 +176,7 @@ void run_indexer(const IndexArgs& a, std::int64_t rows, std::size_t smem, cudaSt
          s>>>(a);
   check_cuda(cudaGetLastError(), "index_score_kernel launch");
   launch_batch_topk({a.scores, a.ids, a.g.nkv, a.max_nv, a.topk, a.lanes, a.drop_neg_inf,
-                     a.head_major, a.key_mask},
+                     a.head_major, a.key_mask, a.id_mask},
                     rows, {a.row_req, a.row_pos, a.seq_lens, a.sb}, kCanonical, s);
 }
 
@@ -269,6 +270,7 @@ void launch_indexer_topk_t(const spec::ModelConfig& c, const spec::IndexerParams
   a.drop_neg_inf = p.neg_inf == spec::IndexNegInf::kDrop;
   a.head_major = ix.form.layout == spec::TopkLayout::kHeadMajor;
   a.key_mask = ~0u << (32 - ix.form.key_bits);
+  a.id_mask = F == ReadBug::kIdsWrapAt1024 ? 1023 : ~0;
   const auto s = static_cast<cudaStream_t>(stream);
   if constexpr (F == ReadBug::kNone) {  // planted bugs: the fast family only is instantiated
     if (kernel == ReadKernel::kCanonical) return dispatch_indexer<true, F>(a, b.num_rows, smem, s);

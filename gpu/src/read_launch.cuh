@@ -25,8 +25,9 @@ namespace kvo::gpu::detail {
 /// A bug planted in the fast read family (kvo_gpu_testing's ReadFault); kNone in production.
 enum class ReadBug : std::uint8_t {
   kNone,
-  kIgnoreLocal,  ///< indexer: the local (current) block is not forced
-  kExpNoLog2e,   ///< attention: exp2(s) where exp2(s * log2(e)) is meant (a base-2 softmax)
+  kIgnoreLocal,    ///< indexer: the local (current) block is not forced
+  kExpNoLog2e,     ///< attention: exp2(s) where exp2(s * log2(e)) is meant (a base-2 softmax)
+  kIdsWrapAt1024,  ///< top-k: ids stored in 10 bits (a short path applied past 1024 blocks)
 };
 
 inline constexpr int kReadThreads = 256;   // attention chunk kernel: 8 warps

@@ -36,6 +36,7 @@ struct TopkArgs {
   bool drop_neg_inf = false;
   bool head_major = false;  // ids [heads, rows, width] (spec::TopkLayout), else [rows, heads, ..]
   unsigned key_mask = ~0u;  // the score keys' kept bits (spec::TopkForm::key_bits; fast only)
+  int id_mask = ~0;         // ids stored & id_mask: all bits (ReadBug::kIdsWrapAt1024 plants 1023)
 };
 
 /// n_valid of an indexer query row: 0 for a padded request, else pos / sparse_block + 1.
@@ -191,7 +192,7 @@ __device__ inline void select_union(const TopkArgs& a, long long row, long long 
   for (int w = threadIdx.x; w < words; w += blockDim.x) {
     int at = before[w];
     for (unsigned bits = chosen[w]; bits != 0; bits &= bits - 1)
-      out[at++] = w * 32 + __ffs(bits) - 1;
+      out[at++] = (w * 32 + __ffs(bits) - 1) & a.id_mask;
   }
   for (long long k = before[words] + threadIdx.x; k < a.topk * a.lanes; k += blockDim.x)
     out[k] = -1;
@@ -218,7 +219,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkArgs a, NValid n
     // Best first: the -inf blocks are the last chosen, so dropping them shortens the row.
     long long kept = k_eff;
     while (kept > 0 && sc[best[kept - 1]] == -INFINITY) --kept;
-    for (long long k = threadIdx.x; k < a.topk; k += blockDim.x) out[k] = k < kept ? best[k] : -1;
+    for (long long k = threadIdx.x; k < a.topk; k += blockDim.x)
+      out[k] = k < kept ? best[k] & a.id_mask : -1;
     return;
   }
   for (int e = threadIdx.x; e < k_eff; e += blockDim.x) {
@@ -227,7 +229,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkArgs a, NValid n
       for (int f = 0; f < k_eff; ++f) at += best[f] < best[e];
       out[at] = best[e];
     } else {
-      out[e] = best[e];  // best first
+      out[e] = best[e] & a.id_mask;  // best first
     }
   }
   for (long long k = k_eff + threadIdx.x; k < a.topk; k += blockDim.x) out[k] = -1;

@@ -95,7 +95,7 @@ DenseCase make_case_impl(std::uint64_t seed, const CaseOverrides& o, const Dense
   const DType drawn_cache = pick<DType>(rng);
   // Its stress theme (write_case.hpp) needs an fp8 cache.
   c.kv.cache_dtype =
-      fixed_or(o.kv_dtype, theme_slot(seed) == kThemeTies ? DType::kFp8E4M3 : drawn_cache);
+      fixed_or(o.kv_dtype, theme_slot(seed) == kThemeFp8Identity ? DType::kFp8E4M3 : drawn_cache);
   c.kv.saturation = fixed_or(o.saturation, pick<spec::Saturation>(rng));
   c.kv.scale_mode = fixed_or(o.scale_mode, pick<spec::ScaleMode>(rng));
   c.kv.per_head_scale = fixed_or(o.per_head_scale, rng.chance(1, 2));
@@ -178,7 +178,8 @@ DenseCase make_case_impl(std::uint64_t seed, const CaseOverrides& o, const Dense
       store.chance(1, 4) ? spec::DenseFp8Store::kIdentity : spec::DenseFp8Store::kScaled;
   in.fp8_store = d.fp8_store.value_or(drawn_store);
   // Its stress theme (write_case.hpp): an fp8 cache stored with scale 1 (dense_fp8_store identity).
-  if (theme_slot(seed) == kThemeTies && !d.fp8_store) in.fp8_store = spec::DenseFp8Store::kIdentity;
+  if (theme_slot(seed) == kThemeFp8Identity && !d.fp8_store)
+    in.fp8_store = spec::DenseFp8Store::kIdentity;
   return ic;
 }
 

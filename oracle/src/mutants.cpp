@@ -170,6 +170,10 @@ std::vector<Mutant> build_catalogue() {
                            "vllm#53339's class: a blockscale quantizer without the amax floor, so "
                            "an all-zero group gets scale 0 and NaN codes",
                            {}, subjects::WriteMutation::kZeroGroupScale));
+  c.push_back(fused_mutant("vector-tail-overrun",
+                           "a 16-byte vector store with no tail case: a head row whose bytes are "
+                           "not a multiple of 16 zeroes the bytes past its end",
+                           {}, subjects::WriteMutation::kVectorTailOverrun));
   CaseOverrides divide = fp8_16bit_act;
   c.push_back(write_mutant("multiply-not-divide",
                            "FlashInfer's convention in a vLLM-convention kernel: x * s, not x / s",
@@ -242,6 +246,10 @@ std::vector<Mutant> build_catalogue() {
                           "indexer: a chosen -inf block dropped to -1 (TensorRT-LLM's selector) "
                           "where index_neg_inf keep is declared",
                           spec::Op::kIndexer, {}, {.drop_neg_inf_always = true}, false));
+  c.push_back(read_mutant("ids-wrap-at-1024",
+                          "top-k: block ids kept in 10 bits, a short path (<= 1024 blocks) "
+                          "applied to a longer row",
+                          spec::Op::kIndexer, {}, {.id_bits = 10}, false));
   c.push_back(
       mutant("head-major-as-token-major", spec::Op::kIndexer,
              "vllm#48604: an indexer's head-major [H, T, K] ids read as token-major "
@@ -324,6 +332,14 @@ std::vector<Mutant> build_catalogue() {
                spec::AttentionBug::kScaleOff);
   flash_mutant("flash-neighbour-v", "flash attention: V read from the neighbouring KV head",
                spec::AttentionBug::kNeighbourV);
+  flash_mutant("flash-stop-at-minus-one",
+               "flash attention: the selection read up to its first -1 (SPEC 6 allows -1 "
+               "anywhere; a -1-first row loses its blocks)",
+               spec::AttentionBug::kStopAtMinusOne);
+  flash_mutant("flash-masked-chunk-nan",
+               "flash attention: an id past n_valid kept as an all-masked block, first in its row "
+               "with no Check_inf: exp2(-inf - -inf) = NaN",
+               spec::AttentionBug::kMaskedChunkNan);
 #ifdef KVO_HAVE_CUDA
   // The same bugs planted in the CUDA kernels (kvo_gpu_testing); run where a GPU answers.
   using gpu::testing::ReadFault;
@@ -367,6 +383,9 @@ std::vector<Mutant> build_catalogue() {
                      make_cuda_head_major_as_token_major_subject));
   cuda_read("cuda-fast-local-block-ignored", spec::Op::kIndexer,
             "the fast indexer leaves the local block unforced", ReadFault::kIgnoreLocal);
+  cuda_read("cuda-fast-ids-wrap-at-1024", spec::Op::kIndexer,
+            "the fast top-k stores block ids in 10 bits (a short path applied past 1024 blocks)",
+            ReadFault::kIdsWrapAt1024);
   const auto cuda_flash = [&](const char* name, const char* models, ReadFault fault) {
     c.push_back(mutant(name, spec::Op::kAttention, models, {}, [fault](const std::string& n) {
       return make_cuda_flash_fault_subject(n, fault);
@@ -378,6 +397,13 @@ std::vector<Mutant> build_catalogue() {
              ReadFault::kFlashScaleOff);
   cuda_flash("cuda-flash-neighbour-v", "V from the neighbouring KV head, in the flash kernel",
              ReadFault::kFlashNeighbourV);
+  cuda_flash("cuda-flash-stop-at-minus-one",
+             "the selection read up to its first -1, in the flash kernel",
+             ReadFault::kFlashStopAtMinusOne);
+  cuda_flash("cuda-flash-masked-chunk-nan",
+             "a leading id past n_valid as an all-masked block without Check_inf (NaN), in the "
+             "flash kernel",
+             ReadFault::kFlashMaskedChunkNan);
   cuda_read("cuda-fast-exp-without-log2e", spec::Op::kAttention,
             "the fast softmax computes exp2(s) without folding log2(e) into the scale",
             ReadFault::kExpNoLog2e);

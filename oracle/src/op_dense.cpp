@@ -180,15 +180,10 @@ class DenseDriver final : public OpDriver {
   }
 
   std::vector<CaseCondition> conditions() const override {
-    std::vector<CaseCondition> out;
-    for (const DenseCondition& c : kDenseConditions) out.push_back(c.info);
-    return out;
+    return table_conditions(kDenseConditions);
   }
   std::vector<bool> reached(const PreparedCase& pc) const override {
-    const DenseCase& dc = static_cast<const DensePrepared&>(pc).dc;
-    std::vector<bool> out;
-    for (const DenseCondition& c : kDenseConditions) out.push_back(c.reached(dc));
-    return out;
+    return table_reached(kDenseConditions, static_cast<const DensePrepared&>(pc).dc);
   }
 
   std::string flags(const Overrides& o) const override {

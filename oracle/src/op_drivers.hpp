@@ -2,11 +2,13 @@
 // Internal to the oracle: each op's driver, defined in its own source (op_<name>.cpp) and listed
 // once in op_registry.cpp; and the reductions the drivers build their shrinking from.
 
+#include <array>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kvo/oracle/op_driver.hpp"
 
@@ -87,6 +89,29 @@ void validate_as(const std::string& prefix, Fn&& validate) {
     throw spec::InvalidInput("tensor '" + prefix + e.field() + "'", e.index(), e.value(),
                              what.substr(what.find(": ", what.find(" = ")) + 2));
   }
+}
+
+/// Coverage (issue 14) from a driver's one table of rare conditions, rows {CaseCondition info;
+/// bool (*reached)(const Case&)}: OpDriver::conditions() and reached() over the rows `keep` admits.
+struct EveryRow {
+  template <class Row>
+  constexpr bool operator()(const Row&) const {
+    return true;
+  }
+};
+template <class Row, std::size_t N, class Keep = EveryRow>
+std::vector<CaseCondition> table_conditions(const std::array<Row, N>& table, Keep keep = {}) {
+  std::vector<CaseCondition> out;
+  for (const Row& row : table)
+    if (keep(row)) out.push_back(row.info);
+  return out;
+}
+template <class Row, std::size_t N, class Case, class Keep = EveryRow>
+std::vector<bool> table_reached(const std::array<Row, N>& table, const Case& c, Keep keep = {}) {
+  std::vector<bool> out;
+  for (const Row& row : table)
+    if (keep(row)) out.push_back(row.reached(c));
+  return out;
 }
 
 /// A result's tensors by name (copied, so a subject built from them owns its answer).

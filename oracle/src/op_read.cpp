@@ -1,8 +1,9 @@
 // The read ops (SPEC 5-6): the indexer with block top-k, and sparse attention over the reference's
-// selection (so an indexer bug does not mask an attention one). Both draw the same read case from
-// a seed, so the campaign prepares it once for both; judge_read applies the subject's ordering
-// (and, for foreign attention, its arithmetic profile or --profile). Attention's mode for mode
-// detection (SPEC 7) is that profile: one answer judged exactly and under every profile's bound;
+// selection (so an indexer bug does not mask an attention one), handed to it in the case's order
+// (SPEC 6). Both draw the same read case from a seed, so the campaign prepares it once for both;
+// judge_read applies the subject's ordering (and, for foreign attention, its arithmetic profile or
+// --profile). Attention's mode for mode detection (SPEC 7) is that profile: one answer judged
+// exactly and under every profile's bound;
 // the indexer's are kIndexerModeAxes (index_nan, index_score_scale, index_neg_inf): one answer
 // judged against the reference's selection of the case under each combination, and under each
 // declared order and layout (judged-only axes: detection names a foreign indexer's form).
@@ -200,21 +201,36 @@ void for_each_cut(const reference::TopkSelection& s, std::int64_t topk, F&& f) {
   }
 }
 
+/// Which read ops a rare condition matters to.
+enum class ReadOps : std::uint8_t { kIndexer, kBoth, kAttention };
+
+/// Whether some row (q, g) of the selection handed to attention satisfies `f(row ids, n_valid)`.
+template <class F>
+bool any_attended_row(const ReadPrepared& c, F&& f) {
+  const reference::TopkSelection& s = *c.expectation.attended();
+  for (std::int64_t q = 0; q < s.num_queries; ++q) {
+    for (std::int64_t g = 0; g < s.num_kv_heads; ++g) {
+      const auto at = s.ids.begin() + (q * s.num_kv_heads + g) * s.topk;
+      if (f(std::vector<std::int32_t>(at, at + s.topk), s.n_valid[static_cast<std::size_t>(q)]))
+        return true;
+    }
+  }
+  return false;
+}
+
 /// The read side's rare conditions (issue 14): the one table conditions() and reached() read.
-/// `attention`: the condition matters to attention too (over the reference's selection); the rest
-/// are the indexer's alone.
 struct ReadCondition {
   CaseCondition info;
   bool (*reached)(const ReadPrepared&);
-  bool attention = false;
+  ReadOps ops = ReadOps::kIndexer;
 };
 
-const std::array<ReadCondition, 10> kReadConditions{{
+const std::array<ReadCondition, 13> kReadConditions{{
     {{"padded_row", "a request with seq_len 0 (its rows all -1, attention +0)"},
      [](const ReadPrepared& c) {
        return std::count(c.rc.batch.seq_lens.begin(), c.rc.batch.seq_lens.end(), 0) > 0;
      },
-     true},
+     ReadOps::kBoth},
     {{"prefill_rows", "a request with several query rows (MTP or prefill)"},
      [](const ReadPrepared& c) {
        const auto& s = c.rc.batch.query_start_loc;
@@ -222,7 +238,7 @@ const std::array<ReadCondition, 10> kReadConditions{{
          if (s[r] - s[r - 1] > 1) return true;
        return false;
      },
-     true},
+     ReadOps::kBoth},
     {{"tie_straddles_cut", "blocks tied at the k_eff-th score, some kept and some not"},
      [](const ReadPrepared& c) {
        bool hit = false;
@@ -257,17 +273,50 @@ const std::array<ReadCondition, 10> kReadConditions{{
      [](const ReadPrepared& c) {
        return c.rc.attention.num_q_heads / c.rc.config.geometry.num_kv_heads >= 16;
      },
-     true},
+     ReadOps::kBoth},
     {{"fp8_kv", "an fp8 K/V cache read with its scales"},
      [](const ReadPrepared& c) { return spec::is_fp8(c.rc.config.kv.cache_dtype); },
-     true},
+     ReadOps::kBoth},
     {{"block_ids_past_1024", "a row with more than 1024 logical blocks (top-k's long path)"},
      [](const ReadPrepared& c) {
        const auto& n = c.expectation.selection().n_valid;
        return std::any_of(n.begin(), n.end(), [](std::int64_t v) { return v > 1024; });
      },
-     true},
+     ReadOps::kBoth},
+    {{"selection_unordered", "a selection row handed to attention with its ids not ascending"},
+     [](const ReadPrepared& c) {
+       return any_attended_row(c, [](std::vector<std::int32_t> row, std::int64_t) {
+         std::erase_if(row, [](std::int32_t id) { return id < 0; });
+         return !std::is_sorted(row.begin(), row.end());
+       });
+     },
+     ReadOps::kAttention},
+    {{"selection_minus_one_first", "a selection row with -1 before a selected block"},
+     [](const ReadPrepared& c) {
+       return any_attended_row(c, [](const std::vector<std::int32_t>& row, std::int64_t n_valid) {
+         const auto minus = std::find_if(row.begin(), row.end(), [](auto id) { return id < 0; });
+         return std::any_of(minus, row.end(),
+                            [&](std::int32_t id) { return id >= 0 && id < n_valid; });
+       });
+     },
+     ReadOps::kAttention},
+    {{"selection_past_n_valid", "a selection row holding ids past n_valid (masked)"},
+     [](const ReadPrepared& c) {
+       return any_attended_row(c, [](const std::vector<std::int32_t>& row, std::int64_t n_valid) {
+         return n_valid > 0 &&
+                std::any_of(row.begin(), row.end(), [&](std::int32_t id) { return id >= n_valid; });
+       });
+     },
+     ReadOps::kAttention},
 }};
+
+/// The rows of kReadConditions that matter to op `op`.
+struct ConditionsOf {
+  spec::Op op;
+  bool operator()(const ReadCondition& c) const {
+    return c.ops == ReadOps::kBoth || (c.ops == ReadOps::kIndexer) == (op == spec::Op::kIndexer);
+  }
+};
 
 class ReadDriver final : public OpDriver {
  public:
@@ -330,19 +379,12 @@ class ReadDriver final : public OpDriver {
   }
 
   // Coverage: the indexer's and attention's cases are the same read case: one table for both,
-  // attention reading the conditions that matter to it.
+  // each op reading the conditions that matter to it.
   std::vector<CaseCondition> conditions() const override {
-    std::vector<CaseCondition> out;
-    for (const ReadCondition& c : kReadConditions)
-      if (op_ == spec::Op::kIndexer || c.attention) out.push_back(c.info);
-    return out;
+    return table_conditions(kReadConditions, ConditionsOf{op_});
   }
   std::vector<bool> reached(const PreparedCase& pc) const override {
-    const auto& rp = static_cast<const ReadPrepared&>(pc);
-    std::vector<bool> out;
-    for (const ReadCondition& c : kReadConditions)
-      if (op_ == spec::Op::kIndexer || c.attention) out.push_back(c.reached(rp));
-    return out;
+    return table_reached(kReadConditions, static_cast<const ReadPrepared&>(pc), ConditionsOf{op_});
   }
 
   // Mode detection: attention has one axis, the arithmetic profile (exact first); the indexer
@@ -409,12 +451,14 @@ class ReadDriver final : public OpDriver {
   // Case file (the same inputs for both ops): metadata the configuration, requests (B),
   // max_blocks, queries (Tq), num_index_heads (nih), num_q_heads (nq), sparse_block, topk,
   // init_blocks, local_blocks, index_nan, index_score_scale, index_group, index_neg_inf, index_q,
-  // sm_scale and out_dtype; tensors input.block_table [B, max_blocks] I32, input.seq_lens [B] and
-  // input.query_start_loc [B + 1] I64, input.index_q [Tq, nih, index_dim] (act dtype, or e4m3
-  // under index_q e4m3) and input.q [Tq, nq, hd] (act dtype), input.k_scale,
-  // input.v_scale [1 or nkv] F32 and cache.<buffer> (the sparse layer, written). Expected and
-  // result: the indexer's topk_ids [Tq, nkv, topk * lanes] I32 (ids ascending, then -1),
-  // attention's out [Tq, nq, hd] (out_dtype) over the reference's selection.
+  // sm_scale, out_dtype and attention_width (W); tensors input.block_table [B, max_blocks] I32,
+  // input.seq_lens [B] and input.query_start_loc [B + 1] I64, input.index_q [Tq, nih, index_dim]
+  // (act dtype, or e4m3 under index_q e4m3) and input.q [Tq, nq, hd] (act dtype),
+  // input.attention_selection [Tq, nkv, W] I32 (SPEC 6: the reference's ids in the case's order,
+  // -1 and ids past n_valid anywhere), input.k_scale, input.v_scale [1 or nkv] F32 and
+  // cache.<buffer> (the sparse layer, written). Expected and result: the indexer's topk_ids
+  // [Tq, nkv, topk * lanes] I32 (ids ascending, then -1), attention's out [Tq, nq, hd]
+  // (out_dtype) over input.attention_selection.
 
   void encode_case(PreparedCase& pc, TensorWriter& out) const override {
     auto& rp = static_cast<ReadPrepared&>(pc);
@@ -444,6 +488,12 @@ class ReadDriver final : public OpDriver {
     out.put_i64("input.query_start_loc", {rc.batch.num_requests() + 1}, rc.batch.query_start_loc);
     out.put_host("input.index_q", rc.index_q);
     out.put_host("input.q", rc.q);
+    // SPEC 6: the selection attention is handed, as it was drawn (the indexer ignores it).
+    const reference::TopkSelection& attended = *rp.expectation.attended();
+    m["attention_width"] = text(attended.topk);
+    out.put_i32("input.attention_selection",
+                {rc.batch.num_queries(), rc.config.geometry.num_kv_heads, attended.topk},
+                attended.ids);
     out.put_f32("input.k_scale", rc.k_scale);
     out.put_f32("input.v_scale", rc.v_scale);
     out.put_caches("cache.", rc.caches);
@@ -508,6 +558,16 @@ class ReadDriver final : public OpDriver {
                               {queries, rc.indexer.num_index_heads, g.index_dim});
     rc.q = in.take_host("input.q", rc.config.act_dtype,
                         {queries, rc.attention.num_q_heads, g.head_dim});
+    // Case files before SPEC 6's selection input hand attention the reference's rows.
+    if (m.has("attention_width")) {
+      rc.attention_width = case_count(m, "attention_width");
+      if (rc.attention_width < 1) {
+        throw spec::InvalidInput("__metadata__ 'attention_width'", -1,
+                                 std::to_string(rc.attention_width), "expected at least 1");
+      }
+      rc.attention_ids =
+          in.take_i32("input.attention_selection", {queries, g.num_kv_heads, rc.attention_width});
+    }
     const std::int64_t nscale = rc.config.kv.per_head_scale ? g.num_kv_heads : 1;
     rc.k_scale = in.take_f32("input.k_scale", nscale);
     rc.v_scale = in.take_f32("input.v_scale", nscale);
@@ -520,6 +580,11 @@ class ReadDriver final : public OpDriver {
     });
     rc.caches = in.take_caches("cache.", rc.config, spec::LayerKind::kSparse);
     auto c = std::make_unique<ReadPrepared>(std::move(rc), std::nullopt);
+    validate_as("input.attention_", [&] {  // SPEC 6: no id twice in a row
+      const reference::TopkSelection& s = *c->expectation.attended();
+      for (std::int64_t q = 0; q < s.num_queries; ++q)
+        for (std::int64_t h = 0; h < s.num_kv_heads; ++h) reference::attention_chunks(&s, q, h, 0);
+    });
     const NamedTensor answer = reference_answer(*c);
     check_expected(in, answer.name, answer.dtype, answer.shape, answer.bytes);
     return c;

@@ -237,15 +237,10 @@ class WriteDriver final : public OpDriver {
   std::string flags(const Overrides& o) const override { return o.write.to_flags(); }
 
   std::vector<CaseCondition> conditions() const override {
-    std::vector<CaseCondition> out;
-    for (const WriteCondition& c : kWriteConditions) out.push_back(c.info);
-    return out;
+    return table_conditions(kWriteConditions);
   }
   std::vector<bool> reached(const PreparedCase& pc) const override {
-    const WriteCase& wc = static_cast<const WritePrepared&>(pc).wc;
-    std::vector<bool> out;
-    for (const WriteCondition& c : kWriteConditions) out.push_back(c.reached(wc));
-    return out;
+    return table_reached(kWriteConditions, static_cast<const WritePrepared&>(pc).wc);
   }
 
   std::vector<ModeAxis> mode_axes() const override { return kv_mode_axes(op()); }

@@ -68,6 +68,7 @@ std::string ReadOverrides::to_flags() const {
   if (index_neg_inf) s << " --index-neg-inf " << spec::name_of(*index_neg_inf);
   if (index_q) s << " --index-q " << spec::name_of(*index_q);
   if (neg_inf_block) s << " --neg-inf-block " << (*neg_inf_block ? "true" : "false");
+  if (selection_order) s << " --selection-order " << spec::name_of(*selection_order);
   return s.str();
 }
 
@@ -76,7 +77,9 @@ std::string ReadCase::describe() const {
   s << spec::describe(config) << " sparse_block=" << indexer.sparse_block
     << " topk=" << indexer.topk << " index_heads=" << indexer.num_index_heads
     << " q_heads=" << attention.num_q_heads << " requests=" << batch.num_requests()
-    << " queries=" << batch.num_queries();
+    << " queries=" << batch.num_queries() << " attended=" << spec::name_of(attended.order);
+  if (attended.extra > 0) s << "+" << attended.extra;
+  if (attended.past_n_valid) s << ",past_n_valid";
   return s.str();
 }
 
@@ -152,6 +155,15 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
   rc.indexer.index_group = o.index_group.value_or(drawn_group);
   rc.indexer.neg_inf = o.index_neg_inf.value_or(drawn_neg_inf);
   rc.indexer.index_q_type = o.index_q.value_or(drawn_q);
+  // SPEC 6's selection as attention's input (issue 14): a fourth stream.
+  SplitMix64 fourth(reference::mix64(seed ^ 0xA77E4Dull));
+  rc.attended.order =
+      pick(fourth,
+           std::array{spec::SelectionOrder::kAscendingIds, spec::SelectionOrder::kDescendingScore,
+                      spec::SelectionOrder::kMinusOneFirst, spec::SelectionOrder::kShuffled});
+  rc.attended.extra = fourth.chance(1, 2) ? fourth.uniform(1, 3) : 0;
+  rc.attended.past_n_valid = fourth.chance(1, 2);
+  if (o.selection_order) rc.attended.order = *o.selection_order;
   // Stress themes (write_case.hpp): a union over two index heads per KV head with a -inf block
   // planted over a block-scaled index-K (2^127 survives its scale; a flat e4m3 one saturates).
   const std::uint64_t theme = theme_slot(seed);

@@ -1,13 +1,70 @@
 #include "kvo/oracle/read_judge.hpp"
 
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "kvo/reference/generator.hpp"
+
 #include "kvo/oracle/op_driver.hpp"
 #include "kvo/oracle/read_diff.hpp"
 
 namespace kvo::oracle {
 
+std::vector<std::int32_t> arrange_selection(const reference::TopkSelection& s,
+                                            const AttendedForm& form, std::uint64_t seed) {
+  reference::SplitMix64 rng(reference::mix64(seed ^ 0x5E1EC7AB1Eull));
+  const std::int64_t width = s.topk + form.extra;
+  std::vector<std::int32_t> out;
+  out.reserve(static_cast<std::size_t>(s.num_queries * s.num_kv_heads * width));
+  for (std::int64_t q = 0; q < s.num_queries; ++q) {
+    const auto n_valid = static_cast<std::int32_t>(s.n_valid[static_cast<std::size_t>(q)]);
+    for (std::int64_t g = 0; g < s.num_kv_heads; ++g) {
+      std::vector<std::int32_t> chosen;  // ascending, as the reference gives them
+      for (std::int64_t k = 0; k < s.topk; ++k)
+        if (s.id(q, g, k) >= 0) chosen.push_back(s.id(q, g, k));
+      if (form.order == spec::SelectionOrder::kDescendingScore) {
+        const auto best = [&](std::int32_t j) {
+          float b = -INFINITY;
+          for (std::int64_t l = 0; l < s.lanes; ++l) b = std::max(b, s.score(q, g, j, l));
+          return b;
+        };
+        std::stable_sort(chosen.begin(), chosen.end(),
+                         [&](std::int32_t a, std::int32_t b) { return best(a) > best(b); });
+      }
+      std::vector<std::int32_t> rest(static_cast<std::size_t>(width) - chosen.size(), -1);
+      if (form.past_n_valid) {
+        const auto r = static_cast<std::int32_t>(rng.uniform(0, 2));
+        const std::array<std::int32_t, 3> past{n_valid + r, 1024 + n_valid + r,
+                                               std::numeric_limits<std::int32_t>::max() - r};
+        for (std::size_t i = 0; i < rest.size() && i < past.size(); ++i) rest[i] = past[i];
+      }
+      std::vector<std::int32_t> row;
+      if (form.order == spec::SelectionOrder::kMinusOneFirst) {
+        row.assign(rest.rbegin(), rest.rend());
+        row.insert(row.end(), chosen.begin(), chosen.end());
+      } else {
+        row = chosen;
+        row.insert(row.end(), rest.begin(), rest.end());
+        if (form.order == spec::SelectionOrder::kShuffled) rng.shuffle(row);
+      }
+      out.insert(out.end(), row.begin(), row.end());
+    }
+  }
+  return out;
+}
+
 ReadExpectation::ReadExpectation(const ReadCase& c, bool dense) : rc_(c), dense_(dense) {
-  if (!dense_) {
-    selection_ = reference::indexer_topk(c.config, c.indexer, c.batch, c.index_q, c.caches);
+  if (dense_) return;
+  selection_ = reference::indexer_topk(c.config, c.indexer, c.batch, c.index_q, c.caches);
+  attended_ = selection_;
+  if (c.attention_ids.empty()) {
+    attended_.ids = arrange_selection(selection_, c.attended, c.seed);
+    attended_.topk = selection_.topk + c.attended.extra;
+  } else {
+    attended_.ids = c.attention_ids;
+    attended_.topk = c.attention_width;
   }
 }
 

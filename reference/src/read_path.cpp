@@ -199,15 +199,16 @@ std::vector<std::int64_t> attention_chunks(const TopkSelection* selection, std::
     for (std::int64_t j = 0; j < n_valid; ++j) chunks.push_back(j);
     return chunks;
   }
+  std::vector<std::int32_t> seen;  // the row's ids >= 0, each once
   for (std::int64_t k = 0; k < selection->topk; ++k) {
     const std::int32_t id = selection->id(q, g, k);
     if (id < 0) continue;
-    if (id >= n_valid || std::find(chunks.begin(), chunks.end(), id) != chunks.end()) {
+    if (std::find(seen.begin(), seen.end(), id) != seen.end()) {
       throw spec::InvalidInput("selection", (q * selection->num_kv_heads + g) * selection->topk + k,
-                               std::to_string(id),
-                               "a duplicate or a block past n_valid = " + std::to_string(n_valid));
+                               std::to_string(id), "the same block twice in one row");
     }
-    chunks.push_back(id);
+    seen.push_back(id);
+    if (id < n_valid) chunks.push_back(id);  // past n_valid: selects nothing
   }
   std::sort(chunks.begin(), chunks.end());
   return chunks;
@@ -243,6 +244,9 @@ AttentionResult attention(const spec::ModelConfig& c, const spec::AttentionParam
         "selection", -1, std::to_string(selection->num_queries) + " rows",
         "expected [" + std::to_string(tq) + ", " + std::to_string(nkv) + ", topk]");
   }
+  // SPEC 6: the same id twice in one row is invalid input, in a padded row too (before any work).
+  for (std::int64_t qi = 0; selection != nullptr && qi < tq; ++qi)
+    for (std::int64_t g = 0; g < nkv; ++g) attention_chunks(selection, qi, g, 0);
   const float sm_scale = p.sm_scale > 0.0f ? p.sm_scale : default_sm_scale(hd);
 
   AttentionResult res;

@@ -40,29 +40,38 @@ float exp2_ftz(float x) {
   return y < 0x1p-126f ? 0.0f : y;
 }
 
-/// The tokens query row `q` reads with KV head g, chunk by chunk as the selection lists them (a
-/// flash kernel need not sort them): ids outside [0, n_valid) select nothing; kDropChunkLast
-/// skips the last visible token of every chunk.
-std::vector<std::int64_t> row_tokens(const reference::TopkSelection* sel, std::int64_t q,
-                                     std::int64_t g, std::int64_t position, std::int64_t sb,
-                                     spec::AttentionBug bug) {
+/// What query row `q` reads with KV head g: its tokens, chunk by chunk as the selection lists them
+/// (a flash kernel need not sort them; ids outside [0, n_valid) select nothing), and whether the
+/// row is poisoned. Bugs: kDropChunkLast skips the last visible token of every chunk;
+/// kStopAtMinusOne ends the row at its first -1; kMaskedChunkNan keeps an id past n_valid as a
+/// block of masked tokens, which before any visible token leaves the running maximum at -inf with
+/// no Check_inf, so its p = exp2(-inf - -inf) is NaN and poisons L and O.
+struct RowTokens {
+  std::vector<std::int64_t> tokens;
+  bool poisoned = false;
+};
+RowTokens row_tokens(const reference::TopkSelection* sel, std::int64_t q, std::int64_t g,
+                     std::int64_t position, std::int64_t sb, spec::AttentionBug bug) {
   const std::int64_t n_valid = position / sb + 1;
+  RowTokens row;
   std::vector<std::int64_t> chunks;
   if (sel == nullptr) {
     for (std::int64_t j = 0; j < n_valid; ++j) chunks.push_back(j);
   } else {
     for (std::int64_t k = 0; k < sel->topk; ++k) {
       const std::int32_t id = sel->id(q, g, k);
+      if (bug == spec::AttentionBug::kStopAtMinusOne && id < 0) break;
+      if (bug == spec::AttentionBug::kMaskedChunkNan && id >= n_valid && chunks.empty())
+        row.poisoned = true;
       if (id >= 0 && id < n_valid) chunks.push_back(id);
     }
   }
-  std::vector<std::int64_t> tokens;
   for (std::int64_t j : chunks) {
     std::int64_t end = std::min((j + 1) * sb, position + 1);
     if (bug == spec::AttentionBug::kDropChunkLast) --end;
-    for (std::int64_t t = j * sb; t < end; ++t) tokens.push_back(t);
+    for (std::int64_t t = j * sb; t < end; ++t) row.tokens.push_back(t);
   }
-  return tokens;
+  return row;
 }
 
 }  // namespace
@@ -86,8 +95,9 @@ spec::HostTensor flash_attention(const spec::ModelConfig& config, const spec::At
     const auto& row = rows[qi];
     if (batch.seq_lens[static_cast<std::size_t>(row.request)] == 0) continue;
     for (std::int64_t g = 0; g < nkv; ++g) {
-      const std::vector<std::int64_t> tokens =
+      const RowTokens read =
           row_tokens(sel, static_cast<std::int64_t>(qi), g, row.position, p.sparse_block, bug);
+      const std::vector<std::int64_t>& tokens = read.tokens;
       const std::int64_t gv = bug == spec::AttentionBug::kNeighbourV ? (g + 1) % nkv : g;
       // The KV head's K' and V' rows [tokens][hd], read once for the group's query heads.
       std::vector<std::vector<float>> k, v;
@@ -102,8 +112,10 @@ spec::HostTensor flash_attention(const spec::ModelConfig& config, const spec::At
       for (std::int64_t hq = g * group; hq < (g + 1) * group; ++hq) {
         const std::int64_t q_row = static_cast<std::int64_t>(qi) * p.num_q_heads + hq;
         const std::vector<float> q = operand_row(q_in, q_row, hd, facts.operands);
-        float m = -INFINITY, l = 0.0f;
-        std::vector<float> o(static_cast<std::size_t>(hd), 0.0f);
+        // A poisoned row starts from the masked block's NaN (see RowTokens).
+        const float start = read.poisoned ? exp2_ftz(std::fma(-INFINITY, c, INFINITY)) : 0.0f;
+        float m = -INFINITY, l = start;
+        std::vector<float> o(static_cast<std::size_t>(hd), start);
         const auto n = static_cast<std::int64_t>(tokens.size());
         for (std::int64_t t0 = 0; t0 < n; t0 += kFlashTile) {
           const std::int64_t t1 = std::min(n, t0 + kFlashTile);
@@ -140,7 +152,7 @@ spec::HostTensor flash_attention(const spec::ModelConfig& config, const spec::At
           }
           m = m_new;
         }
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // a row without tokens is +0
+        const float inv = l > 0.0f || std::isnan(l) ? 1.0f / l : 0.0f;  // no tokens: +0
         for (std::int64_t d = 0; d < hd; ++d) {
           const float y = o[static_cast<std::size_t>(d)] * inv;
           reference::store_code(reference::encode(y, p.out_dtype, spec::Saturation::kSatFinite),

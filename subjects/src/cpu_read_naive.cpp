@@ -121,6 +121,10 @@ std::vector<std::int32_t> naive_indexer(const spec::ModelConfig& config,
         }
       }
       row_ids.resize(static_cast<std::size_t>(width), -1);
+      if (m.id_bits > 0) {
+        for (std::int32_t& id : row_ids)
+          if (id >= 0) id &= (std::int32_t{1} << m.id_bits) - 1;
+      }
       ids.insert(ids.end(), row_ids.begin(), row_ids.end());
     }
   }

@@ -219,6 +219,11 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
           store_code(quantize_element(source_value(w.v, src), vs, config, mutation),
                      config.kv.cache_dtype, vd + d * eb);
         }
+        const std::int64_t tail = g.head_dim * eb % 16;
+        if (mutation == WriteMutation::kVectorTailOverrun && tail != 0) {
+          std::fill_n(kd + g.head_dim * eb, 16 - tail, std::uint8_t{0});
+          std::fill_n(vd + g.head_dim * eb, 16 - tail, std::uint8_t{0});
+        }
       }
     }
     if (!sparse) continue;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <optional>
 #include <string>
 
@@ -36,8 +37,10 @@ std::string tag(const oracle::ReadCase& rc) {
 /// dense: every visible token), with `fault` planted when given.
 spec::HostTensor flash(const oracle::ReadExpectation& e, std::optional<ReadFault> fault) {
   const oracle::ReadCase& rc = e.read_case();
-  const std::vector<std::int32_t> ids = e.dense() ? std::vector<std::int32_t>{} : e.selection().ids;
-  const std::int64_t topk = e.dense() ? 0 : e.selection().topk;
+  // The selection as the case hands it to attention (SPEC 6: engine orders, -1 and ids past n_valid
+  // anywhere).
+  const std::vector<std::int32_t> ids = e.dense() ? std::vector<std::int32_t>{} : e.attended()->ids;
+  const std::int64_t topk = e.dense() ? 0 : e.attended()->topk;
   if (fault.has_value()) {
     return gpu::testing::flash_attention_host_faulty(*fault, rc.config, rc.attention, rc.batch,
                                                      rc.q, rc.caches, rc.k_scale, rc.v_scale, ids,
@@ -93,17 +96,20 @@ TEST(GpuFlash, PlantedBugsCaughtUnderEveryProfile) {
   const std::pair<ReadFault, const char*> faults[] = {
       {ReadFault::kFlashDropChunkLast, "drop_chunk_last"},
       {ReadFault::kFlashScaleOff, "scale_off"},
-      {ReadFault::kFlashNeighbourV, "neighbour_v"}};
+      {ReadFault::kFlashNeighbourV, "neighbour_v"},
+      {ReadFault::kFlashStopAtMinusOne, "stop_at_minus_one"},
+      {ReadFault::kFlashMaskedChunkNan, "masked_chunk_nan"}};
+  constexpr int kFaults = static_cast<int>(std::size(faults));
   const AttentionProfile profiles[] = {AttentionProfile::kFp32, AttentionProfile::kFp16P,
                                        AttentionProfile::kBf16P};
   constexpr int kCases = 200;
-  int first[3][3], killed[3][3] = {};
-  std::string report[3];
+  int first[kFaults][3], killed[kFaults][3] = {};
+  std::string report[kFaults];
   for (auto& f : first) std::fill(std::begin(f), std::end(f), -1);
   for (int i = 0; i < kCases; ++i) {
     const oracle::ReadCase rc = oracle::make_read_case(kSeed0 + static_cast<std::uint64_t>(i), {});
     oracle::ReadExpectation e(rc);
-    for (int f = 0; f < 3; ++f) {
+    for (int f = 0; f < kFaults; ++f) {
       const spec::HostTensor out = flash(e, faults[f].first);
       for (int p = 0; p < 3; ++p) {
         const oracle::AttentionDiff d = oracle::diff_attention_output(e, out, profiles[p]);
@@ -115,7 +121,7 @@ TEST(GpuFlash, PlantedBugsCaughtUnderEveryProfile) {
       }
     }
   }
-  for (int f = 0; f < 3; ++f) {
+  for (int f = 0; f < kFaults; ++f) {
     for (int p = 0; p < 3; ++p) {
       EXPECT_GE(first[f][p], 0) << faults[f].second << " under " << spec::name_of(profiles[p])
                                 << " never caught in " << kCases << " cases from seed " << kSeed0;
@@ -127,12 +133,18 @@ TEST(GpuFlash, PlantedBugsCaughtUnderEveryProfile) {
   }
 }
 
-// Bad input is rejected before any launch, as by attention_host.
+// Bad input is rejected before any launch, as by attention_host: the same block twice in a row
+// (SPEC 6). An id past n_valid is not bad input: it selects nothing.
 TEST(GpuFlash, BadSelectionRejected) {
-  const oracle::ReadCase rc = oracle::make_read_case(kSeed0, {});
+  oracle::ReadOverrides o;
+  o.topk = 2;
+  const oracle::ReadCase rc = oracle::make_read_case(kSeed0, o);
   oracle::ReadExpectation e(rc);
   std::vector<std::int32_t> ids = e.selection().ids;
-  ids[0] = 1 << 20;  // past n_valid
+  ids[0] = 1 << 20;
+  EXPECT_NO_THROW(gpu::flash_attention_host(rc.config, rc.attention, rc.batch, rc.q, rc.caches,
+                                            rc.k_scale, rc.v_scale, ids, e.selection().topk));
+  ids[0] = ids[1] = 0;
   EXPECT_THROW(gpu::flash_attention_host(rc.config, rc.attention, rc.batch, rc.q, rc.caches,
                                          rc.k_scale, rc.v_scale, ids, e.selection().topk),
                spec::InvalidInput);

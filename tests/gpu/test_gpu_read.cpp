@@ -17,6 +17,7 @@
 #include "kvo/gpu/testing/faults.hpp"
 #include "kvo/oracle/read_case.hpp"
 #include "kvo/oracle/read_diff.hpp"
+#include "kvo/oracle/read_judge.hpp"
 #include "kvo/reference/read_path.hpp"
 #include "kvo/spec/outcome.hpp"
 #include "kvo/truth/truth.hpp"
@@ -73,8 +74,12 @@ void check_case(const oracle::ReadCase& rc, bool dense) {
   const auto ids = gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
   const oracle::TopkDiff td = oracle::diff_topk_exact(sel, ids);
   ASSERT_TRUE(td.equal()) << tag(rc) << "\n" << td.report();
-  const auto sparse = gpu::attention_host(rc.config, rc.attention, rc.batch, rc.q, rc.caches,
-                                          rc.k_scale, rc.v_scale, sel.ids, sel.topk);
+  // Attention is handed the rows as the case arranges them (SPEC 6: engine orders, -1 and ids past
+  // n_valid anywhere) and must equal the reference over its own ascending rows, bit for bit.
+  const std::vector<std::int32_t> handed = oracle::arrange_selection(sel, rc.attended, rc.seed);
+  const auto sparse =
+      gpu::attention_host(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
+                          rc.v_scale, handed, sel.topk + rc.attended.extra);
   const oracle::AttentionDiff sd =
       oracle::diff_attention_exact(reference::attention(rc.config, rc.attention, rc.batch, rc.q,
                                                         rc.caches, rc.k_scale, rc.v_scale, &sel)

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "../common/tiny.hpp"
@@ -191,31 +192,67 @@ TEST(Attention, EqualScoresAverageTheVisibleValuesWithTheCausalMask) {
   }
 }
 
+/// The sparse hand case: request 0 of five tokens with V = 1, 1, 7, 7, 4 (equal keys) and a padded
+/// request 1; one query row each, two query heads on one KV head (GQA 2:1), blocks of 2 tokens; the
+/// selection rows 0: blocks 1 (t 2-3) and 2 (t 4), 1 (padded): none.
+struct SparseHand {
+  Hand h = hand(2, {{0, 0, 0, 0, 0}, {}}, {{0, 0, 0, 0, 0}, {}}, {{1, 1, 7, 7, 4}, {}}, {1, 1});
+  spec::AttentionParams p = [] {
+    spec::AttentionParams a;
+    a.num_q_heads = 2;
+    a.sparse_block = 2;
+    a.out_dtype = spec::DType::kBF16;
+    return a;
+  }();
+  TopkSelection sel = [] {
+    TopkSelection s;
+    s.num_queries = 2;
+    s.num_kv_heads = 1;
+    s.topk = 2;
+    s.ids = {1, 2, -1, -1};
+    return s;
+  }();
+  AttentionResult run() const {
+    return attention(h.config, p, h.batch, q_rows(2, 2), h.caches, {1.0f}, {1.0f}, &sel);
+  }
+};
+
 TEST(Attention, SparseAttendsOnlyTheSelectedBlocksAndPaddedRowsAreZero) {
-  const Hand h =
-      hand(2, {{0, 0, 0, 0, 0}, {}}, {{0, 0, 0, 0, 0}, {}}, {{1, 1, 7, 7, 4}, {}}, {1, 1});
-  spec::AttentionParams p;
-  p.num_q_heads = 2;  // GQA 2:1
-  p.sparse_block = 2;
-  p.out_dtype = spec::DType::kBF16;
-  TopkSelection sel;
-  sel.num_queries = 2;
-  sel.num_kv_heads = 1;
-  sel.topk = 2;
-  sel.ids = {1, 2, -1, -1};  // row 0: blocks 1 (t 2-3) and 2 (t 4); row 1 padded
-  const AttentionResult r =
-      attention(h.config, p, h.batch, q_rows(2, 2), h.caches, {1.0f}, {1.0f}, &sel);
+  SparseHand c;
+  const AttentionResult r = c.run();
   EXPECT_EQ(r.out_f32[0], 6.0f);  // (7 + 7 + 4) / 3
   EXPECT_EQ(r.out_f32[8], 6.0f);  // the second query head of the group
   for (std::size_t i = 16; i < 32; ++i) EXPECT_EQ(bits_of(r.out_f32[i]), 0u) << i;
   EXPECT_EQ(load_code(&r.out.bytes[0], spec::DType::kBF16), 0x40C0u);  // 6.0 in bf16
-  sel.ids = {2, 2, -1, -1};
-  EXPECT_THROW(attention(h.config, p, h.batch, q_rows(2, 2), h.caches, {1.0f}, {1.0f}, &sel),
-               spec::InvalidInput);
-  spec::ModelConfig two_kv = h.config;
+  c.sel.ids = {2, 2, -1, -1};
+  EXPECT_THROW(c.run(), spec::InvalidInput);
+  spec::ModelConfig two_kv = c.h.config;
   two_kv.geometry.num_kv_heads = 2;
-  p.num_q_heads = 3;  // not a multiple of 2 KV heads
-  EXPECT_THROW(spec::validate_attention(two_kv, p), spec::InvalidInput);
+  c.p.num_q_heads = 3;  // not a multiple of 2 KV heads
+  EXPECT_THROW(spec::validate_attention(two_kv, c.p), spec::InvalidInput);
+}
+
+// SPEC 6: the selection is an input in its own right. The hand case above (blocks 1 and 2 of row 0)
+// in every arrangement engines emit: descending, -1 first, -1 between the ids, ids past n_valid
+// (3, 1024, INT32_MAX) anywhere, a wider row: each is bit for bit the same output. The same id
+// twice is invalid input, in a padded row too.
+TEST(Attention, TheSelectionIsASetInAnyOrderWithMinusOneAndIdsPastNValidAnywhere) {
+  SparseHand c;
+  const AttentionResult want = c.run();
+  constexpr std::int32_t kMax = std::numeric_limits<std::int32_t>::max();
+  const std::vector<std::vector<std::int32_t>> rows = {{2, 1, -1, -1, -1},   {-1, -1, 1, 2, -1},
+                                                       {1, -1, 2, -1, -1},   {3, 1, kMax, 2, 1024},
+                                                       {-1, 1024, -1, 2, 1}, {kMax, -7, 2, -1, 1}};
+  for (const auto& row : rows) {
+    c.sel.topk = 5;
+    c.sel.ids = row;
+    c.sel.ids.insert(c.sel.ids.end(), {0, 1, -1, -1, -1});  // the padded row: reads nothing
+    EXPECT_EQ(c.run().out.bytes, want.out.bytes) << ::testing::PrintToString(row);
+  }
+  c.sel.ids = {1, 2, -1, 3, 3, /* padded row */ 0, 1, 2, -1, -1};
+  EXPECT_THROW(c.run(), spec::InvalidInput);  // 3 twice, past n_valid: still a duplicate
+  c.sel.ids = {1, 2, -1, -1, -1, /* padded row */ 4, -1, 4, -1, -1};
+  EXPECT_THROW(c.run(), spec::InvalidInput);
 }
 
 // Every drawn case, all indexer modes included: per (query row, KV head) the ids are ascending,

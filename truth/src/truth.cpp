@@ -149,7 +149,7 @@ AttentionTruth attention_truth(const spec::ModelConfig& c, const spec::Attention
   truth.bound.assign(truth.out.size(), 0.0);
   if (!canonical) {
     for (const auto& entry : spec::EnumInfo<AttentionBug>::kNames) {
-      if (entry.value != AttentionBug::kNone) truth.planted.push_back({entry.value, truth.out});
+      if (spec::bug_is_numeric(entry.value)) truth.planted.push_back({entry.value, truth.out});
     }
   }
   for (std::int64_t qi = 0; qi < tq; ++qi) {
@@ -255,6 +255,8 @@ AttentionTruth attention_truth(const spec::ModelConfig& c, const spec::Attention
               bug_out = nkv == 1 ? out : softmax_sum(s, v_next, all);
               break;
             case AttentionBug::kNone:
+            case AttentionBug::kStopAtMinusOne:  // selection bugs: never planted (bug_is_numeric)
+            case AttentionBug::kMaskedChunkNan:
               bug_out = out;
               break;
           }

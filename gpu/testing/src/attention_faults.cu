@@ -19,8 +19,13 @@ std::optional<detail::FlashLaunch> flash_launch(ReadFault fault) {
       return detail::launch_flash_attention_t<spec::AttentionBug::kScaleOff>;
     case ReadFault::kFlashNeighbourV:
       return detail::launch_flash_attention_t<spec::AttentionBug::kNeighbourV>;
+    case ReadFault::kFlashStopAtMinusOne:
+      return detail::launch_flash_attention_t<spec::AttentionBug::kStopAtMinusOne>;
+    case ReadFault::kFlashMaskedChunkNan:
+      return detail::launch_flash_attention_t<spec::AttentionBug::kMaskedChunkNan>;
     case ReadFault::kIgnoreLocal:
     case ReadFault::kExpNoLog2e:
+    case ReadFault::kIdsWrapAt1024:
       break;
   }
   return std::nullopt;
@@ -38,7 +43,7 @@ spec::HostTensor attention_host_faulty(
   const detail::AttentionLaunch launch =
       fault == ReadFault::kExpNoLog2e
           ? detail::launch_attention_t<detail::ReadBug::kExpNoLog2e>
-          : launch_attention;  // kIgnoreLocal: the indexer's bug, attention as in production
+          : launch_attention;  // the indexer's bugs: attention as in production
   return detail::attention_host_via(launch, config, params, batch, q, caches, k_scale, v_scale,
                                     selection, topk, kernel);
 }

@@ -17,7 +17,9 @@ std::vector<std::int32_t> indexer_topk_host_faulty(ReadFault fault, const spec::
   const detail::IndexerLaunch launch =
       fault == ReadFault::kIgnoreLocal
           ? detail::launch_indexer_topk_t<detail::ReadBug::kIgnoreLocal>
-          : launch_indexer_topk;  // kExpNoLog2e: attention's bug, the indexer as in production
+      : fault == ReadFault::kIdsWrapAt1024
+          ? detail::launch_indexer_topk_t<detail::ReadBug::kIdsWrapAt1024>
+          : launch_indexer_topk;  // attention's bugs: the indexer as in production
   return detail::indexer_topk_host_via(launch, config, params, batch, index_q, caches, kernel);
 }
 

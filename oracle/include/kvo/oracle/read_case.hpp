@@ -40,11 +40,23 @@ struct ReadOverrides {
   /// drop_neg_inf and keep differ; drawn in one case of four. Not reachable over a flat e4m3
   /// index-K cache (2^127 saturates to 448).
   std::optional<bool> neg_inf_block;
+  /// SPEC 6: the order of the selection handed to attention (drawn per case otherwise).
+  std::optional<spec::SelectionOrder> selection_order;
 
   /// Command-line flags of the read-only fields (--sparse-block, --topk, --group-size,
   /// --max-seq-len, --profile, --index-nan, ...); the fields shared with the write side come from
   /// CaseOverrides::to_flags.
   std::string to_flags() const;
+};
+
+/// How the selection handed to attention is drawn from the reference's (SPEC 6: the selection is
+/// an input in its own right): its order, `extra` columns past the indexer's width, and what fills
+/// each row past its chosen ids: -1, and with `past_n_valid` first ids that select nothing (one
+/// just past n_valid, one past 1024 blocks, INT32_MAX), each once.
+struct AttendedForm {
+  spec::SelectionOrder order = spec::SelectionOrder::kAscendingIds;
+  std::int64_t extra = 0;
+  bool past_n_valid = false;
 };
 
 struct ReadCase {
@@ -57,6 +69,11 @@ struct ReadCase {
   spec::HostTensor index_q;  ///< [Tq, num_index_heads, index_dim]
   spec::HostTensor q;        ///< [Tq, num_q_heads, head_dim]
   std::vector<float> k_scale, v_scale;
+  AttendedForm attended;  ///< drawn per case; the reference's own rows by default (replay)
+  /// The selection attention reads as a case file gives it, [Tq, nkv, attention_width]; empty:
+  /// drawn from the reference's by `attended`.
+  std::vector<std::int32_t> attention_ids;
+  std::int64_t attention_width = 0;
 
   std::string describe() const;
 };

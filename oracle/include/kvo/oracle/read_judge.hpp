@@ -30,8 +30,9 @@ class ReadExpectation {
   bool dense() const { return dense_; }
   /// The reference selection (sparse cases only).
   const reference::TopkSelection& selection() const { return selection_; }
-  /// What attention reads: null (dense) or the reference selection.
-  const reference::TopkSelection* attended() const { return dense_ ? nullptr : &selection_; }
+  /// What attention reads: null (dense), or the selection handed to it (SPEC 6): the case file's,
+  /// else the reference selection's ids arranged by the case's AttendedForm.
+  const reference::TopkSelection* attended() const { return dense_ ? nullptr : &attended_; }
   const truth::ScoreTruth& score_truth(spec::Ordering o);
   /// The truth with the bound of ordering `o` (foreign: of `profile`), computed once each.
   const truth::AttentionTruth& attention_truth(
@@ -42,12 +43,21 @@ class ReadExpectation {
   const ReadCase& rc_;
   bool dense_ = false;
   reference::TopkSelection selection_;
+  reference::TopkSelection attended_;           ///< selection_'s rows as attention is handed them
   std::optional<truth::ScoreTruth> scores_[2];  // per Ordering
   // Canonical, then foreign per spec::AttentionProfile.
   std::optional<truth::AttentionTruth>
       truth_[1 + spec::EnumInfo<spec::AttentionProfile>::kNames.size()];
   std::optional<spec::HostTensor> exact_out_;
 };
+
+/// The ids [Tq, nkv, width + form.extra] handed to attention (SPEC 6), drawn from the reference's
+/// `selection` (ids ascending, then -1) by `form` with the case's `seed`: per row the chosen ids,
+/// then the rest (past_n_valid: n_valid + r, 1024 + n_valid + r and INT32_MAX - r for a drawn r,
+/// as far as the rest reaches, then -1), in the form's order (descending score: by the best of the
+/// row's lanes, ties by the lower id).
+std::vector<std::int32_t> arrange_selection(const reference::TopkSelection& selection,
+                                            const AttendedForm& form, std::uint64_t seed);
 
 /// One subject's answer to one op, judged.
 struct ReadVerdict {

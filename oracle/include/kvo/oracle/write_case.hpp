@@ -103,10 +103,10 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& overrides);
 ///           topk); kThemeLongContext: a request past 4096 tokens in 4-token blocks (over 1024
 ///           logical blocks: the top-k kernels' long path); kThemeUnionNegInf: index_group union
 ///           over two index heads per KV head, and a -inf block planted.
-///   dense:  kThemeTies (its slot 1): an fp8 cache stored under dense_fp8_store identity.
+///   dense:  kThemeFp8Identity (slot 1): an fp8 cache stored under dense_fp8_store identity.
 /// An override of the dimension a theme sets wins over the theme.
 inline constexpr std::uint64_t kThemeSlots = 8;
-inline constexpr std::uint64_t kThemeMinusOneInside = 1, kThemeTies = 1;
+inline constexpr std::uint64_t kThemeMinusOneInside = 1, kThemeTies = 1, kThemeFp8Identity = 1;
 inline constexpr std::uint64_t kThemeZeros = 2, kThemeLongContext = 2;
 inline constexpr std::uint64_t kThemeLegacyWrap = 3, kThemeUnionNegInf = 3;
 inline constexpr std::uint64_t kThemeVectorTail = 4;

@@ -70,8 +70,8 @@ AttentionResult attention(const spec::ModelConfig& config, const spec::Attention
                           const std::vector<float>& v_scale, const TopkSelection* selection);
 
 /// The logical blocks query row q attends with KV head g, ascending: all n_valid of them when
-/// `selection` is null (dense), else the selected ones. Throws InvalidInput on a selected id that
-/// is a duplicate or not below n_valid.
+/// `selection` is null (dense), else the selected ones (SPEC 6): the row's entries in any order,
+/// ids < 0 or >= n_valid selecting nothing. Throws InvalidInput on an id >= 0 twice in the row.
 std::vector<std::int64_t> attention_chunks(const TopkSelection* selection, std::int64_t q,
                                            std::int64_t g, std::int64_t n_valid);
 

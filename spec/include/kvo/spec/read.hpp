@@ -106,17 +106,33 @@ enum class AttentionBug : std::uint8_t {
   kDropChunkLast,  ///< the last visible token of every chunk (selected block) is skipped
   kScaleOff,       ///< the softmax scale is fl(sm_scale * kScaleOffFactor)
   kNeighbourV,     ///< V (and its scale) read from KV head (g + 1) mod nkv
+  /// The selection read up to its first -1 (a kernel that takes -1 as the end of the row, where
+  /// SPEC 6 allows -1 anywhere: vLLM M3's descending rows put -1 last, a -1-first row loses all)
+  kStopAtMinusOne,
+  /// Ids past n_valid kept as blocks whose tokens are all masked, with no guard on a running
+  /// maximum of -inf: such a block met before any visible token gives exp2(-inf - -inf) = NaN
+  /// (FlashAttention's Check_inf, missing)
+  kMaskedChunkNan,
 };
 
 template <>
 struct EnumInfo<AttentionBug> {
   static constexpr std::string_view kNoun = "attention bug";
-  static constexpr std::array<EnumName<AttentionBug>, 4> kNames{
+  static constexpr std::array<EnumName<AttentionBug>, 6> kNames{
       {{AttentionBug::kNone, "none"},
        {AttentionBug::kDropChunkLast, "drop_chunk_last"},
        {AttentionBug::kScaleOff, "scale_off"},
-       {AttentionBug::kNeighbourV, "neighbour_v"}}};
+       {AttentionBug::kNeighbourV, "neighbour_v"},
+       {AttentionBug::kStopAtMinusOne, "stop_at_minus_one"},
+       {AttentionBug::kMaskedChunkNan, "masked_chunk_nan"}}};
 };
+
+/// Whether a planted bug changes the arithmetic (a size a bound might hide, so the float64 truth
+/// plants it to find blind spots) or what is read (the selection bugs: no bound hides them).
+constexpr bool bug_is_numeric(AttentionBug bug) {
+  return bug == AttentionBug::kDropChunkLast || bug == AttentionBug::kScaleOff ||
+         bug == AttentionBug::kNeighbourV;
+}
 
 /// kScaleOff's factor: 1 + 2^-7, one bf16 step of the scale (sm_scale passed through a bf16 tensor
 /// and rounded the wrong way is off by as much).
@@ -282,6 +298,24 @@ double topk_key_step(double x, int key_bits);
 
 /// The factor of SPEC 5's token scores: 1, or index_dim^-0.5 correctly rounded to fp32.
 float index_score_factor(IndexScoreScale scale, std::int64_t index_dim);
+
+/// How the selection handed to attention is arranged (SPEC 6: ids in any order, -1 anywhere; the
+/// result depends only on the set). Case generation draws one per case; the reference reads any.
+enum class SelectionOrder : std::uint8_t {
+  kAscendingIds,     ///< ids ascending, then the rest (kvoracle's indexer, TRT-LLM)
+  kDescendingScore,  ///< best first, then the rest (vLLM M3's Triton indexer)
+  kMinusOneFirst,    ///< the rest (-1, ids past n_valid) first, then the ids ascending
+  kShuffled,         ///< every entry at a random place
+};
+template <>
+struct EnumInfo<SelectionOrder> {
+  static constexpr std::string_view kNoun = "selection order";
+  static constexpr std::array<EnumName<SelectionOrder>, 4> kNames{
+      {{SelectionOrder::kAscendingIds, "ascending_ids"},
+       {SelectionOrder::kDescendingScore, "descending_score"},
+       {SelectionOrder::kMinusOneFirst, "minus_one_first"},
+       {SelectionOrder::kShuffled, "shuffled"}}};
+};
 
 /// Attention parameters (SPEC 6).
 struct AttentionParams {

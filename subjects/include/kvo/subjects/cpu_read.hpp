@@ -31,6 +31,9 @@ struct ReadMutation {
   /// Chosen -inf blocks dropped to -1 where index_neg_inf keep is declared (TensorRT-LLM's
   /// selector under another engine's contract)
   bool drop_neg_inf_always = false;
+  /// Ids kept in this many bits (0: all): a top-k whose block index wraps past 2^id_bits, as a
+  /// kernel's short path (<= 1024 blocks) applied to a longer row does
+  int id_bits = 0;
 };
 
 /// Top-k ids [Tq, nkv, spec::selection_width] of the batch's query rows, each row best first

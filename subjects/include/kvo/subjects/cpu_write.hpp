@@ -77,6 +77,10 @@ enum class WriteMutation : std::uint8_t {
   /// A quantizer without the amax floor: an all-zero blockscale group gets scale 0 (the ue8m0
   /// floor class, vllm#53339), so its codes are 0/0 = NaN.
   kZeroGroupScale,
+  /// Each K/V head row stored in 16-byte vectors with no tail case: where the row's bytes are not a
+  /// multiple of 16, its last vector also stores zeros (the register's unused lanes) over the bytes
+  /// past the row's end, which belong to the next head, token, V or the guard band.
+  kVectorTailOverrun,
 };
 
 /// The CPU model of the fused one-launch kernel.

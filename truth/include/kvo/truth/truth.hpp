@@ -36,8 +36,9 @@ struct AttentionTruth {
   spec::AttentionProfile profile = spec::AttentionProfile::kFp32;  ///< foreign: the bound's
   std::vector<double> out;                                         ///< [Tq, nq, hd]
   std::vector<double> bound;  ///< [Tq, nq, hd]: allowed |float32 result - out| before rounding
-  /// Foreign only: every planted bug of spec::AttentionBug in the same float64 arithmetic, so
-  /// that the oracle can say when this case's bound cannot see one (SPEC principle 4).
+  /// Foreign only: every numeric bug of spec::AttentionBug (spec::bug_is_numeric) in the same
+  /// float64 arithmetic, so that the oracle can say when this case's bound cannot see one (SPEC
+  /// principle 4).
   std::vector<PlantedOutput> planted;
 };
 

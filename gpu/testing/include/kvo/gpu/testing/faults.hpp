@@ -42,11 +42,14 @@ enum class WriteFault : std::uint8_t {
 /// Bugs planted in the fast read family (ReadKernel::kFast) and in the flash family
 /// (flash_attention_host), which the foreign mode must reject.
 enum class ReadFault : std::uint8_t {
-  kIgnoreLocal,         ///< indexer: the local (current) block is not forced
-  kExpNoLog2e,          ///< attention: exp2(s) where exp2(s * log2(e)) is meant (a base-2 softmax)
-  kFlashDropChunkLast,  ///< flash: spec::AttentionBug::kDropChunkLast
-  kFlashScaleOff,       ///< flash: spec::AttentionBug::kScaleOff
-  kFlashNeighbourV,     ///< flash: spec::AttentionBug::kNeighbourV
+  kIgnoreLocal,          ///< indexer: the local (current) block is not forced
+  kExpNoLog2e,           ///< attention: exp2(s) where exp2(s * log2(e)) is meant (a base-2 softmax)
+  kIdsWrapAt1024,        ///< indexer: ids stored in 10 bits (a short path past 1024 blocks)
+  kFlashDropChunkLast,   ///< flash: spec::AttentionBug::kDropChunkLast
+  kFlashScaleOff,        ///< flash: spec::AttentionBug::kScaleOff
+  kFlashNeighbourV,      ///< flash: spec::AttentionBug::kNeighbourV
+  kFlashStopAtMinusOne,  ///< flash: spec::AttentionBug::kStopAtMinusOne
+  kFlashMaskedChunkNan,  ///< flash: spec::AttentionBug::kMaskedChunkNan
 };
 
 /// Bugs planted in the dense insert kernel (the twins of the CPU subjects' DenseMutation).
