@@ -54,6 +54,13 @@ void add_model_flags(CLI::App& app, oracle::CaseOverrides& o) {
            "index-K through its own slot mapping");
   add_bool(app, "--edge-values", o.edge_values,
            "mix in edge values (zeros, ties, fp8 maxima, inf, NaN)");
+  app.add_option_function<std::string>(
+      "--kv-strides",
+      [&o](const std::string& text) {
+        o.kv_strides = spec::parse_kv_strides(text, "--kv-strides");
+      },
+      "K/V caches as strided views (SPEC 3): dense, or block,token,head,kv_part,offset in "
+      "elements");
 }
 
 void add_read_flags(CLI::App& app, oracle::ReadOverrides& r) {

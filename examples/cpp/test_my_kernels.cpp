@@ -32,7 +32,8 @@ void check_write_supported(const spec::ModelConfig& c, const spec::LayerWrite& w
                    (c.kv.cache_dtype == spec::DType::kFp8E4M3 &&
                     c.kv.saturation == spec::Saturation::kSatFinite)) &&
                   c.kv.scale_mode == spec::ScaleMode::kDivide && !c.kv.via_model_dtype &&
-                  !c.kv.scale_in_model_dtype && c.slot_mode == spec::SlotMode::kStrict;
+                  !c.kv.scale_in_model_dtype && c.slot_mode == spec::SlotMode::kStrict &&
+                  c.kv_strides.dense();  // contiguous [nb, bs, nkv, hd] caches only
   if (!ok) throw spec::Unsupported("my write kernel: " + spec::describe(c));
 }
 
@@ -96,7 +97,7 @@ oracle::AttentionFunction adapt_attention(void (*kernel)(const my::SparseAttenti
     const spec::ModelConfig& m = c.config;
     const spec::DType out_dtype = c.attention.out_dtype;
     if (m.layout != spec::KvLayout::kNhd || m.kv.cache_dtype != spec::DType::kBF16 ||
-        c.q.dtype != spec::DType::kBF16 ||
+        !m.kv_strides.dense() || c.q.dtype != spec::DType::kBF16 ||
         (out_dtype != spec::DType::kF32 && out_dtype != spec::DType::kBF16)) {
       throw spec::Unsupported("my attention: " + spec::describe(m));
     }

@@ -14,6 +14,10 @@ namespace kvo::gpu {
 
 std::int64_t kv_buffer_bytes(const spec::ModelConfig& c) {
   const spec::CacheGeometry& g = c.geometry;
+  if (!c.kv_strides.dense()) {  // SPEC 3: a strided view's body ends with its last block
+    return (c.kv_strides.offset + g.num_blocks * c.kv_strides.block) *
+           static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+  }
   const std::int64_t one = g.num_blocks * g.block_size * g.num_kv_heads * g.head_dim *
                            static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
   return spec::kv_in_one_tensor(c.layout) ? 2 * one : one;
@@ -76,6 +80,12 @@ KvStrides kv_strides(const spec::CacheGeometry& g, spec::KvLayout layout) {
       return {2 * nkv * bs * hd, hd, bs * hd, nkv * bs * hd};
   }
   return {};
+}
+
+KvStrides kv_strides(const spec::ModelConfig& c) {
+  const spec::KvStrides& s = c.kv_strides;
+  if (s.dense()) return kv_strides(c.geometry, c.layout);
+  return {s.block, s.token, s.head, s.kv_part, s.offset};
 }
 
 std::vector<std::int64_t> layout_shape(spec::KvLayout layout, const spec::CacheGeometry& g) {
@@ -206,15 +216,32 @@ DeviceKvCaches cache_views(const spec::ModelConfig& c, void* k_body, void* v_bod
   const spec::CacheGeometry& g = c.geometry;
   const ElementType et = element_type_of(c.kv.cache_dtype);
   const auto eb = static_cast<std::int64_t>(element_bytes(et));
-  const detail::KvStrides st = detail::kv_strides(g, c.layout);
+  const detail::KvStrides st = detail::kv_strides(c);
+  // The tensors start at their first element: a strided view's offset in (SPEC 3).
+  const auto first = [&](void* body, std::int64_t elements) {
+    return body == nullptr ? nullptr : static_cast<std::uint8_t*>(body) + elements * eb;
+  };
+  // The layout's shape with the view's strides; the packed layouts' 2*hd rows stay one dim (their
+  // kv_part is hd).
+  std::vector<std::int64_t> shaped;
+  const spec::LayoutAxes& la = spec::layout_axes(c.layout);
+  for (int i = 0; i < la.rank; ++i) {
+    const spec::KvAxis axis = la.axes[static_cast<std::size_t>(i)];
+    if (axis == spec::KvAxis::kKv && i == la.rank - 2) continue;
+    shaped.push_back(axis == spec::KvAxis::kBlock   ? st.block
+                     : axis == spec::KvAxis::kToken ? st.token
+                     : axis == spec::KvAxis::kHead  ? st.head
+                     : axis == spec::KvAxis::kKv    ? st.kv_part
+                                                    : 1);
+  }
   DeviceKvCaches v;
-  v.k_cache = contiguous_tensor(k_body, et, detail::layout_shape(c.layout, g));
+  v.k_cache = {first(k_body, st.offset), et, detail::layout_shape(c.layout, g), shaped};
   if (v_body != nullptr)
-    v.v_cache = contiguous_tensor(v_body, et, detail::layout_shape(c.layout, g));
+    v.v_cache = {first(v_body, st.offset), et, detail::layout_shape(c.layout, g), shaped};
   const std::vector<std::int64_t> logical{g.num_blocks, g.block_size, g.num_kv_heads, g.head_dim};
   const std::vector<std::int64_t> strides{st.block, st.token, st.head, 1};
-  v.k = {k_body, et, logical, strides};
-  v.v = {v_body != nullptr ? v_body : static_cast<std::uint8_t*>(k_body) + st.kv_part * eb, et,
+  v.k = {first(k_body, st.offset), et, logical, strides};
+  v.v = {v_body != nullptr ? first(v_body, st.offset) : first(k_body, st.offset + st.kv_part), et,
          logical, strides};
   if (index_body != nullptr) {
     if (c.index.layout == spec::IndexLayout::kBlockScale) {

@@ -15,14 +15,17 @@
 
 namespace kvo::gpu::detail {
 
-/// Element strides of a K/V cache view: element(b, o, h, kv, d) = b*block + o*token + h*head +
-/// kv*kv_part + d (kv_part 0 when K and V are separate tensors). The innermost dim is contiguous.
+/// Element strides of a K/V cache view: element(b, o, h, kv, d) = offset + b*block + o*token +
+/// h*head + kv*kv_part + d (kv_part 0 when K and V are separate tensors). The innermost dim is
+/// contiguous.
 struct KvStrides {
-  std::int64_t block = 0, token = 0, head = 0, kv_part = 0;
+  std::int64_t block = 0, token = 0, head = 0, kv_part = 0, offset = 0;
 };
 
-/// The strides of `layout` for this geometry (elements).
+/// The dense strides of `layout` for this geometry (elements).
 KvStrides kv_strides(const spec::CacheGeometry& g, spec::KvLayout layout);
+/// The strides of the configuration's K/V caches: its strided view (SPEC 3), else the dense ones.
+KvStrides kv_strides(const spec::ModelConfig& c);
 
 /// The K (or one KV) tensor's SPEC 3 shape for `layout`.
 std::vector<std::int64_t> layout_shape(spec::KvLayout layout, const spec::CacheGeometry& g);

@@ -240,8 +240,8 @@ void launch_dense(const DeviceDenseCall& call) {
   if (hd != 32 && hd != 64 && hd != 128 && hd != 256) {
     throw spec::Unsupported("the fused dense insert kernel takes head_dim 32, 64, 128 or 256");
   }
-  // The kernel reads its inputs row-contiguous and its caches in the dense layout.
-  for (const DeviceTensor* t : {&call.q, &call.k, &call.v, &call.q_out, &call.caches.k_cache}) {
+  // The kernel reads its inputs row-contiguous; its caches through their views' strides.
+  for (const DeviceTensor* t : {&call.q, &call.k, &call.v, &call.q_out}) {
     if (t->strides != contiguous_tensor(nullptr, t->type, t->shape).strides) {
       throw spec::Unsupported("the fused dense insert kernel takes contiguous tensors");
     }
@@ -259,10 +259,11 @@ void launch_dense(const DeviceDenseCall& call) {
   p.k_scale = call.k_scale.as<const float>();
   p.v_scale = call.v_scale.as<const float>();
   p.q_out = call.q_out.data;
-  p.st = kv_strides(g, c.layout);
+  p.st = kv_strides(c);
   p.k_cache = call.caches.k.as<std::uint8_t>();  // K, and V, as the layout's logical views
   p.v_cache = call.caches.v.as<std::uint8_t>();
-  p.st.kv_part = 0;  // folded into v_cache
+  p.st.kv_part = 0;  // folded into v_cache, with the offset
+  p.st.offset = 0;
   p.tokens = tokens;
   p.block_size = g.block_size;
   p.capacity = g.capacity();

@@ -40,8 +40,7 @@ DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::Lay
   // page 0, offset -1: one token stride before the body, which must land in memory the mirror
   // owns), at least 256 bytes.
   const std::int64_t kv_token_bytes =
-      detail::kv_strides(c.geometry, c.layout).token *
-      static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+      detail::kv_strides(c).token * static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
   const std::int64_t index_token_bytes =
       c.geometry.index_dim * (c.index.layout == spec::IndexLayout::kFlat
                                   ? static_cast<std::int64_t>(spec::dtype_bytes(c.index.flat_dtype))

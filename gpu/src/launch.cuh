@@ -28,6 +28,8 @@ enum class WriteBug : std::uint8_t {
   kDivApproxOneCodeBeyond,
   kE4m3IntoE5m2,          ///< an fp8_e5m2 cache receives e4m3 codes (vLLM's Triton wrapper)
   kTruncDivNegativeSlot,  ///< slot -1 -> page 0, offset -1 (Triton's truncating // and %)
+  kStridedAssumedDense,   ///< a strided view (SPEC 3) addressed as the layout's dense tensor
+  kPerHeadScaleAsHead0,   ///< per-head K/V scales read as head 0's (a scalar-scale kernel)
 };
 
 /// How the index-K row of a sparse layer is stored.

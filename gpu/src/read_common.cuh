@@ -19,6 +19,9 @@ struct ReadGeom {
   long long num_blocks, block_size, nkv, head_dim, index_dim, max_blocks;
   int layout, kv_dtype, act_dtype, index_layout, index_dtype;
   int scale_none, per_head_scale;
+  /// The K/V caches' element strides (SPEC 3: the layout's dense ones, or a strided view's; the
+  /// cache pointers are the views' first elements): detail::kv_strides.
+  long long s_block, s_token, s_head, s_kv;
 };
 
 /// spec::DType values, for templates.
@@ -127,25 +130,12 @@ __device__ inline float load_act(const unsigned char* p, int dt) {
   }
 }
 
-/// SPEC 3 element offset of K (kv 0) or V (kv 1) in this layout (spec::KvLayout order). Dims are
-/// innermost and contiguous in every layout, so a token's head row starts at d = 0.
+/// SPEC 3 element offset of K (kv 0) or V (kv 1) through the caches' strides (kv_part 0 where K and
+/// V are separate tensors). Dims are innermost and contiguous in every layout and view, so a
+/// token's head row starts at d = 0.
 __device__ inline long long kv_offset(const ReadGeom& g, int kv, long long b, long long o,
                                       long long h, long long d) {
-  const long long bs = g.block_size, nkv = g.nkv, hd = g.head_dim;
-  switch (g.layout) {
-    case 0:
-      return ((b * bs + o) * nkv + h) * hd + d;
-    case 1:
-      return ((b * nkv + h) * bs + o) * hd + d;
-    case 2:
-      return ((b * nkv + h) * bs + o) * (2 * hd) + kv * hd + d;
-    case 3:
-      return ((b * bs + o) * nkv + h) * (2 * hd) + kv * hd + d;
-    case 4:
-      return (((b * 2 + kv) * bs + o) * nkv + h) * hd + d;
-    default:
-      return (((b * 2 + kv) * nkv + h) * bs + o) * hd + d;
-  }
+  return b * g.s_block + o * g.s_token + h * g.s_head + kv * g.s_kv + d;
 }
 
 /// SPEC 6.2 exp2 and exp, with the spec's polynomial (never the special-function unit).

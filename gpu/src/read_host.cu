@@ -43,13 +43,21 @@ struct DeviceRows {
              b.max_blocks} {}
 };
 
-/// The K (or one KV) and V bodies of a mirror (V == K for the one-tensor layouts, whose kernels
-/// offset V themselves).
+/// The first K (or one KV) and V elements of a mirror's bodies (a strided view's offset in, SPEC
+/// 3; V == K for the one-tensor layouts, whose kernels offset V themselves).
+const void* first_element(const DeviceCacheMirror& m, const spec::ModelConfig& c,
+                          spec::BufferKind b) {
+  return static_cast<const std::uint8_t*>(m.body(b)) +
+         detail::kv_strides(c).offset *
+             static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+}
 const void* k_body(const DeviceCacheMirror& m, const spec::ModelConfig& c) {
-  return m.body(spec::kv_in_one_tensor(c.layout) ? spec::BufferKind::kKv : spec::BufferKind::kK);
+  return first_element(
+      m, c, spec::kv_in_one_tensor(c.layout) ? spec::BufferKind::kKv : spec::BufferKind::kK);
 }
 const void* v_body(const DeviceCacheMirror& m, const spec::ModelConfig& c) {
-  return spec::kv_in_one_tensor(c.layout) ? k_body(m, c) : m.body(spec::BufferKind::kV);
+  return spec::kv_in_one_tensor(c.layout) ? k_body(m, c)
+                                          : first_element(m, c, spec::BufferKind::kV);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 namespace kvo::gpu::detail {
 
 ReadGeom make_geom(const spec::ModelConfig& c, std::int64_t max_blocks) {
+  const KvStrides st = kv_strides(c);
   return {c.geometry.num_blocks,
           c.geometry.block_size,
           c.geometry.num_kv_heads,
@@ -19,7 +20,11 @@ ReadGeom make_geom(const spec::ModelConfig& c, std::int64_t max_blocks) {
           static_cast<int>(c.index.layout),
           static_cast<int>(c.index.flat_dtype),
           c.kv.scale_mode == spec::ScaleMode::kNone ? 1 : 0,
-          c.kv.per_head_scale ? 1 : 0};
+          c.kv.per_head_scale ? 1 : 0,
+          st.block,
+          st.token,
+          st.head,
+          st.kv_part};
 }
 
 BatchView batch_view(const spec::ModelConfig& c, const DeviceReadBatch& b) {

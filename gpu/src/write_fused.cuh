@@ -392,6 +392,22 @@ int launch_fused_write_t(const spec::ModelConfig& config, spec::LayerKind kind,
     p.st.token = swapped.token;
     p.st.head = swapped.head;
   }
+  if constexpr (F == WriteBug::kStridedAssumedDense) {
+    // The view's strides and offset ignored: the layout's dense tensor from the buffer's start.
+    const KvStrides dense = kv_strides(config.geometry, config.layout);
+    const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(config.kv.cache_dtype));
+    p.st = dense;
+    p.k_cache = caches.k;
+    p.v_cache = spec::kv_in_one_tensor(config.layout)
+                    ? static_cast<void*>(static_cast<std::uint8_t*>(caches.k) + dense.kv_part * eb)
+                    : caches.v;
+    p.st.kv_part = 0;
+  }
+  if constexpr (F == WriteBug::kPerHeadScaleAsHead0) p.per_head_scale = false;
+  // A bug of the host's arguments runs production's kernels.
+  constexpr WriteBug kKernelBug =
+      F == WriteBug::kStridedAssumedDense || F == WriteBug::kPerHeadScaleAsHead0 ? WriteBug::kNone
+                                                                                 : F;
   if (p.num_tokens == 0) return 0;
   // Tile: enough tokens per block that each thread has a few items when the GPU is full, but no
   // more than one pass over the GPU's threads would give it (small calls: more, smaller blocks).
@@ -410,13 +426,13 @@ int launch_fused_write_t(const spec::ModelConfig& config, spec::LayerKind kind,
   const auto s = static_cast<cudaStream_t>(stream);
   switch (config.act_dtype) {
     case DType::kF32:
-      launch_for_act<DType::kF32, F>(p, config.kv.cache_dtype, grid, s);
+      launch_for_act<DType::kF32, kKernelBug>(p, config.kv.cache_dtype, grid, s);
       break;
     case DType::kBF16:
-      launch_for_act<DType::kBF16, F>(p, config.kv.cache_dtype, grid, s);
+      launch_for_act<DType::kBF16, kKernelBug>(p, config.kv.cache_dtype, grid, s);
       break;
     case DType::kF16:
-      launch_for_act<DType::kF16, F>(p, config.kv.cache_dtype, grid, s);
+      launch_for_act<DType::kF16, kKernelBug>(p, config.kv.cache_dtype, grid, s);
       break;
     default:
       throw spec::InvalidInput("act_dtype", -1, std::string(spec::name_of(config.act_dtype)),

@@ -85,13 +85,16 @@ FusedParams make_params(const spec::ModelConfig& c, spec::LayerKind kind,
   p.index_slots = sparse && c.separate_index_slots ? in.index_slots : in.slots;
   p.k_scale = in.k_scale;
   p.v_scale = in.v_scale;
-  p.st = kv_strides(g, c.layout);
+  p.st = kv_strides(c);
   const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+  // caches.k/v point at the views' first elements (a strided view's offset is the caller's);
+  // V's part of a one-tensor layout folded in.
   p.k_cache = caches.k;
   p.v_cache = one_tensor
                   ? static_cast<void*>(static_cast<std::uint8_t*>(caches.k) + p.st.kv_part * eb)
                   : caches.v;
-  p.st.kv_part = 0;  // folded into v_cache
+  p.st.kv_part = 0;
+  p.st.offset = 0;
   p.index_cache = static_cast<std::uint8_t*>(caches.index_k);
   p.num_tokens = in.num_tokens;
   p.block_size = g.block_size;
@@ -240,10 +243,14 @@ void detail::write_layer_host_via(FusedLaunch fused, WritePath path, const spec:
   in.k_scale = k_scale.as<const float>();
   in.v_scale = v_scale.as<const float>();
   in.num_tokens = tokens;
-  DeviceLayerCaches dc;
-  dc.k =
-      mirror.body(spec::kv_in_one_tensor(c.layout) ? spec::BufferKind::kKv : spec::BufferKind::kK);
-  dc.v = mirror.body(spec::BufferKind::kV);
+  DeviceLayerCaches dc;  // the views' first elements (SPEC 3: a strided view's offset in)
+  const std::int64_t first =
+      detail::kv_strides(c).offset * static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+  const auto at = [&](spec::BufferKind b) {
+    return static_cast<void*>(static_cast<std::uint8_t*>(mirror.body(b)) + first);
+  };
+  dc.k = at(spec::kv_in_one_tensor(c.layout) ? spec::BufferKind::kKv : spec::BufferKind::kK);
+  dc.v = spec::kv_in_one_tensor(c.layout) ? nullptr : at(spec::BufferKind::kV);
   dc.index_k = mirror.body(spec::BufferKind::kIndexK);
 
   // 3. Write, then bring every byte of every buffer back (guards too: a stray write shows).

@@ -74,6 +74,12 @@ std::string ByteMismatch::describe() const {
       << "; no write may land in a guard band";
     return s.str();
   }
+  if (coord.padding) {
+    s << coord.describe() << " (byte " << byte << " of the buffer): expected "
+      << hex(expected_byte, 2) << " (poison), got " << hex(actual_byte, 2)
+      << "; a strided view's padding belongs to no element and no write may touch it (SPEC 3)";
+    return s.str();
+  }
   s << coord.describe() << " (byte " << byte << " of the buffer): expected byte "
     << hex(expected_byte, 2) << ", got " << hex(actual_byte, 2) << "; element expected "
     << expected_code_text() << " = " << expected_value << ", got " << actual_code_text() << " = "
@@ -143,6 +149,7 @@ std::string CacheDiff::report() const {
     s << "\n  layer " << b.layer << " " << spec::name_of(b.buffer) << ": " << b.differing_bytes
       << " bytes";
     if (b.guard_bytes) s << " (" << b.guard_bytes << " in guard bands)";
+    if (b.padding_bytes) s << " (" << b.padding_bytes << " in padding)";
   }
   if (first) s << "\n  first: " << first->describe();
   return s.str();
@@ -171,9 +178,11 @@ CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int6
       const std::uint8_t a = ab->storage[static_cast<std::size_t>(i)];
       if (e == a) continue;
       const bool guard = i < eb.guard_bytes || i >= body_end;
+      // A strided view's padding byte (SPEC 3) is compared like a guard's: exactly, no element.
+      const bool padding = !guard && oracle::locate(layout, eb.kind, i - eb.guard_bytes)->padding;
       std::vector<std::uint32_t> codes;
       std::vector<std::pair<std::int64_t, std::int64_t>> admitted_ranges;
-      if (ranges != nullptr && !guard) {
+      if (ranges != nullptr && !guard && !padding) {
         const oracle::ElementCoord coord = *oracle::locate(layout, eb.kind, i - eb.guard_bytes);
         const spec::DType dt = element_dtype(layout.config(), coord);
         const std::int64_t start = i - coord.byte_in_element;
@@ -188,7 +197,7 @@ CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int6
           i = start + static_cast<std::int64_t>(spec::dtype_bytes(dt)) - 1;
           continue;
         }
-      } else if (admissible != nullptr && !guard) {
+      } else if (admissible != nullptr && !guard && !padding) {
         // The whole element: admitted when its code is one the contract allows (SPEC 7).
         const oracle::ElementCoord coord = *oracle::locate(layout, eb.kind, i - eb.guard_bytes);
         const spec::DType dt = element_dtype(layout.config(), coord);
@@ -207,6 +216,7 @@ CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int6
       }
       ++count.differing_bytes;
       if (guard) ++count.guard_bytes;
+      if (padding) ++count.padding_bytes;
       if (diff.samples.size() >= max_samples) continue;
       ByteMismatch m;
       m.layer = layer;
@@ -218,6 +228,11 @@ CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int6
       } else {
         m.byte = i - eb.guard_bytes;
         m.coord = *oracle::locate(layout, eb.kind, m.byte);
+        if (padding) {
+          if (!diff.first) diff.first = m;
+          diff.samples.push_back(std::move(m));
+          continue;
+        }
         // One sample per element: the element's later bytes add nothing.
         if (!diff.samples.empty() && diff.samples.back().buffer == eb.kind &&
             diff.samples.back().guard_distance == 0 &&

@@ -65,6 +65,11 @@ DetectResult detect_op(const CheckOptions& options, Subject& subject, const OpDr
     const std::unique_ptr<PreparedCase> pc = driver.prepare(seed, pinned);
     const std::unique_ptr<CapturedAnswer> answer = driver.capture(subject, *pc);
     ++r.cases_run;
+    if (answer->run_outcome == spec::Outcome::kUnsupported) {
+      if (r.cases_unsupported++ == 0)
+        r.first_unsupported = "case " + hex_seed(seed) + ": " + answer->run_error;
+      continue;
+    }
     if (answer->run_outcome != spec::Outcome::kPass) {
       r.run_outcome = answer->run_outcome;
       r.run_error = "case " + hex_seed(seed) + ": " + answer->run_error;
@@ -95,6 +100,11 @@ DetectResult detect_op(const CheckOptions& options, Subject& subject, const OpDr
     }
     alive = std::move(next);
   }
+  if (r.cases_unsupported == r.cases_run && r.cases_run > 0) {
+    r.run_outcome = spec::Outcome::kUnsupported;
+    r.run_error = "every case: " + r.first_unsupported;
+    return r;
+  }
   for (const std::size_t idx : alive) r.matched.push_back(all[idx]);
   return r;
 }
@@ -121,6 +131,10 @@ std::string DetectResult::report() const {
     << " cases, " << combinations << " possible combinations of " << axes.size() << " modes, "
     << judgements << " judgements (" << (cases_run * combinations) << " without pruning)\n";
   s << "  told:    " << describe(told) << "\n";
+  if (cases_unsupported > 0 && run_outcome == spec::Outcome::kPass) {
+    s << "  skipped: " << cases_unsupported << " case" << (cases_unsupported == 1 ? "" : "s")
+      << " the subject does not implement (first: " << first_unsupported << ")\n";
+  }
   if (run_outcome != spec::Outcome::kPass) {
     s << "  " << spec::name_of(run_outcome) << ": " << run_error << "\n";
     return s.str();

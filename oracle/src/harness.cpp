@@ -15,20 +15,6 @@ using spec::KvLayout;
 
 /// Axes of a K/V tensor, outermost first, for the inverse. kKvDim is the packed last axis of
 /// extent 2*hd (K at d, V at hd + d); kKvAxis is the split layouts' axis of extent 2.
-enum class Axis { kBlock, kOffset, kHead, kDim, kKvDim, kKvAxis };
-struct LayoutAxes {
-  KvLayout layout;
-  std::array<Axis, 5> axes;
-  int rank;
-};
-constexpr std::array<LayoutAxes, 6> kLayoutAxes{{
-    {KvLayout::kNhd, {Axis::kBlock, Axis::kOffset, Axis::kHead, Axis::kDim}, 4},
-    {KvLayout::kHnd, {Axis::kBlock, Axis::kHead, Axis::kOffset, Axis::kDim}, 4},
-    {KvLayout::kPackedHnd, {Axis::kBlock, Axis::kHead, Axis::kOffset, Axis::kKvDim}, 4},
-    {KvLayout::kPackedNhd, {Axis::kBlock, Axis::kOffset, Axis::kHead, Axis::kKvDim}, 4},
-    {KvLayout::kSplitNhd, {Axis::kBlock, Axis::kKvAxis, Axis::kOffset, Axis::kHead, Axis::kDim}, 5},
-    {KvLayout::kSplitHnd, {Axis::kBlock, Axis::kKvAxis, Axis::kHead, Axis::kOffset, Axis::kDim}, 5},
-}};
 
 void check_range(std::int64_t v, std::int64_t n, const char* field) {
   if (v < 0 || v >= n) {
@@ -41,6 +27,13 @@ void check_range(std::int64_t v, std::int64_t n, const char* field) {
 
 std::string ElementCoord::describe() const {
   std::ostringstream s;
+  if (padding) {  // only the outer coordinates resolved
+    s << "buffer=" << spec::name_of(buffer) << " padding (no element)";
+    if (block >= 0) s << " in block=" << block;
+    if (offset >= 0) s << " offset=" << offset;
+    if (head >= 0) s << " head=" << head;
+    return s.str();
+  }
   s << "buffer=" << spec::name_of(buffer) << " block=" << block << " offset=" << offset;
   if (kv >= 0) s << " kv=" << (kv == 0 ? "K" : "V");
   if (head >= 0) s << " head=" << head;
@@ -126,38 +119,50 @@ std::optional<ElementCoord> locate(const reference::PagedCacheLayout& layout, Bu
   if (layout.kv_buffer(0) != buffer && layout.kv_buffer(1) != buffer) return std::nullopt;
   const std::int64_t eb = layout.element_bytes(buffer);
   c.byte_in_element = byte % eb;
-  std::int64_t e = byte / eb;
-  const LayoutAxes& la = kLayoutAxes[static_cast<std::size_t>(config.layout)];
+  const spec::LayoutAxes& la = spec::layout_axes(config.layout);
   c.kv = buffer == BufferKind::kV ? 1 : 0;
-  for (int i = la.rank - 1; i >= 0; --i) {
-    switch (la.axes[static_cast<std::size_t>(i)]) {
-      case Axis::kBlock:
-        c.block = e;  // outermost
+  const auto set = [&](spec::KvAxis axis, std::int64_t i) {
+    switch (axis) {
+      case spec::KvAxis::kBlock:
+        c.block = i;
         break;
-      case Axis::kOffset:
-        c.offset = e % g.block_size;
-        e /= g.block_size;
+      case spec::KvAxis::kToken:
+        c.offset = i;
         break;
-      case Axis::kHead:
-        c.head = e % g.num_kv_heads;
-        e /= g.num_kv_heads;
+      case spec::KvAxis::kHead:
+        c.head = i;
         break;
-      case Axis::kDim:
-        c.dim = e % g.head_dim;
-        e /= g.head_dim;
+      case spec::KvAxis::kKv:
+        c.kv = static_cast<int>(i);
         break;
-      case Axis::kKvDim: {
-        const std::int64_t kd = e % (2 * g.head_dim);
-        e /= 2 * g.head_dim;
-        c.kv = kd < g.head_dim ? 0 : 1;
-        c.dim = kd % g.head_dim;
-        break;
-      }
-      case Axis::kKvAxis:
-        c.kv = static_cast<int>(e % 2);
-        e /= 2;
+      case spec::KvAxis::kDim:
+        c.dim = i;
         break;
     }
+  };
+  const spec::KvStrides& s = config.kv_strides;
+  if (!s.dense()) {
+    // A strided view (SPEC 3): peel the axes outermost first; a remainder no axis index reaches
+    // is padding, and the coordinates resolved so far say where it lies.
+    std::int64_t e = byte / eb - s.offset;
+    c.padding = e < 0;
+    for (int i = 0; i < la.rank && !c.padding; ++i) {
+      const spec::KvAxis axis = la.axes[static_cast<std::size_t>(i)];
+      const std::int64_t stride = spec::stride_of(s, axis);
+      const std::int64_t index = e / stride;
+      c.padding = index >= spec::axis_count(g, axis);
+      if (!c.padding) set(axis, index);
+      e -= index * stride;
+    }
+    return c;
+  }
+  std::int64_t e = byte / eb;
+  for (int i = la.rank - 1; i >= 0; --i) {
+    const spec::KvAxis axis = la.axes[static_cast<std::size_t>(i)];
+    // The outermost axis takes the rest.
+    const std::int64_t count = i == 0 ? e + 1 : spec::axis_count(g, axis);
+    set(axis, e % count);
+    e /= count;
   }
   return c;
 }

@@ -78,13 +78,6 @@ std::vector<Mutant> build_catalogue() {
         }
         reference::write_layer(m, w, out);
       }));
-  c.push_back(write_mutant("hnd-nhd-stride-swap",
-                           "flashinfer PR #527, LMCache#4463: head and token strides exchanged", {},
-                           [](const auto& cfg, const auto& w, auto& out) {
-                             spec::ModelConfig m = cfg;
-                             m.layout = spec::stride_swapped(m.layout);
-                             reference::write_layer(m, w, out);
-                           }));
   c.push_back(write_mutant("off-by-one-offset", "a slot decoded one position late", {},
                            [](const auto& cfg, const auto& w, auto& out) {
                              spec::LayerWrite m = w;
@@ -125,6 +118,9 @@ std::vector<Mutant> build_catalogue() {
                           subjects::write_layer_fused_mutated(cfg, w, out, mutation);
                         });
   };
+  c.push_back(fused_mutant("hnd-nhd-stride-swap",
+                           "flashinfer PR #527, LMCache#4463: head and token strides exchanged", {},
+                           subjects::WriteMutation::kSwapTokenHeadStrides));
   CaseOverrides exact_division;
   exact_division.scale_mode = spec::ScaleMode::kDivide;
   c.push_back(fused_mutant("approx-division-where-exact",
@@ -170,6 +166,10 @@ std::vector<Mutant> build_catalogue() {
                            "vllm#53339's class: a blockscale quantizer without the amax floor, so "
                            "an all-zero group gets scale 0 and NaN codes",
                            {}, subjects::WriteMutation::kZeroGroupScale));
+  c.push_back(fused_mutant("strided-assumed-dense",
+                           "flashinfer#527 / TensorRT-LLM#17285 class: a padded or pooled cache "
+                           "view addressed as the layout's dense tensor",
+                           {}, subjects::WriteMutation::kStridedAssumedDense));
   c.push_back(fused_mutant("vector-tail-overrun",
                            "a 16-byte vector store with no tail case: a head row whose bytes are "
                            "not a multiple of 16 zeroes the bytes past its end",
@@ -250,6 +250,10 @@ std::vector<Mutant> build_catalogue() {
                           "top-k: block ids kept in 10 bits, a short path (<= 1024 blocks) "
                           "applied to a longer row",
                           spec::Op::kIndexer, {}, {.id_bits = 10}, false));
+  c.push_back(read_mutant("ids-wrap-at-4096",
+                          "top-k: block ids kept in 12 bits, a path sized for 4096 blocks applied "
+                          "to a longer row",
+                          spec::Op::kIndexer, {}, {.id_bits = 12}, false));
   c.push_back(
       mutant("head-major-as-token-major", spec::Op::kIndexer,
              "vllm#48604: an indexer's head-major [H, T, K] ids read as token-major "
@@ -355,6 +359,12 @@ std::vector<Mutant> build_catalogue() {
              WriteFault::kOffsetPlusOne);
   cuda_write("cuda-hnd-nhd-stride-swap", "head and token strides exchanged, in the fused kernel",
              WriteFault::kSwapHndNhd);
+  cuda_write("cuda-strided-assumed-dense",
+             "a strided cache view addressed as the dense tensor, in the fused kernel",
+             WriteFault::kStridedAssumedDense);
+  cuda_write("cuda-per-head-scale-as-head-0",
+             "per-head K/V scales read as head 0's, in the fused kernel",
+             WriteFault::kPerHeadScaleAsHead0);
   // The real kernels' findings, planted in the CUDA write kernels (peer_findings.md).
   const auto cuda_finding = [&](const char* name, const char* models, CaseOverrides o,
                                 std::unique_ptr<Subject> (*make)(const std::string&)) {

@@ -100,7 +100,9 @@ struct DenseCondition {
   bool (*reached)(const DenseCase&);
 };
 
-const std::array<DenseCondition, 5> kDenseConditions{{
+const std::array<DenseCondition, 6> kDenseConditions{{
+    {{"strided_cache", "K/V caches as strided views: padding between blocks, tokens or heads"},
+     [](const DenseCase& c) { return !c.config.kv_strides.dense(); }},
     {{"partial_rotary", "a rope over fewer dims than the head (rotary_dim < head_dim)"},
      [](const DenseCase& c) { return c.in.rotary_dim < c.config.geometry.head_dim; }},
     {{"fp8_scaled_store", "an fp8 cache with scales other than 1, stored scaled"},

@@ -156,6 +156,7 @@ void for_each_shared_dimension(F&& f) {
   f(&CaseOverrides::layout, &ReadOverrides::layout);
   f(&CaseOverrides::index_layout, &ReadOverrides::index_layout);
   f(&CaseOverrides::index_dtype, &ReadOverrides::index_dtype);
+  f(&CaseOverrides::kv_strides, &ReadOverrides::kv_strides);
 }
 
 /// The read overrides, the shared dimensions taken from the write overrides where the read ones
@@ -225,7 +226,10 @@ struct ReadCondition {
   ReadOps ops = ReadOps::kIndexer;
 };
 
-const std::array<ReadCondition, 13> kReadConditions{{
+const std::array<ReadCondition, 15> kReadConditions{{
+    {{"strided_cache", "K/V caches read as strided views (padding between blocks, tokens, heads)"},
+     [](const ReadPrepared& c) { return !c.rc.config.kv_strides.dense(); },
+     ReadOps::kAttention},
     {{"padded_row", "a request with seq_len 0 (its rows all -1, attention +0)"},
      [](const ReadPrepared& c) {
        return std::count(c.rc.batch.seq_lens.begin(), c.rc.batch.seq_lens.end(), 0) > 0;
@@ -281,6 +285,12 @@ const std::array<ReadCondition, 13> kReadConditions{{
      [](const ReadPrepared& c) {
        const auto& n = c.expectation.selection().n_valid;
        return std::any_of(n.begin(), n.end(), [](std::int64_t v) { return v > 1024; });
+     },
+     ReadOps::kBoth},
+    {{"block_ids_past_4096", "a row with more than 4096 logical blocks"},
+     [](const ReadPrepared& c) {
+       const auto& n = c.expectation.selection().n_valid;
+       return std::any_of(n.begin(), n.end(), [](std::int64_t v) { return v > 4096; });
      },
      ReadOps::kBoth},
     {{"selection_unordered", "a selection row handed to attention with its ids not ascending"},

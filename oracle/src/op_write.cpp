@@ -123,7 +123,9 @@ bool has_sparse(const WriteCase& c) {
          c.config.layers.end();
 }
 
-const std::array<WriteCondition, 11> kWriteConditions{{
+const std::array<WriteCondition, 12> kWriteConditions{{
+    {{"strided_cache", "K/V caches as strided views: padding between blocks, tokens or heads"},
+     [](const WriteCase& c) { return !c.config.kv_strides.dense(); }},
     {{"minus_one_before_real", "a -1 slot before a real token's (not only a tail)"},
      [](const WriteCase& c) { return c.padding_interleaved; }},
     {{"legacy_wrap_padding", "legacy_wrap with -1 slots: they wrap onto the last slot"},
@@ -231,6 +233,7 @@ class WriteDriver final : public OpDriver {
     r.push_back(set_override("flat index-K", &Overrides::write, &W::index_layout,
                              spec::IndexLayout::kFlat));
     r.push_back(set_override("index_dim 8", &Overrides::write, &W::index_dim, std::int64_t{8}));
+    r.push_back(set_override("dense caches", &Overrides::write, &W::kv_strides, spec::KvStrides{}));
     return r;
   }
 

@@ -194,8 +194,11 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
     }
   }
   if (!o.sparse_block && (theme == kThemeLongContext || theme == kThemeTies)) {
+    // The long theme's blocks: 4 tokens (past 1024 blocks) or, in half its cases, 1 (past 4096).
+    const std::int64_t long_block = (reference::mix64(seed ^ 0x4096B10Cull) & 1) != 0 ? 1 : 4;
     rc.indexer.sparse_block = rc.attention.sparse_block =
-        theme == kThemeLongContext ? 4 : std::min<std::int64_t>(rc.indexer.sparse_block, 16);
+        theme == kThemeLongContext ? long_block
+                                   : std::min<std::int64_t>(rc.indexer.sparse_block, 16);
   }
   const std::int64_t max_seq =
       o.max_seq_len.value_or((theme == kThemeTies ? 16 : 4) * rc.indexer.sparse_block + 7);
@@ -249,7 +252,9 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
   for (float& s : rc.v_scale)
     s = static_cast<float>(rng.uniform(1, 1 << 16)) / static_cast<float>(1 << 14);
 
-  // Write every request's tokens through the reference write path.
+  // Write every request's tokens through the reference write path, into strided views under the
+  // strided theme (SPEC 3).
+  choose_kv_strides(seed, o.kv_strides, c);
   const reference::PagedCacheLayout layout(c);
   rc.caches = oracle::make_layer_caches(layout, 0, spec::LayerKind::kSparse);
   std::vector<std::pair<std::int64_t, std::int64_t>> keys;

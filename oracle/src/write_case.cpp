@@ -118,6 +118,7 @@ std::string CaseOverrides::to_flags() const {
   boolean("--ue8m0", ue8m0);
   boolean("--separate-index-slots", separate_index_slots);
   boolean("--edge-values", edge_values);
+  if (kv_strides) s << " --kv-strides " << spec::kv_strides_text(*kv_strides);
   return s.str();
 }
 
@@ -143,6 +144,7 @@ void apply_overrides(const CaseOverrides& o, spec::ModelConfig& c) {
   if (o.blockscale_scale) c.index.blockscale_scale = *o.blockscale_scale;
   if (o.ue8m0) c.index.ue8m0 = *o.ue8m0;
   if (o.separate_index_slots) c.separate_index_slots = *o.separate_index_slots;
+  if (o.kv_strides) c.kv_strides = *o.kv_strides;
 }
 
 std::uint64_t case_seed(std::uint64_t campaign_seed, std::uint64_t index) {
@@ -159,6 +161,35 @@ std::string WriteCase::describe() const {
     << (padding_interleaved ? ", interleaved" : "") << ")";
   if (zero_rows > 0) s << " zero_rows=" << zero_rows;
   return s.str();
+}
+
+spec::KvStrides draw_kv_strides(std::uint64_t seed, const spec::ModelConfig& c) {
+  SplitMix64 rng(reference::mix64(seed ^ 0x57121DEull));
+  const spec::CacheGeometry& g = c.geometry;
+  const auto step = 16 / static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+  const spec::LayoutAxes& la = spec::layout_axes(c.layout);
+  const std::int64_t sure = rng.uniform(0, la.rank - 1);  // rank - 1: the offset
+  spec::KvStrides s;
+  std::int64_t extent = g.head_dim;
+  for (int i = la.rank - 2; i >= 0; --i) {
+    const spec::KvAxis axis = la.axes[static_cast<std::size_t>(i)];
+    const bool row_halves = axis == spec::KvAxis::kKv && i == la.rank - 2;  // packed
+    const std::int64_t stride =
+        row_halves ? g.head_dim : extent + step * (rng.uniform(0, 2) + (i == sure ? 1 : 0));
+    *spec::stride_field(s, axis) = stride;  // the loop stops before kDim
+    extent += (spec::axis_count(g, axis) - 1) * stride;
+  }
+  s.offset = step * (rng.uniform(0, 3) + (sure == la.rank - 1 ? 1 : 0));
+  return s;
+}
+
+void choose_kv_strides(std::uint64_t seed, const std::optional<spec::KvStrides>& o,
+                       spec::ModelConfig& c) {
+  if (o) {
+    c.kv_strides = *o;
+  } else if (theme_slot(seed) == kThemeStrided) {
+    c.kv_strides = draw_kv_strides(seed, c);
+  }
 }
 
 WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
@@ -300,6 +331,7 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
         std::max(needed, kMaxBufferElements / per_block / std::max<std::int64_t>(1, layers / 4));
     c.geometry.num_blocks = rng.uniform(needed, std::min(room, 2 * needed + 8));
   }
+  choose_kv_strides(seed, o.kv_strides, c);
   spec::validate(c);
   const spec::CacheGeometry& g = c.geometry;
   std::vector<std::int64_t> free_blocks(static_cast<std::size_t>(g.num_blocks));

@@ -249,6 +249,8 @@ def sglang_set_kv_buffer(kernel: Callable, *, fp8: bool = False) -> Adapter:
         _require_dense_layer(call, "set_kv_buffer")
         if call.config["layout"] != "nhd":
             raise Unsupported("SGLang's token pool is NHD")
+        if "kv_strides" in call.config:  # SPEC 3: padded pages do not flatten to [slots, H, D]
+            raise Unsupported("SGLang's token pool is one dense [num_slots, H, D] tensor")
         ops = _Ops(call)
         slots = call.slot_mapping[: _tokens(call)]
         rows = ops.nonnegative(slots)

@@ -32,6 +32,34 @@ def test_numpy_write_passes_every_layout():
     assert "0x000000006B766F72" in report.message
 
 
+def test_strided_caches_through_the_views_pass_and_a_dense_assumption_fails():
+    """SPEC 3 strided views: the call's views carry the strides (numpy arrays over the padded
+    buffer), so a write through them passes; one that takes the buffer for the dense tensor (a
+    reshape copies, or writes as if contiguous) fails, its first byte named."""
+    strides = dict(WRITE_MODES, layout="nhd", num_kv_heads=2, head_dim=8, block_size=2,
+                   kv_strides="56,24,8,0,16")
+    report = kvoracle.check(numpy_write, op="write", cases=20, **strides)
+    assert report.passed, report.message
+
+    def dense_assumed(call):
+        if call.layer_kind != "dense":
+            raise kvoracle.Unsupported("dense layers only")
+        tokens = call.slot_mapping.shape[0]
+        nb, bs, h, d = call.k_view.shape
+        slots = call.slot_mapping[:tokens]
+        rows = np.nonzero(slots >= 0)[0]
+        for view, src in ((call.k_view, call.k), (call.v_view, call.v)):
+            # The buffer from the first element as if dense: [nb * bs, h, d] contiguous.
+            flat = np.lib.stride_tricks.as_strided(
+                view, shape=(nb * bs, h, d),
+                strides=(h * d * view.itemsize, d * view.itemsize, view.itemsize))
+            flat[slots[rows]] = src[rows]
+
+    report = kvoracle.check(dense_assumed, op="write", cases=20, **strides)
+    assert not report.passed
+    assert "first: layer" in report.message
+
+
 def test_wrapping_slot_fails_with_seed_mismatch_and_reproduce_line():
     def bug(call):
         numpy_write(call, skip_negative=False)

@@ -17,6 +17,8 @@ std::int64_t kv_element(const spec::ModelConfig& c, int kv, std::int64_t b, std:
   const std::int64_t bs = c.geometry.block_size;
   const std::int64_t nkv = c.geometry.num_kv_heads;
   const std::int64_t hd = c.geometry.head_dim;
+  const spec::KvStrides& s = c.kv_strides;
+  if (!s.dense()) return s.offset + b * s.block + o * s.token + h * s.head + kv * s.kv_part + d;
   switch (c.layout) {
     case KvLayout::kNhd:  // [nb, bs, nkv, hd]
       return ((b * bs + o) * nkv + h) * hd + d;
@@ -81,6 +83,9 @@ std::vector<BufferKind> PagedCacheLayout::buffers(spec::LayerKind kind) const {
 
 std::int64_t PagedCacheLayout::buffer_bytes(BufferKind buffer) const {
   const auto& g = config_.geometry;
+  const spec::KvStrides& s = config_.kv_strides;
+  if (!s.dense() && buffer != BufferKind::kIndexK)  // SPEC 3: the view's blocks past its offset
+    return (s.offset + g.num_blocks * s.block) * element_bytes(buffer);
   const std::int64_t per_tensor = g.num_blocks * g.block_size * g.num_kv_heads * g.head_dim;
   switch (buffer) {
     case BufferKind::kK:

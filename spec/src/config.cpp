@@ -1,6 +1,8 @@
 #include "kvo/spec/config.hpp"
 
+#include <array>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -18,7 +20,106 @@ void require(bool ok, std::string_view field, std::int64_t value, std::string_vi
   if (!ok) throw InvalidInput(std::string(field), -1, std::to_string(value), std::string(why));
 }
 
+/// SPEC 3 strided views: the element type's addresses nest, inner axes first, so no two elements
+/// share a byte; kv_part as the layout has it; the body addressable.
+void validate_kv_strides(const ModelConfig& c) {
+  const KvStrides& s = c.kv_strides;
+  const CacheGeometry& g = c.geometry;
+  const LayoutAxes& la = layout_axes(c.layout);
+  const std::string layout(name_of(c.layout));
+  require(s.offset >= 0, "kv_strides.offset", s.offset, "must be >= 0");
+  if (!kv_in_one_tensor(c.layout)) {
+    require(s.kv_part == 0, "kv_strides.kv_part", s.kv_part,
+            "must be 0: layout " + layout + " keeps K and V in separate tensors");
+  } else if (la.axes[static_cast<std::size_t>(la.rank - 2)] == KvAxis::kKv) {
+    require(s.kv_part == g.head_dim, "kv_strides.kv_part", s.kv_part,
+            "must be head_dim = " + std::to_string(g.head_dim) + ": layout " + layout +
+                " keeps K and V as the two halves of one row");
+  }
+  std::int64_t extent = g.head_dim;  // elements spanned by the axes inside the current one
+  for (int i = la.rank - 2; i >= 0; --i) {
+    const KvAxis axis = la.axes[static_cast<std::size_t>(i)];
+    const std::int64_t stride = stride_of(s, axis);
+    const std::string field = "kv_strides." + std::string(name_of(axis));
+    require(stride >= extent, field, stride,
+            "below " + std::to_string(extent) + ", the extent of the axes inside it in layout " +
+                layout + ": two elements would share a byte");
+    require(static_cast<double>(stride) * static_cast<double>(axis_count(g, axis)) < 0x1p46, field,
+            stride, "the view would span more than 2^46 elements");
+    extent += (axis_count(g, axis) - 1) * stride;
+  }
+}
+
 }  // namespace
+
+std::int64_t* stride_field(KvStrides& s, KvAxis axis) {
+  switch (axis) {
+    case KvAxis::kBlock:
+      return &s.block;
+    case KvAxis::kToken:
+      return &s.token;
+    case KvAxis::kHead:
+      return &s.head;
+    case KvAxis::kKv:
+      return &s.kv_part;
+    case KvAxis::kDim:
+      break;
+  }
+  return nullptr;
+}
+
+std::int64_t stride_of(const KvStrides& s, KvAxis axis) {
+  KvStrides copy = s;
+  const std::int64_t* field = stride_field(copy, axis);
+  return field == nullptr ? 1 : *field;
+}
+
+std::int64_t axis_count(const CacheGeometry& g, KvAxis axis) {
+  switch (axis) {
+    case KvAxis::kBlock:
+      return g.num_blocks;
+    case KvAxis::kToken:
+      return g.block_size;
+    case KvAxis::kHead:
+      return g.num_kv_heads;
+    case KvAxis::kKv:
+      return 2;
+    case KvAxis::kDim:
+      return g.head_dim;
+  }
+  return 0;
+}
+
+std::string kv_strides_text(const KvStrides& s) {
+  if (s.dense()) return "dense";
+  return std::to_string(s.block) + "," + std::to_string(s.token) + "," + std::to_string(s.head) +
+         "," + std::to_string(s.kv_part) + "," + std::to_string(s.offset);
+}
+
+KvStrides parse_kv_strides(std::string_view text, const std::string& field) {
+  if (text == "dense") return {};
+  std::array<std::int64_t, 5> v{};
+  std::size_t n = 0, at = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', at);
+    const std::string_view part =
+        text.substr(at, comma == std::string_view::npos ? text.npos : comma - at);
+    std::int64_t x = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), x);
+    if (n == v.size() || part.empty() || ec != std::errc() || end != part.data() + part.size()) {
+      throw InvalidInput(field, -1, quoted(text),
+                         "expected dense or block,token,head,kv_part,offset (elements, integers)");
+    }
+    v[n++] = x;
+    if (comma == std::string_view::npos) break;
+    at = comma + 1;
+  }
+  if (n != v.size()) {
+    throw InvalidInput(field, -1, quoted(text),
+                       "expected dense or block,token,head,kv_part,offset (five integers)");
+  }
+  return {v[0], v[1], v[2], v[3], v[4]};
+}
 
 std::vector<LayerKind> parse_layer_mix(std::string_view pattern) {
   if (pattern.empty())
@@ -128,6 +229,7 @@ void validate(const ModelConfig& c) {
     throw InvalidInput("num_blocks", -1, std::to_string(g.num_blocks),
                        "cache too large to address");
   }
+  if (!c.kv_strides.dense()) validate_kv_strides(c);
   if (c.slot_type == SlotType::kI32 &&
       static_cast<double>(g.num_blocks) * static_cast<double>(g.block_size) >
           static_cast<double>(std::numeric_limits<std::int32_t>::max())) {
@@ -172,6 +274,7 @@ std::string describe(const ModelConfig& c) {
     s << ":" << name_of(c.index.blockscale_scale);
   s << " slots=" << name_of(c.slot_type) << "/" << name_of(c.slot_mode);
   if (c.separate_index_slots) s << " index_slots=separate";
+  if (!c.kv_strides.dense()) s << " kv_strides=" << kv_strides_text(c.kv_strides);
   return s.str();
 }
 

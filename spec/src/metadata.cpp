@@ -122,6 +122,7 @@ void write_config(const ModelConfig& c, Metadata& m) {
   m["slot_mode"] = name_of(c.slot_mode);
   m["slot_type"] = name_of(c.slot_type);
   m["separate_index_slots"] = b(c.separate_index_slots);
+  if (!c.kv_strides.dense()) m["kv_strides"] = kv_strides_text(c.kv_strides);
 }
 
 ModelConfig read_config(MetadataReader& r) {
@@ -147,6 +148,8 @@ ModelConfig read_config(MetadataReader& r) {
   c.slot_mode = r.choice<SlotMode>("slot_mode");
   c.slot_type = r.choice<SlotType>("slot_type");
   c.separate_index_slots = r.flag("separate_index_slots");
+  if (r.has("kv_strides"))
+    c.kv_strides = parse_kv_strides(r.text("kv_strides"), metadata_field("kv_strides"));
   validate(c);
   return c;
 }

@@ -2,6 +2,7 @@
 // computed once; K and V are written in the same pass through one stride descriptor per layout;
 // sparse layers add the index-K row (flat, or block-scaled with its own amax pass).
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "kvo/reference/layer_write.hpp"
@@ -46,11 +47,16 @@ KvStrides kv_strides(const spec::CacheGeometry& g, KvLayout layout) {
 KvView kv_view(const spec::ModelConfig& config, spec::LayerCaches& caches) {
   const bool one_tensor = spec::kv_in_one_tensor(config.layout);
   KvView view;
-  view.strides = kv_strides(config.geometry, config.layout);
+  // A strided view (SPEC 3) as the kernel is handed it: its strides, its first element `offset`
+  // elements into each buffer.
+  const spec::KvStrides& s = config.kv_strides;
+  view.strides = s.dense() ? kv_strides(config.geometry, config.layout)
+                           : KvStrides{s.block, s.token, s.head, s.kv_part};
   view.block_size = config.geometry.block_size;
+  const auto first = s.offset * static_cast<std::int64_t>(spec::dtype_bytes(config.kv.cache_dtype));
   for (spec::CacheBuffer& b : caches.buffers) {
-    if (b.kind == BufferKind::kK || b.kind == BufferKind::kKv) view.k = b.body();
-    if (b.kind == BufferKind::kV) view.v = b.body();
+    if (b.kind == BufferKind::kK || b.kind == BufferKind::kKv) view.k = b.body() + first;
+    if (b.kind == BufferKind::kV) view.v = b.body() + first;
   }
   if (one_tensor) {
     view.v = view.k;
@@ -183,11 +189,27 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
   const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(config.kv.cache_dtype));
 
   check_layer_caches(layout, w.kind, caches);
-  const KvView view = kv_view(config, caches);
+  spec::ModelConfig seen = config;  // what the kernel takes the cache for
+  if (mutation == WriteMutation::kStridedAssumedDense) seen.kv_strides = {};
+  KvView view = kv_view(seen, caches);
+  if (mutation == WriteMutation::kSwapTokenHeadStrides)
+    std::swap(view.strides.token, view.strides.head);
   std::uint8_t* index_base = nullptr;
   for (spec::CacheBuffer& b : caches.buffers) {
     if (b.kind == BufferKind::kIndexK) index_base = b.body();
   }
+  // A mutant's K/V rows land where its kernel's would; what falls outside the buffer's storage
+  // (guards included) is dropped, as a GPU would fault or scribble on memory that is not the cache.
+  const auto k_or_kv =
+      caches.find(spec::kv_in_one_tensor(config.layout) ? BufferKind::kKv : BufferKind::kK);
+  const auto v_or_kv =
+      caches.find(spec::kv_in_one_tensor(config.layout) ? BufferKind::kKv : BufferKind::kV);
+  const auto put = [&](const spec::CacheBuffer* b, std::uint8_t* at, std::int64_t bytes,
+                       auto&& write) {
+    if (mutation == WriteMutation::kNone ||
+        (at >= b->storage.data() && at + bytes <= b->storage.data() + b->storage.size()))
+      write();
+  };
   const bool sparse = w.kind == spec::LayerKind::kSparse;
 
   const std::int64_t row = g.num_kv_heads * g.head_dim;
@@ -214,15 +236,21 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
         std::uint8_t* vd = view.v + (token_base + h * view.strides.head + view.v_part) * eb;
         for (std::int64_t d = 0; d < g.head_dim; ++d) {
           const std::int64_t src = t * row + h * g.head_dim + d;
-          store_code(quantize_element(source_value(w.k, src), ks, config, mutation),
-                     config.kv.cache_dtype, kd + d * eb);
-          store_code(quantize_element(source_value(w.v, src), vs, config, mutation),
-                     config.kv.cache_dtype, vd + d * eb);
+          put(k_or_kv, kd + d * eb, eb, [&] {
+            store_code(quantize_element(source_value(w.k, src), ks, config, mutation),
+                       config.kv.cache_dtype, kd + d * eb);
+          });
+          put(v_or_kv, vd + d * eb, eb, [&] {
+            store_code(quantize_element(source_value(w.v, src), vs, config, mutation),
+                       config.kv.cache_dtype, vd + d * eb);
+          });
         }
         const std::int64_t tail = g.head_dim * eb % 16;
         if (mutation == WriteMutation::kVectorTailOverrun && tail != 0) {
-          std::fill_n(kd + g.head_dim * eb, 16 - tail, std::uint8_t{0});
-          std::fill_n(vd + g.head_dim * eb, 16 - tail, std::uint8_t{0});
+          for (auto [b, at] : {std::pair{k_or_kv, kd}, std::pair{v_or_kv, vd}}) {
+            put(b, at + g.head_dim * eb, 16 - tail,
+                [&] { std::fill_n(at + g.head_dim * eb, 16 - tail, std::uint8_t{0}); });
+          }
         }
       }
     }

@@ -83,6 +83,31 @@ StridedView kv_view(const spec::ModelConfig& c, spec::LayerCaches& caches, int k
   const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
   const std::int64_t nb = g.num_blocks, bs = g.block_size, nkv = g.num_kv_heads, hd = g.head_dim;
   auto body = [&](BufferKind kind) { return caches.find(kind)->body(); };
+  if (!c.kv_strides.dense()) {
+    // A strided cache (SPEC 3) as torch hands it: the layout's axes with the view's strides and
+    // offset; K or V selected on the K/V axis, then [nb, bs, nkv, hd].
+    const spec::LayoutAxes& la = spec::layout_axes(c.layout);
+    const bool one = spec::kv_in_one_tensor(c.layout);
+    StridedView v{body(one       ? BufferKind::kKv
+                       : kv == 0 ? BufferKind::kK
+                                 : BufferKind::kV),
+                  eb,
+                  c.kv_strides.offset,
+                  {},
+                  {}};
+    std::vector<spec::KvAxis> axes;
+    for (int i = 0; i < la.rank; ++i) {
+      const spec::KvAxis a = la.axes[static_cast<std::size_t>(i)];
+      if (a == spec::KvAxis::kKv) {
+        v.base += kv * c.kv_strides.kv_part;
+        continue;
+      }
+      axes.push_back(a);
+      v.shape.push_back(spec::axis_count(g, a));
+      v.stride.push_back(spec::stride_of(c.kv_strides, a));
+    }
+    return axes[1] == spec::KvAxis::kHead ? v.transpose(1, 2) : v;
+  }
   switch (c.layout) {
     case KvLayout::kNhd:
       return StridedView::contiguous(body(kv == 0 ? BufferKind::kK : BufferKind::kV), eb,

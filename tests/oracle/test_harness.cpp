@@ -6,6 +6,7 @@
 
 #include "../common/tiny.hpp"
 #include "kvo/oracle/harness.hpp"
+#include "kvo/oracle/write_case.hpp"
 #include "kvo/reference/paged_cache.hpp"
 #include "kvo/spec/outcome.hpp"
 
@@ -117,6 +118,91 @@ RC_GTEST_PROP(Harness, LocateInvertsByteOffset, ()) {
       seen[static_cast<std::size_t>(back)] = true;
     }
     for (bool s : seen) RC_ASSERT(s);
+  }
+}
+
+// SPEC 3 strided views by hand: nhd, 2 blocks of 2 tokens, 1 head of 8 dims, bf16; head stride 8,
+// token stride 16 (8 elements of padding after each token), block stride 40 (8 more after the
+// block), offset 4: element (b, o, 0, d) at 4 + 40 b + 16 o + d; the body is 4 + 2 * 40 elements.
+TEST(Harness, StridedViewsPutElementsAtTheirStridesAndNamePadding) {
+  spec::ModelConfig c;
+  c.layers = {spec::LayerKind::kDense};
+  c.geometry = {2, 2, 1, 8, 8};
+  c.layout = KvLayout::kNhd;
+  c.kv_strides = {40, 16, 8, 0, 4};
+  const PagedCacheLayout layout(c);
+  EXPECT_EQ(layout.buffer_bytes(BufferKind::kK), (4 + 2 * 40) * 2);
+  EXPECT_EQ(layout.kv_element(0, 1, 1, 0, 3), 4 + 40 + 16 + 3);
+  const auto element = locate(layout, BufferKind::kV, (4 + 40 + 16 + 3) * 2 + 1);
+  ASSERT_TRUE(element.has_value());
+  EXPECT_FALSE(element->padding);
+  EXPECT_EQ(element->block, 1);
+  EXPECT_EQ(element->offset, 1);
+  EXPECT_EQ(element->dim, 3);
+  EXPECT_EQ(element->kv, 1);
+  EXPECT_EQ(element->byte_in_element, 1);
+  for (std::int64_t e : {0, 3, 4 + 8, 4 + 16 + 8, 4 + 32, 4 + 40 + 32 + 7}) {
+    const auto pad = locate(layout, BufferKind::kK, e * 2);
+    ASSERT_TRUE(pad.has_value()) << e;
+    EXPECT_TRUE(pad->padding) << e;
+  }
+  EXPECT_NE(locate(layout, BufferKind::kK, (4 + 16 + 8) * 2)->describe().find("padding"),
+            std::string::npos);
+  // Bad views: a stride below the extent inside it (elements would share bytes), kv_part where K
+  // and V are separate tensors, a packed row's halves apart, a negative offset.
+  const auto rejects = [&](spec::KvLayout l, spec::KvStrides s, const char* field) {
+    spec::ModelConfig bad = c;
+    bad.layout = l;
+    bad.kv_strides = s;
+    try {
+      spec::validate(bad);
+      ADD_FAILURE() << field << " accepted";
+    } catch (const spec::InvalidInput& e) {
+      EXPECT_EQ(e.field(), field) << e.what();
+    }
+  };
+  rejects(KvLayout::kNhd, {40, 16, 7, 0, 0}, "kv_strides.head");
+  rejects(KvLayout::kNhd, {40, 7, 8, 0, 0}, "kv_strides.token");
+  rejects(KvLayout::kNhd, {23, 16, 8, 0, 0}, "kv_strides.block");
+  rejects(KvLayout::kNhd, {40, 16, 8, 8, 0}, "kv_strides.kv_part");
+  rejects(KvLayout::kPackedNhd, {80, 32, 16, 9, 0}, "kv_strides.kv_part");
+  rejects(KvLayout::kSplitNhd, {40, 8, 8, 8, 0}, "kv_strides.kv_part");  // V over K's token 1
+  rejects(KvLayout::kNhd, {40, 16, 8, 0, -1}, "kv_strides.offset");
+  EXPECT_EQ(spec::parse_kv_strides(spec::kv_strides_text(c.kv_strides), "f"), c.kv_strides);
+  EXPECT_TRUE(spec::parse_kv_strides("dense", "f").dense());
+  for (const char* text : {"1,2,3,4", "1,2,3,4,5,6", "a,2,3,4,5", "1,,3,4,5", ""})
+    EXPECT_THROW(spec::parse_kv_strides(text, "--kv-strides"), spec::InvalidInput) << text;
+}
+
+// Over random configurations and drawn strided views (draw_kv_strides), every byte of a K/V buffer
+// is padding or exactly one element's, and byte_offset takes the element back to it; the
+// elements are all there.
+RC_GTEST_PROP(Harness, StridedLocateIsTheInverseOfByteOffset, ()) {
+  spec::ModelConfig c;
+  c.layers = {spec::LayerKind::kDense};
+  c.geometry.num_blocks = *rc::gen::inRange<std::int64_t>(1, 4);
+  c.geometry.block_size = *rc::gen::inRange<std::int64_t>(1, 9);
+  c.geometry.num_kv_heads = *rc::gen::inRange<std::int64_t>(1, 4);
+  c.geometry.head_dim = 8 * *rc::gen::inRange<std::int64_t>(1, 3);
+  c.layout = *rc::gen::element(KvLayout::kNhd, KvLayout::kHnd, KvLayout::kPackedHnd,
+                               KvLayout::kPackedNhd, KvLayout::kSplitNhd, KvLayout::kSplitHnd);
+  c.kv.cache_dtype =
+      *rc::gen::element(spec::DType::kBF16, spec::DType::kFp8E4M3, spec::DType::kF32);
+  c.kv_strides = draw_kv_strides(*rc::gen::arbitrary<std::uint64_t>(), c);
+  const PagedCacheLayout layout(c);
+  const auto eb = layout.element_bytes(layout.kv_buffer(0));
+  for (BufferKind b : layout.buffers(spec::LayerKind::kDense)) {
+    std::int64_t element_bytes = 0;
+    for (std::int64_t byte = 0; byte < layout.buffer_bytes(b); ++byte) {
+      const auto coord = locate(layout, b, byte);
+      RC_ASSERT(coord.has_value());
+      if (coord->padding) continue;
+      ++element_bytes;
+      RC_ASSERT(byte_offset(layout, *coord) == byte);
+    }
+    const std::int64_t parts = spec::kv_in_one_tensor(c.layout) ? 2 : 1;
+    RC_ASSERT(element_bytes ==
+              parts * c.geometry.capacity() * c.geometry.num_kv_heads * c.geometry.head_dim * eb);
   }
 }
 

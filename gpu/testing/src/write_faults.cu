@@ -33,6 +33,12 @@ void write_layer_host_faulty(WriteFault fault, WritePath path, const spec::Model
     case WriteFault::kTruncDivNegativeSlot:
       launch = detail::launch_fused_write_t<WriteBug::kTruncDivNegativeSlot>;
       break;
+    case WriteFault::kStridedAssumedDense:
+      launch = detail::launch_fused_write_t<WriteBug::kStridedAssumedDense>;
+      break;
+    case WriteFault::kPerHeadScaleAsHead0:
+      launch = detail::launch_fused_write_t<WriteBug::kPerHeadScaleAsHead0>;
+      break;
   }
   if (launch == nullptr) {
     throw spec::InvalidInput("fault", -1, std::to_string(static_cast<int>(fault)),

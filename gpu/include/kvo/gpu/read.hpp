@@ -58,8 +58,10 @@ struct DeviceReadBatch {
 
 /// One attention call's device buffers.
 struct DeviceAttention {
-  const void* k_cache = nullptr;   ///< K body (the one KV body for packed and split layouts)
-  const void* v_cache = nullptr;   ///< V body (== k_cache for packed and split layouts)
+  /// K's first element (the one KV tensor's for packed and split layouts; a strided view's offset
+  /// into its buffer is the caller's, SPEC 3)
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;   ///< V's first element (== k_cache for packed and split layouts)
   const void* q = nullptr;         ///< [Tq, nq, hd] activation dtype
   const float* k_scale = nullptr;  ///< [1] or [nkv]
   const float* v_scale = nullptr;  ///< [1] or [nkv]

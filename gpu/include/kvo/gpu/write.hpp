@@ -49,8 +49,10 @@ struct DeviceWriteInputs {
 
 /// One layer's cache bodies on the device (no guards; 16-byte aligned).
 struct DeviceLayerCaches {
-  void* k = nullptr;  ///< K [layout of SPEC 3], or the one K/V tensor of packed/split layouts
-  void* v = nullptr;  ///< V; null for the one-tensor layouts
+  /// K [layout of SPEC 3], or the one K/V tensor of packed/split layouts: its first element
+  /// (element (0, 0, 0, 0); a strided view's offset into its buffer is the caller's, SPEC 3).
+  void* k = nullptr;
+  void* v = nullptr;  ///< V's first element; null for the one-tensor layouts
   void* index_k =
       nullptr;  ///< index-K (flat [nb, bs, index_dim] or blockscale blocks); sparse only
 };

@@ -45,7 +45,8 @@ struct BufferDiffCount {
   std::int64_t layer = 0;
   spec::BufferKind buffer = spec::BufferKind::kK;
   std::int64_t differing_bytes = 0;
-  std::int64_t guard_bytes = 0;  ///< of which inside guard bands
+  std::int64_t guard_bytes = 0;    ///< of which inside guard bands
+  std::int64_t padding_bytes = 0;  ///< of which a strided view's padding (SPEC 3)
 };
 
 struct CacheDiff {

@@ -37,6 +37,10 @@ struct DetectResult {
   std::vector<ModeAxis> axes;
   ModeChoice told;  ///< the pinned modes the subject was run with
   std::int64_t cases_run = 0;
+  /// Of them, cases the subject declared unsupported (spec::Unsupported: a configuration it does
+  /// not implement, e.g. a strided cache): skipped, judged under no combination.
+  std::int64_t cases_unsupported = 0;
+  std::string first_unsupported;           ///< the first such case's seed and reason
   std::int64_t combinations = 0;           ///< possible combinations of the axes
   std::int64_t judgements = 0;             ///< answers judged (distinct mode settings per case)
   std::vector<ModeCombination> matched;    ///< matched every case, tightest first
@@ -49,8 +53,8 @@ struct DetectResult {
   std::string describe(const ModeChoice& choice) const;
   /// The report `kvoracle check --detect-modes` prints.
   std::string report() const;
-  /// kPass when some combination matched every case; kMismatch when none did; the subject's own
-  /// failure otherwise.
+  /// kPass when some combination matched every case it answered; kMismatch when none did; the
+  /// subject's own failure otherwise; kUnsupported when it answered no case.
   spec::Outcome outcome() const;
 };
 

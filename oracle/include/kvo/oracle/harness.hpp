@@ -27,6 +27,9 @@ struct ElementCoord {
   bool is_scale = false;     ///< a blockscale fp32 scale rather than an fp8 value
   std::int64_t group = -1;   ///< scale group (blockscale scales)
   std::int64_t byte_in_element = 0;
+  /// A strided view's padding byte (SPEC 3): no element's; the coordinates resolved before the
+  /// axis it falls outside of say where it lies.
+  bool padding = false;
 
   std::string describe() const;
 };

@@ -55,6 +55,7 @@ struct CaseOverrides {
   std::optional<AllocatorShape> allocator;
   std::optional<bool> per_head_scale, via_model_dtype, scale_in_model_dtype, ue8m0,
       separate_index_slots, edge_values;
+  std::optional<spec::KvStrides> kv_strides;  ///< SPEC 3 strided K/V views (every op's caches)
 
   /// The flags that reproduce these overrides on the command line ("--block-size 17 ...").
   std::string to_flags() const;
@@ -101,16 +102,29 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& overrides);
 ///           kThemeVectorTail: fp8 heads of 40 dims (a 16-byte vector store's 8-byte tail).
 ///   read:   kThemeTies: all-zero index-Q over longer rows (every block tied, ties wider than
 ///           topk); kThemeLongContext: a request past 4096 tokens in 4-token blocks (over 1024
-///           logical blocks: the top-k kernels' long path); kThemeUnionNegInf: index_group union
+///           logical blocks: the top-k kernels' long path) or, in half, 1-token blocks (over
+///           4096); kThemeUnionNegInf: index_group union
 ///           over two index heads per KV head, and a -inf block planted.
 ///   dense:  kThemeFp8Identity (slot 1): an fp8 cache stored under dense_fp8_store identity.
+///   every op: kThemeStrided (slot 5): the K/V caches as strided views (draw_kv_strides).
 /// An override of the dimension a theme sets wins over the theme.
 inline constexpr std::uint64_t kThemeSlots = 8;
 inline constexpr std::uint64_t kThemeMinusOneInside = 1, kThemeTies = 1, kThemeFp8Identity = 1;
 inline constexpr std::uint64_t kThemeZeros = 2, kThemeLongContext = 2;
 inline constexpr std::uint64_t kThemeLegacyWrap = 3, kThemeUnionNegInf = 3;
 inline constexpr std::uint64_t kThemeVectorTail = 4;
+inline constexpr std::uint64_t kThemeStrided = 5;
 inline std::uint64_t theme_slot(std::uint64_t seed) { return seed % kThemeSlots; }
+
+/// A strided view of `config`'s K/V caches (SPEC 3) drawn from `seed`: each axis padded past the
+/// extent of the axes inside it by 0-2 steps of 16 bytes (one axis, or the offset, surely), and an
+/// offset of 0-3 steps into the buffer; the packed layouts keep K and V as the halves of a row. A
+/// step of 16 bytes keeps every row as aligned as the dense layout has it.
+spec::KvStrides draw_kv_strides(std::uint64_t seed, const spec::ModelConfig& config);
+/// The K/V view a case of `seed` writes through: the override, else the strided theme's
+/// (draw_kv_strides over the final geometry), else dense. Every op's generator calls it last.
+void choose_kv_strides(std::uint64_t seed, const std::optional<spec::KvStrides>& override,
+                       spec::ModelConfig& config);
 
 /// The seed of case `index` of a campaign started from `campaign_seed`: a hash of both, its theme
 /// slot index % kThemeSlots.

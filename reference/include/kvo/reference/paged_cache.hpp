@@ -18,7 +18,8 @@ namespace kvo::reference {
 /// these.
 /// The buffer that holds K (kv = 0) or V (kv = 1).
 spec::BufferKind kv_buffer(const spec::ModelConfig& config, int kv);
-/// Element offset of K or V (b, o, h, d) inside kv_buffer(kv).
+/// Element offset of K or V (b, o, h, d) inside kv_buffer(kv): the layout's formula, or a strided
+/// view's (spec::KvStrides).
 std::int64_t kv_element(const spec::ModelConfig& config, int kv, std::int64_t b, std::int64_t o,
                         std::int64_t h, std::int64_t d);
 /// Element size of a buffer's values (index-K blockscale: 1, its scales being 4).

@@ -45,6 +45,32 @@ struct IndexQuant {
   BlockScaleFormula blockscale_scale = BlockScaleFormula::kDivide;
 };
 
+/// SPEC 3 strided views of the K/V caches, in elements. All zero: the layout's dense tensors.
+/// Otherwise every buffer of K/V (K and V, or the one KV tensor) is a view that puts element
+/// (b, o, h, kv, d) at offset + b*block + o*token + h*head + kv*kv_part + d, and its body is
+/// offset + num_blocks * block elements; every other byte is padding, which a write leaves
+/// untouched and a read never uses. kv_part is V's place in the one-tensor layouts (packed: hd, the
+/// second half of the row; split: the [nb, 2, ...] axis) and 0 in nhd and hnd, whose K and V are
+/// separate tensors. `offset` puts the view at a sub-range of a larger pool.
+struct KvStrides {
+  std::int64_t block = 0, token = 0, head = 0, kv_part = 0, offset = 0;
+  bool dense() const {
+    return block == 0 && token == 0 && head == 0 && kv_part == 0 && offset == 0;
+  }
+  bool operator==(const KvStrides&) const = default;
+};
+
+/// The member of `strides` that holds `axis`'s stride (kDim, always 1: none).
+std::int64_t* stride_field(KvStrides& strides, KvAxis axis);
+/// The stride of `axis` (kDim: 1).
+std::int64_t stride_of(const KvStrides& strides, KvAxis axis);
+/// The number of indices along `axis`: num_blocks, block_size, num_kv_heads, 2 (K and V), head_dim.
+std::int64_t axis_count(const CacheGeometry& geometry, KvAxis axis);
+/// "block,token,head,kv_part,offset" (kvoracle --kv-strides, case-file metadata); "dense" for the
+/// dense view. parse_kv_strides throws InvalidInput naming `field` on anything else.
+std::string kv_strides_text(const KvStrides& strides);
+KvStrides parse_kv_strides(std::string_view text, const std::string& field);
+
 /// Everything that fixes the bytes a model's cache writes produce, apart from the inputs.
 struct ModelConfig {
   std::vector<LayerKind> layers;  ///< the layer mix, e.g. parse_layer_mix("3D57S")
@@ -56,6 +82,7 @@ struct ModelConfig {
   SlotMode slot_mode = SlotMode::kStrict;
   SlotType slot_type = SlotType::kI64;
   bool separate_index_slots = false;  ///< index-K written through its own slot mapping (vLLM M3)
+  KvStrides kv_strides;               ///< SPEC 3 strided K/V views; dense by default
 };
 
 /// The MiniMax-M3-like default mix: 60 layers, the first 3 dense.
@@ -72,7 +99,8 @@ std::string format_layer_mix(std::span<const LayerKind> layers);
 /// Throws InvalidInput naming the first inconsistent field: non-positive sizes, head_dim not a
 /// multiple of 8, index_dim not a multiple of 128 with blockscale (of 8 otherwise), a
 /// non-activation act_dtype, a flat index dtype other than bf16/fp8_e4m3, an empty layer mix, a
-/// cache too large to address with the slot type.
+/// cache too large to address with the slot type, strided views whose elements would share a byte
+/// (kv_strides.<axis>: each stride at least the extent of the axes inside it).
 void validate(const ModelConfig& config);
 
 /// Throws InvalidInput unless every scale is finite and > 0 and there is one (or, per head, nkv).

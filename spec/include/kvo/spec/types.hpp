@@ -212,6 +212,47 @@ constexpr KvLayout stride_swapped(KvLayout l) {
   return kLayoutFacts[static_cast<std::size_t>(l)].stride_swapped;
 }
 
+/// The axes of a K/V cache tensor (SPEC 3): block, token (offset in the block), KV head, the K/V
+/// part of the one-tensor layouts, and dim (innermost, contiguous).
+enum class KvAxis : std::uint8_t { kBlock, kToken, kHead, kKv, kDim };
+template <>
+struct EnumInfo<KvAxis> {
+  static constexpr std::string_view kNoun = "kv axis";
+  static constexpr std::array<EnumName<KvAxis>, 5> kNames{{{KvAxis::kBlock, "block"},
+                                                           {KvAxis::kToken, "token"},
+                                                           {KvAxis::kHead, "head"},
+                                                           {KvAxis::kKv, "kv_part"},
+                                                           {KvAxis::kDim, "dim"}}};
+};
+
+/// The axes of each layout's tensor, outermost first (plain data: the stride checks and the
+/// harness's inverse offsets read it; each implementation writes its own offsets). The packed
+/// layouts' 2*hd rows are kKv then kDim: K and V the two halves of a row.
+struct LayoutAxes {
+  KvLayout layout;
+  std::array<KvAxis, 5> axes;
+  int rank;
+};
+inline constexpr std::array<LayoutAxes, 6> kLayoutAxes{{
+    {KvLayout::kNhd, {KvAxis::kBlock, KvAxis::kToken, KvAxis::kHead, KvAxis::kDim}, 4},
+    {KvLayout::kHnd, {KvAxis::kBlock, KvAxis::kHead, KvAxis::kToken, KvAxis::kDim}, 4},
+    {KvLayout::kPackedHnd,
+     {KvAxis::kBlock, KvAxis::kHead, KvAxis::kToken, KvAxis::kKv, KvAxis::kDim},
+     5},
+    {KvLayout::kPackedNhd,
+     {KvAxis::kBlock, KvAxis::kToken, KvAxis::kHead, KvAxis::kKv, KvAxis::kDim},
+     5},
+    {KvLayout::kSplitNhd,
+     {KvAxis::kBlock, KvAxis::kKv, KvAxis::kToken, KvAxis::kHead, KvAxis::kDim},
+     5},
+    {KvLayout::kSplitHnd,
+     {KvAxis::kBlock, KvAxis::kKv, KvAxis::kHead, KvAxis::kToken, KvAxis::kDim},
+     5},
+}};
+constexpr const LayoutAxes& layout_axes(KvLayout l) {
+  return kLayoutAxes[static_cast<std::size_t>(l)];
+}
+
 /// Elements per block-scale group of the index-K blockscale layout (SPEC 2).
 inline constexpr std::int64_t kScaleGroup = 128;
 /// Divisor of the block scale: the e4m3 maximum.

@@ -81,6 +81,12 @@ enum class WriteMutation : std::uint8_t {
   /// multiple of 16, its last vector also stores zeros (the register's unused lanes) over the bytes
   /// past the row's end, which belong to the next head, token, V or the guard band.
   kVectorTailOverrun,
+  /// A strided cache view (SPEC 3: padded blocks, tokens or heads, a sub-range of a pool) taken
+  /// for the layout's dense tensor: its strides and offset ignored (flashinfer#527 class).
+  kStridedAssumedDense,
+  /// The token and head strides exchanged (flashinfer PR #527, LMCache#4463: HND taken for NHD),
+  /// on dense layouts and strided views alike.
+  kSwapTokenHeadStrides,
 };
 
 /// The CPU model of the fused one-launch kernel.

@@ -37,6 +37,13 @@ enum class WriteFault : std::uint8_t {
   /// written one token stride before page 0's first token: into the leading guard band (NHD), or
   /// over the previous head's last token (HND) or K's last token (V of split layouts).
   kTruncDivNegativeSlot,
+  /// "strided_assumed_dense": a strided cache view (SPEC 3) addressed as the layout's dense
+  /// tensor from the buffer's start (its strides and offset ignored); dense caches as in
+  /// production.
+  kStridedAssumedDense,
+  /// "per_head_scale_as_head_0": per-head K/V scales read as head 0's (a kernel written for one
+  /// scale per tensor handed a per-head scale tensor); per-tensor scales as in production.
+  kPerHeadScaleAsHead0,
 };
 
 /// Bugs planted in the fast read family (ReadKernel::kFast) and in the flash family
