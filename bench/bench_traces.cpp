@@ -151,7 +151,7 @@ void BM_DecodeStepParts(benchmark::State& state) {
         default:
           for (std::size_t k = 0; k < a[li].buffers.size(); ++k) {
             equal += std::memcmp(a[li].buffers[k].storage.data(), b[li].buffers[k].storage.data(),
-                                 a[li].buffers[k].storage.size()) == 0;
+                                 static_cast<std::size_t>(a[li].buffers[k].storage.size())) == 0;
           }
       }
     }

@@ -39,9 +39,11 @@ int run_emit(const EmitFlags& f) {
                              "expected --op OP --case-seed S or --cases N");
   }
   const std::vector<spec::Op> ops = f.ops.empty() ? oracle::all_ops() : oracle::parse_ops(f.ops);
-  const auto paths =
-      traces::emit_campaign(ops, parse_u64(f.seed, "seed"), f.cases, f.overrides, f.output);
+  std::vector<std::string> skipped;
+  const auto paths = traces::emit_campaign(ops, parse_u64(f.seed, "seed"), f.cases, f.overrides,
+                                           f.output, &skipped);
   std::cout << "wrote " << paths.size() << " case files to " << f.output << "\n";
+  for (const std::string& s : skipped) std::cout << "not written: " << s << "\n";
   return spec::kExitPass;
 }
 

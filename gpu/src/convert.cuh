@@ -324,8 +324,10 @@ __device__ __forceinline__ float ue8m0_ceil(float s) {
 /// The index-K block scale of one 128-group (SPEC 2): amax floored at 1e-4, then fl(amax / 448)
 /// (vLLM, TensorRT-LLM) or fl(amax * fl(1 / 448)) (blockscale_scale mul_recip: SGLang, DeepSeek's
 /// reference), then (ue8m0) rounded up to a power of two.
-__device__ __forceinline__ float blockscale_scale(float amax, bool mul_recip, bool ue8m0) {
-  amax = fmaxf(amax, spec::kBlockScaleAmaxFloor);
+/// `floor` false: without the amax floor (a planted bug: an all-zero group gets scale 0).
+__device__ __forceinline__ float blockscale_scale(float amax, bool mul_recip, bool ue8m0,
+                                                  bool floor = true) {
+  if (floor) amax = fmaxf(amax, spec::kBlockScaleAmaxFloor);
   float s = mul_recip ? __fmul_rn(amax, __fdiv_rn(1.0f, spec::kFp8E4M3Max))
                       : __fdiv_rn(amax, spec::kFp8E4M3Max);
   if (ue8m0) s = ue8m0_ceil(s);

@@ -3,6 +3,7 @@
 // every byte outside the buffers poisoned, so that a write past the guard bands shows too.
 #include <algorithm>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,87 @@ using detail::DeviceBuffer;
 constexpr std::uint8_t kMarginPoison = 0x5A;
 
 std::size_t round_up(std::size_t n) { return (n + 255) / 256 * 256; }
+
+constexpr std::int64_t kPage = spec::ByteStorage::kPageBytes;
+
+/// p[i] = spec::poison_byte(salt, i) for i < n; p 8-byte aligned ([n] bytes).
+__global__ void poison_kernel(std::uint8_t* p, std::uint64_t n, std::uint64_t salt) {
+  const std::uint64_t words = n / 8;
+  for (std::uint64_t w = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+       w <= words; w += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
+    if (w < words) {
+      reinterpret_cast<std::uint64_t*>(p)[w] = spec::poison_word(salt, w);
+    } else {
+      for (std::uint64_t i = 8 * w; i < n; ++i) p[i] = spec::poison_byte(salt, i);
+    }
+  }
+}
+
+/// changed[q] = 1 where page q of a lazy buffer ([n] bytes at p), not materialised on the host
+/// (materialised[q] == 0), holds a byte other than its poison: a stray write. One block per page.
+__global__ void stray_pages_kernel(const std::uint8_t* p, std::uint64_t n, std::uint64_t salt,
+                                   const std::uint8_t* materialised, std::uint8_t* changed,
+                                   std::uint64_t pages) {
+  for (std::uint64_t q = blockIdx.x; q < pages; q += gridDim.x) {
+    if (materialised[q]) continue;
+    const std::uint64_t begin = q * kPage, end = begin + kPage < n ? begin + kPage : n;
+    bool differs = false;
+    for (std::uint64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      differs |= p[i] != spec::poison_byte(salt, i);
+    }
+    if (__syncthreads_or(differs) && threadIdx.x == 0) changed[q] = 1;
+  }
+}
+
+/// Puts a lazy buffer on the device: every byte poisoned there, then the host's pages copied over
+/// (a huge buffer costs its size in device memory but only its touched pages in transfers).
+void upload_lazy(std::uint8_t* dst, const spec::ByteStorage& s) {
+  const auto n = static_cast<std::uint64_t>(s.size());
+  poison_kernel<<<1024, 256>>>(dst, n, s.salt());
+  detail::check_cuda(cudaGetLastError(), "poison_kernel");
+  for (const spec::ByteRange& r : s.materialised()) {
+    detail::check_cuda(
+        cudaMemcpy(dst + r.first, s.data() + r.first, static_cast<std::size_t>(r.second - r.first),
+                   cudaMemcpyHostToDevice),
+        "cudaMemcpy(cache pages to device)");
+  }
+}
+
+/// Brings a lazy buffer back: its materialised pages, and every other page the kernel changed
+/// (found on the device against the poison, downloaded whole and stored: the diff then shows the
+/// stray bytes exactly, zeros included).
+void download_lazy(const std::uint8_t* src, spec::ByteStorage& s) {
+  const std::vector<spec::ByteRange> held = s.materialised();
+  for (const spec::ByteRange& r : held) {
+    detail::check_cuda(
+        cudaMemcpy(s.data() + r.first, src + r.first, static_cast<std::size_t>(r.second - r.first),
+                   cudaMemcpyDeviceToHost),
+        "cudaMemcpy(cache pages to host)");
+  }
+  const auto pages = static_cast<std::uint64_t>((s.size() + kPage - 1) / kPage);
+  std::vector<std::uint8_t> flags(pages, 0);
+  for (const spec::ByteRange& r : held) {
+    for (std::int64_t q = r.first / kPage; q * kPage < r.second; ++q) {
+      flags[static_cast<std::size_t>(q)] = 1;
+    }
+  }
+  const DeviceBuffer materialised(flags);
+  const DeviceBuffer changed(pages);
+  changed.fill(0);
+  stray_pages_kernel<<<4096, 256>>>(src, static_cast<std::uint64_t>(s.size()), s.salt(),
+                                    materialised.data(), changed.data(), pages);
+  detail::check_cuda(cudaGetLastError(), "stray_pages_kernel");
+  changed.download(flags.data(), flags.size());
+  std::vector<std::uint8_t> page(static_cast<std::size_t>(kPage));
+  for (std::uint64_t q = 0; q < pages; ++q) {
+    if (!flags[q]) continue;
+    const auto at = static_cast<std::int64_t>(q) * kPage;
+    const auto n = static_cast<std::size_t>(std::min(kPage, s.size() - at));
+    detail::check_cuda(cudaMemcpy(page.data(), src + at, n, cudaMemcpyDeviceToHost),
+                       "cudaMemcpy(stray page to host)");
+    s.store(at, std::span<const std::uint8_t>(page.data(), n));
+  }
+}
 
 }  // namespace
 
@@ -51,7 +133,7 @@ DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::Lay
   for (const spec::CacheBuffer& b : caches.buffers) {
     impl_->offsets.push_back(total);
     impl_->kinds.push_back(b.kind);
-    total += round_up(b.storage.size());
+    total += round_up(static_cast<std::size_t>(b.storage.size()));
   }
   total += margin;
   impl_->memory = DeviceBuffer(total);
@@ -59,9 +141,14 @@ DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::Lay
   std::uint8_t* base = impl_->memory.data();
   for (std::size_t i = 0; i < caches.buffers.size(); ++i) {
     const spec::CacheBuffer& b = caches.buffers[i];
-    detail::check_cuda(cudaMemcpy(base + impl_->offsets[i], b.storage.data(), b.storage.size(),
-                                  cudaMemcpyHostToDevice),
-                       "cudaMemcpy(cache to device)");
+    if (b.storage.is_lazy()) {
+      upload_lazy(base + impl_->offsets[i], b.storage);
+    } else {
+      detail::check_cuda(
+          cudaMemcpy(base + impl_->offsets[i], b.storage.data(),
+                     static_cast<std::size_t>(b.storage.size()), cudaMemcpyHostToDevice),
+          "cudaMemcpy(cache to device)");
+    }
     impl_->bodies.push_back(base + impl_->offsets[i] + b.guard_bytes);
   }
   auto* k = static_cast<std::uint8_t*>(body(spec::BufferKind::kK));
@@ -81,20 +168,24 @@ void* DeviceCacheMirror::body(spec::BufferKind kind) const {
 }
 
 void DeviceCacheMirror::download(spec::LayerCaches& caches) const {
-  std::vector<std::uint8_t> all(impl_->memory.size());
-  impl_->memory.download(all.data(), all.size());
-  std::size_t at = 0;  // the next byte that belongs to no buffer
-  // A changed margin byte is named by its offset from the nearest buffer's body (SPEC 7
-  // coordinates: a negative body offset lies before the buffer, one past its size after it).
-  auto check_margin = [&](std::size_t end, std::size_t next) {
-    for (; at < end; ++at) {
-      if (all[at] == kMarginPoison) continue;
+  const std::uint8_t* base = impl_->memory.data();
+  // The bytes that belong to no buffer: the margins and the pads between buffers, each downloaded
+  // and checked against the margin poison. A changed byte is named by its offset from the nearest
+  // buffer's body (SPEC 7 coordinates: a negative body offset lies before the buffer, one past its
+  // size after it).
+  auto check_gap = [&](std::size_t begin, std::size_t end, std::size_t next) {
+    std::vector<std::uint8_t> gap(end - begin);
+    detail::check_cuda(cudaMemcpy(gap.data(), base + begin, gap.size(), cudaMemcpyDeviceToHost),
+                       "cudaMemcpy(cache margin to host)");
+    for (std::size_t k = 0; k < gap.size(); ++k) {
+      if (gap[k] == kMarginPoison) continue;
+      const std::size_t at = begin + k;
       const bool before = next < caches.buffers.size();
       const std::size_t i = before ? next : next - 1;
       const spec::CacheBuffer& b = caches.buffers[i];
       const auto body_start = static_cast<std::int64_t>(impl_->offsets[i]) + b.guard_bytes;
       char value[8];
-      std::snprintf(value, sizeof value, "0x%02X", all[at]);
+      std::snprintf(value, sizeof value, "0x%02X", gap[k]);
       throw spec::FailedToRun("wrote outside every cache buffer and its guard bands: " +
                               std::string(spec::name_of(b.kind)) + " body byte " +
                               std::to_string(static_cast<std::int64_t>(at) - body_start) + " (" +
@@ -103,14 +194,22 @@ void DeviceCacheMirror::download(spec::LayerCaches& caches) const {
                               value + ", not the poison 0x5A");
     }
   };
+  std::size_t at = 0;  // the next byte that belongs to no buffer
   for (std::size_t i = 0; i < caches.buffers.size(); ++i) {
     spec::CacheBuffer& b = caches.buffers[i];
-    check_margin(impl_->offsets[i], i);
-    std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(impl_->offsets[i]), b.storage.size(),
-                b.storage.begin());
-    at = impl_->offsets[i] + b.storage.size();
+    check_gap(at, impl_->offsets[i], i);
+    const std::uint8_t* src = base + impl_->offsets[i];
+    if (b.storage.is_lazy()) {
+      download_lazy(src, b.storage);
+    } else {
+      detail::check_cuda(
+          cudaMemcpy(b.storage.data(), src, static_cast<std::size_t>(b.storage.size()),
+                     cudaMemcpyDeviceToHost),
+          "cudaMemcpy(cache to host)");
+    }
+    at = impl_->offsets[i] + static_cast<std::size_t>(b.storage.size());
   }
-  check_margin(all.size(), caches.buffers.size());
+  check_gap(at, impl_->memory.size(), caches.buffers.size());
 }
 
 }  // namespace kvo::gpu

@@ -30,6 +30,8 @@ enum class WriteBug : std::uint8_t {
   kTruncDivNegativeSlot,  ///< slot -1 -> page 0, offset -1 (Triton's truncating // and %)
   kStridedAssumedDense,   ///< a strided view (SPEC 3) addressed as the layout's dense tensor
   kPerHeadScaleAsHead0,   ///< per-head K/V scales read as head 0's (a scalar-scale kernel)
+  kInt32Offset,           ///< K/V element offsets in int32: past 2^31 they wrap (vllm#50427)
+  kZeroGroupScale,        ///< blockscale without the amax floor: a zero group gets scale 0
 };
 
 /// How the index-K row of a sparse layer is stored.

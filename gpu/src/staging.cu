@@ -12,7 +12,10 @@ namespace kvo::gpu::detail {
 namespace {
 
 /// Blocks up to 1 GiB are pooled in power-of-two sizes (at least 256 bytes); larger ones are
-/// allocated to the next 2 MiB and freed at once. The pool keeps at most kMaxCached bytes.
+/// allocated to the next 2 MiB, and the last one freed is kept for the next large request it can
+/// hold with at most a quarter to spare (a campaign's huge caches come one at a time, each a few
+/// GiB: cudaMalloc and cudaFree of that size cost more than the case). The pool keeps at most
+/// kMaxCached bytes of small blocks.
 constexpr std::size_t kPooledMax = std::size_t{1} << 30;
 constexpr std::size_t kMaxCached = std::size_t{4} << 30;
 
@@ -26,8 +29,17 @@ class Pool {
  public:
   ~Pool() {
     for (const auto& [size, p] : free_) cudaFree(p);
+    if (large_ != nullptr) cudaFree(large_);
   }
-  void* acquire(std::size_t block) {
+  /// A block of at least `block` bytes; `block` becomes the size handed out.
+  void* acquire(std::size_t& block) {
+    if (block > kPooledMax && large_ != nullptr && large_size_ >= block &&
+        large_size_ - block <= block / 4) {
+      void* p = large_;
+      block = large_size_;
+      large_ = nullptr;
+      return p;
+    }
     for (auto it = free_.begin(); it != free_.end(); ++it) {
       if (it->first == block) {
         void* p = it->second;
@@ -43,12 +55,20 @@ class Pool {
       for (const auto& [size, q] : free_) cudaFree(q);
       free_.clear();
       cached_ = 0;
+      if (large_ != nullptr) cudaFree(large_);
+      large_ = nullptr;
       check_cuda(cudaMalloc(&p, block), "cudaMalloc");
     }
     return p;
   }
   void release(void* p, std::size_t block) {
-    if (block > kPooledMax || cached_ + block > kMaxCached) {
+    if (block > kPooledMax) {
+      if (large_ != nullptr) cudaFree(large_);
+      large_ = p;
+      large_size_ = block;
+      return;
+    }
+    if (cached_ + block > kMaxCached) {
       cudaFree(p);
       return;
     }
@@ -59,6 +79,8 @@ class Pool {
  private:
   std::vector<std::pair<std::size_t, void*>> free_;
   std::size_t cached_ = 0;
+  void* large_ = nullptr;  ///< the last large block freed
+  std::size_t large_size_ = 0;
 };
 
 Pool& pool() {

@@ -293,7 +293,13 @@ __global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
       const std::uint32_t c = info[u].c;
       const std::uint32_t h = p.head_items.quo(c);
       const std::uint32_t d8 = c - h * p.head_items.div;
-      const std::int64_t e = kvb + h * p.st.head + d8 * kVec;
+      std::int64_t e = kvb + h * p.st.head + d8 * kVec;
+      if constexpr (F == WriteBug::kInt32Offset) {
+        // int32 arithmetic: past element 2^31 the offset wraps negative, and the store would land
+        // before the cache (another allocation, or a fault): dropped, as the CPU twin drops it.
+        e = static_cast<std::int32_t>(static_cast<std::uint32_t>(e));
+        if (e < 0) continue;
+      }
       float y[kVec];
       scale8<A>(x, y, p.scale_mode, info[u].s, p.via_model);
       if constexpr (F == WriteBug::kDivApproxOneCodeBeyond) {
@@ -328,7 +334,8 @@ __global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
     if (!active) continue;
     const std::int64_t ix = s_ix[tt];
     if (ix == kSkip) continue;
-    const float s = blockscale_scale(amax, p.blockscale_mul_recip, p.ue8m0);
+    const float s =
+        blockscale_scale(amax, p.blockscale_mul_recip, p.ue8m0, F != WriteBug::kZeroGroupScale);
     float y[kVec];
     divide8(x, y, s);
     store8_e4m3_words(p.index_cache + ix + g * spec::kScaleGroup + lane16 * kVec, y);

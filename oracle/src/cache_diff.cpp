@@ -20,6 +20,16 @@ std::string hex(std::uint32_t v, int digits) {
   return buf;
 }
 
+/// The code of the element of type dt at storage index `at`, read as the buffer means its bytes
+/// (a huge buffer's unmaterialised bytes are poison).
+std::uint32_t code_at(const spec::ByteStorage& storage, std::int64_t at, spec::DType dt) {
+  std::uint8_t bytes[4] = {};
+  for (std::size_t k = 0; k < spec::dtype_bytes(dt); ++k) {
+    bytes[k] = storage.byte(at + static_cast<std::int64_t>(k));
+  }
+  return reference::load_code(bytes, dt);
+}
+
 std::string value_text(float x) {
   if (std::isnan(x)) return "nan";
   std::ostringstream s;
@@ -163,110 +173,113 @@ CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int6
   for (const spec::CacheBuffer& eb : expected.buffers) {
     const spec::CacheBuffer* ab = actual.find(eb.kind);
     BufferDiffCount count{layer, eb.kind, 0, 0};
-    diff.compared_bytes += static_cast<std::int64_t>(eb.storage.size());
+    diff.compared_bytes += eb.storage.size();
     if (ab == nullptr || ab->storage.size() != eb.storage.size()) {
-      count.differing_bytes = static_cast<std::int64_t>(eb.storage.size());
+      count.differing_bytes = eb.storage.size();
       diff.differing_bytes += count.differing_bytes;
       diff.buffers.push_back(count);
       continue;
     }
-    if (eb.storage == ab->storage) continue;  // the common case, at memcmp speed
-    const auto n = static_cast<std::int64_t>(eb.storage.size());
+    if (eb.storage.same_as(ab->storage)) continue;  // the common case, at memcmp speed
     const std::int64_t body_end = eb.guard_bytes + eb.body_bytes();
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::uint8_t e = eb.storage[static_cast<std::size_t>(i)];
-      const std::uint8_t a = ab->storage[static_cast<std::size_t>(i)];
-      if (e == a) continue;
-      const bool guard = i < eb.guard_bytes || i >= body_end;
-      // A strided view's padding byte (SPEC 3) is compared like a guard's: exactly, no element.
-      const bool padding = !guard && oracle::locate(layout, eb.kind, i - eb.guard_bytes)->padding;
-      std::vector<std::uint32_t> codes;
-      std::vector<std::pair<std::int64_t, std::int64_t>> admitted_ranges;
-      if (ranges != nullptr && !guard && !padding) {
-        const oracle::ElementCoord coord = *oracle::locate(layout, eb.kind, i - eb.guard_bytes);
-        const spec::DType dt = element_dtype(layout.config(), coord);
-        const std::int64_t start = i - coord.byte_in_element;
-        admitted_ranges = (*ranges)(coord);
-        const std::int64_t o =
-            ordered_code(reference::load_code(ab->storage.data() + start, dt), dt);
-        const bool inside =
-            std::any_of(admitted_ranges.begin(), admitted_ranges.end(),
-                        [o](const auto& r) { return r.first <= o && o <= r.second; });
-        if (inside) {
-          ++diff.admitted_elements;
-          i = start + static_cast<std::int64_t>(spec::dtype_bytes(dt)) - 1;
-          continue;
-        }
-      } else if (admissible != nullptr && !guard && !padding) {
-        // The whole element: admitted when its code is one the contract allows (SPEC 7).
-        const oracle::ElementCoord coord = *oracle::locate(layout, eb.kind, i - eb.guard_bytes);
-        const spec::DType dt = element_dtype(layout.config(), coord);
-        const std::int64_t start = i - coord.byte_in_element;
-        codes = (*admissible)(coord);
-        if (codes.size() > 1) {
-          const std::uint32_t code = reference::load_code(ab->storage.data() + start, dt);
-          if (std::find(codes.begin(), codes.end(), code) != codes.end()) {
+    // A huge (lazy) buffer is read where either side holds pages; every other byte is poison on
+    // both sides (spec::ByteStorage).
+    for (const auto& [from, to] : eb.storage.compare_ranges(ab->storage))
+      for (std::int64_t i = from; i < to; ++i) {
+        const std::uint8_t e = eb.storage.byte(i);
+        const std::uint8_t a = ab->storage.byte(i);
+        if (e == a) continue;
+        const bool guard = i < eb.guard_bytes || i >= body_end;
+        // A strided view's padding byte (SPEC 3) is compared like a guard's: exactly, no element.
+        const bool padding = !guard && oracle::locate(layout, eb.kind, i - eb.guard_bytes)->padding;
+        std::vector<std::uint32_t> codes;
+        std::vector<std::pair<std::int64_t, std::int64_t>> admitted_ranges;
+        if (ranges != nullptr && !guard && !padding) {
+          const oracle::ElementCoord coord = *oracle::locate(layout, eb.kind, i - eb.guard_bytes);
+          const spec::DType dt = element_dtype(layout.config(), coord);
+          const std::int64_t start = i - coord.byte_in_element;
+          admitted_ranges = (*ranges)(coord);
+          const std::int64_t o = ordered_code(code_at(ab->storage, start, dt), dt);
+          const bool inside =
+              std::any_of(admitted_ranges.begin(), admitted_ranges.end(),
+                          [o](const auto& r) { return r.first <= o && o <= r.second; });
+          if (inside) {
             ++diff.admitted_elements;
             i = start + static_cast<std::int64_t>(spec::dtype_bytes(dt)) - 1;
             continue;
           }
-        } else {
-          codes.clear();
-        }
-      }
-      ++count.differing_bytes;
-      if (guard) ++count.guard_bytes;
-      if (padding) ++count.padding_bytes;
-      if (diff.samples.size() >= max_samples) continue;
-      ByteMismatch m;
-      m.layer = layer;
-      m.buffer = eb.kind;
-      m.expected_byte = e;
-      m.actual_byte = a;
-      if (guard) {
-        m.guard_distance = i < eb.guard_bytes ? i - eb.guard_bytes : i - body_end + 1;
-      } else {
-        m.byte = i - eb.guard_bytes;
-        m.coord = *oracle::locate(layout, eb.kind, m.byte);
-        if (padding) {
-          if (!diff.first) diff.first = m;
-          diff.samples.push_back(std::move(m));
-          continue;
-        }
-        // One sample per element: the element's later bytes add nothing.
-        if (!diff.samples.empty() && diff.samples.back().buffer == eb.kind &&
-            diff.samples.back().guard_distance == 0 &&
-            diff.samples.back().byte - diff.samples.back().coord.byte_in_element ==
-                m.byte - m.coord.byte_in_element) {
-          continue;
-        }
-        const spec::DType dt = element_dtype(layout.config(), m.coord);
-        const std::int64_t start = m.byte - m.coord.byte_in_element;
-        m.expected_code = reference::load_code(eb.body() + start, dt);
-        m.actual_code = reference::load_code(ab->body() + start, dt);
-        m.expected_value = value_text(reference::decode(m.expected_code, dt));
-        m.actual_value = value_text(reference::decode(m.actual_code, dt));
-        // Say when a side still holds the poison: on the expected side the element is never
-        // written; on the actual side the subject did not write it.
-        const auto is_poison = [&](const spec::CacheBuffer& buf) {
-          const std::uint64_t salt = oracle::poison_salt(layer, buf.kind);
-          for (std::int64_t k = 0; k < static_cast<std::int64_t>(spec::dtype_bytes(dt)); ++k) {
-            const auto at = static_cast<std::uint64_t>(eb.guard_bytes + start + k);
-            if (buf.storage[at] != oracle::poison_byte(salt, at)) return false;
+        } else if (admissible != nullptr && !guard && !padding) {
+          // The whole element: admitted when its code is one the contract allows (SPEC 7).
+          const oracle::ElementCoord coord = *oracle::locate(layout, eb.kind, i - eb.guard_bytes);
+          const spec::DType dt = element_dtype(layout.config(), coord);
+          const std::int64_t start = i - coord.byte_in_element;
+          codes = (*admissible)(coord);
+          if (codes.size() > 1) {
+            const std::uint32_t code = code_at(ab->storage, start, dt);
+            if (std::find(codes.begin(), codes.end(), code) != codes.end()) {
+              ++diff.admitted_elements;
+              i = start + static_cast<std::int64_t>(spec::dtype_bytes(dt)) - 1;
+              continue;
+            }
+          } else {
+            codes.clear();
           }
-          return true;
-        };
-        if (is_poison(eb)) m.expected_value += " (poison: must stay unwritten)";
-        if (is_poison(*ab)) m.actual_value += " (poison: not written)";
-        m.writer = write != nullptr ? attribute(layout.config(), *write, m.coord) : "";
-        m.code_digits = static_cast<int>(2 * spec::dtype_bytes(dt));
-        m.dtype = dt;
-        m.admissible = std::move(codes);
-        m.admissible_ranges = std::move(admitted_ranges);
+        }
+        ++count.differing_bytes;
+        if (guard) ++count.guard_bytes;
+        if (padding) ++count.padding_bytes;
+        if (diff.samples.size() >= max_samples) continue;
+        ByteMismatch m;
+        m.layer = layer;
+        m.buffer = eb.kind;
+        m.expected_byte = e;
+        m.actual_byte = a;
+        if (guard) {
+          m.guard_distance = i < eb.guard_bytes ? i - eb.guard_bytes : i - body_end + 1;
+        } else {
+          m.byte = i - eb.guard_bytes;
+          m.coord = *oracle::locate(layout, eb.kind, m.byte);
+          if (padding) {
+            if (!diff.first) diff.first = m;
+            diff.samples.push_back(std::move(m));
+            continue;
+          }
+          // One sample per element: the element's later bytes add nothing.
+          if (!diff.samples.empty() && diff.samples.back().buffer == eb.kind &&
+              diff.samples.back().guard_distance == 0 &&
+              diff.samples.back().byte - diff.samples.back().coord.byte_in_element ==
+                  m.byte - m.coord.byte_in_element) {
+            continue;
+          }
+          const spec::DType dt = element_dtype(layout.config(), m.coord);
+          const std::int64_t start = m.byte - m.coord.byte_in_element;
+          m.expected_code = code_at(eb.storage, eb.guard_bytes + start, dt);
+          m.actual_code = code_at(ab->storage, ab->guard_bytes + start, dt);
+          m.expected_value = value_text(reference::decode(m.expected_code, dt));
+          m.actual_value = value_text(reference::decode(m.actual_code, dt));
+          // Say when a side still holds the poison: on the expected side the element is never
+          // written; on the actual side the subject did not write it.
+          const auto is_poison = [&](const spec::CacheBuffer& buf) {
+            const std::uint64_t salt = oracle::poison_salt(layer, buf.kind);
+            for (std::int64_t k = 0; k < static_cast<std::int64_t>(spec::dtype_bytes(dt)); ++k) {
+              const auto at = static_cast<std::uint64_t>(eb.guard_bytes + start + k);
+              if (buf.storage.byte(static_cast<std::int64_t>(at)) != spec::poison_byte(salt, at)) {
+                return false;
+              }
+            }
+            return true;
+          };
+          if (is_poison(eb)) m.expected_value += " (poison: must stay unwritten)";
+          if (is_poison(*ab)) m.actual_value += " (poison: not written)";
+          m.writer = write != nullptr ? attribute(layout.config(), *write, m.coord) : "";
+          m.code_digits = static_cast<int>(2 * spec::dtype_bytes(dt));
+          m.dtype = dt;
+          m.admissible = std::move(codes);
+          m.admissible_ranges = std::move(admitted_ranges);
+        }
+        if (!diff.first) diff.first = m;
+        diff.samples.push_back(std::move(m));
       }
-      if (!diff.first) diff.first = m;
-      diff.samples.push_back(std::move(m));
-    }
     if (count.differing_bytes) {
       diff.differing_bytes += count.differing_bytes;
       diff.buffers.push_back(count);

@@ -58,14 +58,14 @@ void check_expected_caches(TensorReader& in, const std::string& prefix,
                            const spec::LayerCaches& computed) {
   for (const spec::CacheBuffer& b : computed.buffers) {
     check_expected(in, prefix + std::string(spec::name_of(b.kind)), TensorDType::kU8,
-                   {static_cast<std::int64_t>(b.storage.size())}, b.storage);
+                   {b.storage.size()}, storage_bytes(b));
   }
 }
 
 void fill_caches(const std::map<std::string, std::vector<std::uint8_t>>& result,
                  const std::string& prefix, spec::LayerCaches& caches) {
   for (spec::CacheBuffer& b : caches.buffers)
-    b.storage = result.at(prefix + std::string(spec::name_of(b.kind)));
+    b.storage = spec::ByteStorage(result.at(prefix + std::string(spec::name_of(b.kind))));
 }
 
 }  // namespace kvo::oracle

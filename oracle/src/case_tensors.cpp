@@ -90,10 +90,21 @@ void TensorWriter::put_slots(std::string name, const spec::SlotMapping& m) {
   put_i32(std::move(name), shape, std::vector<std::int32_t>(m.slots.begin(), m.slots.end()));
 }
 
+std::vector<std::uint8_t> storage_bytes(const spec::CacheBuffer& buffer) {
+  if (buffer.storage.is_lazy()) {
+    throw spec::Unsupported(
+        "a case file holds whole caches and this " + std::string(spec::name_of(buffer.kind)) +
+        " buffer is a huge one (" + std::to_string(buffer.storage.size()) +
+        " bytes, materialised only where the case touches it); reproduce the case from its seed");
+  }
+  return std::vector<std::uint8_t>(buffer.storage.data(),
+                                   buffer.storage.data() + buffer.storage.size());
+}
+
 void TensorWriter::put_caches(const std::string& prefix, const spec::LayerCaches& caches) {
   for (const spec::CacheBuffer& b : caches.buffers) {
-    put(prefix + std::string(spec::name_of(b.kind)), TensorDType::kU8,
-        {static_cast<std::int64_t>(b.storage.size())}, b.storage);
+    put(prefix + std::string(spec::name_of(b.kind)), TensorDType::kU8, {b.storage.size()},
+        storage_bytes(b));
   }
 }
 
@@ -184,8 +195,8 @@ spec::LayerCaches TensorReader::take_caches(const std::string& prefix,
     spec::CacheBuffer buf;
     buf.kind = b;
     buf.guard_bytes = spec::kGuardBytes;
-    buf.storage = take(prefix + std::string(spec::name_of(b)), TensorDType::kU8,
-                       {layout.buffer_bytes(b) + 2 * spec::kGuardBytes});
+    buf.storage = spec::ByteStorage(take(prefix + std::string(spec::name_of(b)), TensorDType::kU8,
+                                         {layout.buffer_bytes(b) + 2 * spec::kGuardBytes}));
     caches.buffers.push_back(std::move(buf));
   }
   return caches;

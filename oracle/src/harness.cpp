@@ -209,18 +209,7 @@ std::optional<ArenaByte> locate_arena(const reference::PagedCacheLayout& layout,
   return std::nullopt;
 }
 
-namespace {
-std::uint64_t poison_word(std::uint64_t salt, std::uint64_t w) {
-  std::uint64_t z = salt + (w + 1) * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-}  // namespace
-
-std::uint8_t poison_byte(std::uint64_t salt, std::uint64_t i) {
-  return static_cast<std::uint8_t>(poison_word(salt, i / 8) >> (8 * (i % 8)));
-}
+std::uint8_t poison_byte(std::uint64_t salt, std::uint64_t i) { return spec::poison_byte(salt, i); }
 
 std::uint64_t poison_salt(std::int64_t layer, BufferKind buffer) {
   return (static_cast<std::uint64_t>(layer) << 8 | static_cast<std::uint64_t>(buffer)) *
@@ -235,17 +224,65 @@ spec::LayerCaches make_layer_caches(const reference::PagedCacheLayout& layout, s
     spec::CacheBuffer buf;
     buf.kind = b;
     buf.guard_bytes = spec::kGuardBytes;
-    buf.storage.resize(static_cast<std::size_t>(layout.buffer_bytes(b) + 2 * spec::kGuardBytes));
-    const std::uint64_t salt = poison_salt(layer, b);
-    for (std::size_t i = 0; i < buf.storage.size(); i += 8) {
-      const std::uint64_t word = poison_word(salt, i / 8);  // poison_byte(salt, i + j) for j < 8
-      for (std::size_t j = 0; j < 8 && i + j < buf.storage.size(); ++j) {
-        buf.storage[i + j] = static_cast<std::uint8_t>(word >> (8 * j));
-      }
-    }
+    buf.storage = spec::ByteStorage::poisoned(layout.buffer_bytes(b) + 2 * spec::kGuardBytes,
+                                              poison_salt(layer, b));
+    // A lazy buffer's guard bands exist from the start: every writer is judged against them.
+    buf.storage.materialise(0, buf.guard_bytes);
+    buf.storage.materialise(buf.storage.size() - buf.guard_bytes, buf.storage.size());
     caches.buffers.push_back(std::move(buf));
   }
   return caches;
+}
+
+void materialise_slot(const reference::PagedCacheLayout& layout, spec::LayerCaches& caches,
+                      std::int64_t block, std::int64_t offset) {
+  const spec::ModelConfig& c = layout.config();
+  const spec::CacheGeometry& g = c.geometry;
+  for (spec::CacheBuffer& buf : caches.buffers) {
+    if (!buf.storage.is_lazy()) continue;
+    const std::int64_t at = buf.guard_bytes;
+    if (buf.kind == BufferKind::kIndexK) {
+      const std::int64_t first = layout.index_value_byte(block, offset, 0);
+      const std::int64_t last = layout.index_value_byte(block, offset, g.index_dim - 1);
+      buf.storage.materialise(at + first, at + last + 1);
+      if (c.index.layout == spec::IndexLayout::kBlockScale) {
+        const std::int64_t s0 = layout.index_scale_byte(block, offset, 0);
+        buf.storage.materialise(at + s0, at + s0 + 4 * (g.index_dim / 128));
+      }
+      continue;
+    }
+    const std::int64_t e = layout.element_bytes(buf.kind);
+    for (int kv = 0; kv < 2; ++kv) {
+      if (layout.kv_buffer(kv) != buf.kind) continue;
+      for (std::int64_t h = 0; h < g.num_kv_heads; ++h) {
+        const std::int64_t first = layout.kv_element(kv, block, offset, h, 0) * e;
+        buf.storage.materialise(at + first, at + first + g.head_dim * e);
+      }
+    }
+  }
+}
+
+void materialise_block(const reference::PagedCacheLayout& layout, spec::LayerCaches& caches,
+                       std::int64_t block) {
+  for (std::int64_t o = 0; o < layout.config().geometry.block_size; ++o) {
+    materialise_slot(layout, caches, block, o);
+  }
+}
+
+void materialise_write(const reference::PagedCacheLayout& layout, spec::LayerCaches& caches,
+                       const spec::LayerWrite& write) {
+  const spec::ModelConfig& c = layout.config();
+  const std::int64_t bs = c.geometry.block_size;
+  const std::int64_t capacity = c.geometry.num_blocks * bs;
+  auto touch = [&](const spec::SlotMapping& m) {
+    for (std::int64_t slot : m.slots) {
+      if (slot < 0 && c.slot_mode == spec::SlotMode::kLegacyWrap) slot += capacity;
+      if (slot < 0 || slot >= capacity) continue;
+      materialise_slot(layout, caches, slot / bs, slot % bs);
+    }
+  };
+  touch(write.slots);
+  if (c.separate_index_slots) touch(write.index_slots);
 }
 
 std::vector<spec::LayerCaches> make_model_caches(const reference::PagedCacheLayout& layout) {

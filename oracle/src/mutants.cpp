@@ -174,6 +174,10 @@ std::vector<Mutant> build_catalogue() {
                            "a 16-byte vector store with no tail case: a head row whose bytes are "
                            "not a multiple of 16 zeroes the bytes past its end",
                            {}, subjects::WriteMutation::kVectorTailOverrun));
+  c.push_back(fused_mutant("int32-offset",
+                           "vllm#50427, tokenspeed#501, ROCm/aiter#5765: `slot * stride` in int32, "
+                           "so a store past element 2^31 of a huge cache wraps before it",
+                           {}, subjects::WriteMutation::kInt32Offset));
   CaseOverrides divide = fp8_16bit_act;
   c.push_back(write_mutant("multiply-not-divide",
                            "FlashInfer's convention in a vLLM-convention kernel: x * s, not x / s",
@@ -365,6 +369,18 @@ std::vector<Mutant> build_catalogue() {
   cuda_write("cuda-per-head-scale-as-head-0",
              "per-head K/V scales read as head 0's, in the fused kernel",
              WriteFault::kPerHeadScaleAsHead0);
+  cuda_write("cuda-int32-offset",
+             "K/V element offsets in int32 (vllm#50427 class), in the fused kernel: a store past "
+             "element 2^31 of a huge cache is lost",
+             WriteFault::kInt32Offset);
+  cuda_write("cuda-zero-group-scale",
+             "vllm#53339's class in the fused kernel: the blockscale quantizer without the amax "
+             "floor, an all-zero group's codes NaN",
+             WriteFault::kZeroGroupScale);
+  cuda_write("cuda-minus-one-stops-write",
+             "a token loop that exits at the first padding slot, ahead of the fused kernel: the "
+             "real tokens after a -1 are never written",
+             WriteFault::kMinusOneStopsWrite);
   // The real kernels' findings, planted in the CUDA write kernels (peer_findings.md).
   const auto cuda_finding = [&](const char* name, const char* models, CaseOverrides o,
                                 std::unique_ptr<Subject> (*make)(const std::string&)) {

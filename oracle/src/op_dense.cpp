@@ -20,18 +20,26 @@
 namespace kvo::oracle {
 namespace {
 
+/// `caches` with the pages `write` touches materialised (a huge cache, harness.hpp).
+spec::LayerCaches materialised(const reference::PagedCacheLayout& layout, spec::LayerCaches caches,
+                               const spec::LayerWrite& write) {
+  materialise_write(layout, caches, write);
+  return caches;
+}
+
 struct DensePrepared final : PreparedCase {
   explicit DensePrepared(DenseCase c)
       : dc(std::move(c)),
         layout(dc.config),
-        poisoned(oracle::make_layer_caches(layout, 0, spec::LayerKind::kDense)),
+        poisoned(materialised(layout, oracle::make_layer_caches(layout, 0, spec::LayerKind::kDense),
+                              dc.in.kv)),
         expected(poisoned),
         q_expected(reference::dense_insert(dc.config, dc.in, expected)) {}
   /// A case with the given initial caches (a case file's).
   DensePrepared(DenseCase c, spec::LayerCaches initial)
       : dc(std::move(c)),
         layout(dc.config),
-        poisoned(std::move(initial)),
+        poisoned(materialised(layout, std::move(initial), dc.in.kv)),
         expected(poisoned),
         q_expected(reference::dense_insert(dc.config, dc.in, expected)) {}
   std::uint64_t seed() const override { return dc.seed; }

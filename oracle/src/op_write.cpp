@@ -29,6 +29,9 @@ struct WritePrepared final : PreparedCase {
   }
   /// The reference's answer.
   void answer() {
+    for (std::size_t l = 0; l < wc.writes.size(); ++l) {
+      materialise_write(layout, poisoned[l], wc.writes[l]);  // a huge cache's touched pages
+    }
     expected = poisoned;
     for (std::size_t l = 0; l < wc.writes.size(); ++l)
       reference::write_layer(wc.config, wc.writes[l], expected[l]);
@@ -118,12 +121,37 @@ struct WriteCondition {
   bool (*reached)(const WriteCase&);
 };
 
+/// One past the last K/V element (in elements, and in bytes) that a write of the case stores to.
+std::pair<std::int64_t, std::int64_t> kv_write_end(const WriteCase& c) {
+  const spec::CacheGeometry& g = c.config.geometry;
+  const auto e = static_cast<std::int64_t>(spec::dtype_bytes(c.config.kv.cache_dtype));
+  std::int64_t end = 0;
+  for (const spec::LayerWrite& w : c.writes) {
+    for (const std::int64_t slot : w.slots.slots) {
+      if (slot < 0) continue;
+      for (int kv = 0; kv < 2; ++kv) {
+        end = std::max(end,
+                       reference::kv_element(c.config, kv, slot / g.block_size, slot % g.block_size,
+                                             g.num_kv_heads - 1, g.head_dim - 1) +
+                           1);
+      }
+    }
+  }
+  return {end, end * e};
+}
+
 bool has_sparse(const WriteCase& c) {
   return std::find(c.config.layers.begin(), c.config.layers.end(), spec::LayerKind::kSparse) !=
          c.config.layers.end();
 }
 
-const std::array<WriteCondition, 12> kWriteConditions{{
+const std::array<WriteCondition, 15> kWriteConditions{{
+    {{"bytes_past_2_31", "a K/V store past byte 2^31 of its buffer (int32 byte offsets wrap)"},
+     [](const WriteCase& c) { return kv_write_end(c).second > (std::int64_t{1} << 31); }},
+    {{"bytes_past_2_32", "a K/V store past byte 2^32 of its buffer (uint32 byte offsets wrap)"},
+     [](const WriteCase& c) { return kv_write_end(c).second > (std::int64_t{1} << 32); }},
+    {{"elements_past_2_31", "a K/V store past element 2^31 (int32 element offsets wrap)"},
+     [](const WriteCase& c) { return kv_write_end(c).first > (std::int64_t{1} << 31); }},
     {{"strided_cache", "K/V caches as strided views: padding between blocks, tokens or heads"},
      [](const WriteCase& c) { return !c.config.kv_strides.dense(); }},
     {{"minus_one_before_real", "a -1 slot before a real token's (not only a tail)"},

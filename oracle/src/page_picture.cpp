@@ -30,9 +30,12 @@ void picture(std::ostringstream& s, const reference::PagedCacheLayout& layout,
              const std::map<std::int64_t, std::int64_t>& target) {
   const std::int64_t bs = layout.config().geometry.block_size;
   std::set<std::int64_t> differ;
-  for (std::int64_t byte = 0; byte < expected.body_bytes(); ++byte) {
-    if (expected.body()[byte] != actual.body()[byte]) {
-      const auto c = oracle::locate(layout, expected.kind, byte);
+  const std::int64_t body_end = expected.guard_bytes + expected.body_bytes();
+  for (const auto& [from, to] : expected.storage.compare_ranges(actual.storage)) {
+    for (std::int64_t at = std::max(from, expected.guard_bytes); at < std::min(to, body_end);
+         ++at) {
+      if (expected.storage.byte(at) == actual.storage.byte(at)) continue;
+      const auto c = oracle::locate(layout, expected.kind, at - expected.guard_bytes);
       // A strided view's padding (SPEC 3) shows at the slot it lies in, if any.
       if (c->block < 0) continue;
       differ.insert(c->block * bs + std::max<std::int64_t>(c->offset, 0));
@@ -75,7 +78,7 @@ CacheDiff explain_layer(std::ostringstream& s, const reference::PagedCacheLayout
   s << "layer " << layer << " (" << spec::name_of(write.kind) << "):\n";
   for (const spec::CacheBuffer& e : expected.buffers) {
     const spec::CacheBuffer& a = *actual.find(e.kind);
-    if (e.storage == a.storage) continue;
+    if (e.storage.same_as(a.storage)) continue;
     const spec::SlotMapping& m = e.kind == spec::BufferKind::kIndexK && config.separate_index_slots
                                      ? write.index_slots
                                      : write.slots;

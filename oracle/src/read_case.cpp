@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <numeric>
+#include <set>
 #include <sstream>
 
 #include "kvo/oracle/harness.hpp"
@@ -257,6 +258,12 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
   choose_kv_strides(seed, o.kv_strides, c);
   const reference::PagedCacheLayout layout(c);
   rc.caches = oracle::make_layer_caches(layout, 0, spec::LayerKind::kSparse);
+  // A huge cache's pages (harness.hpp): every block a row's table names, whole (reads touch a
+  // block's slots past the context too, to mask them).
+  std::set<std::int32_t> table_blocks(b.block_table.begin(), b.block_table.end());
+  for (std::int32_t blk : table_blocks) {
+    if (blk >= 0 && blk < c.geometry.num_blocks) materialise_block(layout, rc.caches, blk);
+  }
   std::vector<std::pair<std::int64_t, std::int64_t>> keys;
   spec::SlotMapping slots;
   slots.type = c.slot_type;

@@ -8,6 +8,7 @@
 
 #include "kvo/reference/generator.hpp"
 #include "kvo/reference/numbers.hpp"
+#include "kvo/reference/paged_cache.hpp"
 #include "kvo/spec/outcome.hpp"
 
 namespace kvo::oracle {
@@ -183,6 +184,28 @@ spec::KvStrides draw_kv_strides(std::uint64_t seed, const spec::ModelConfig& c) 
   return s;
 }
 
+std::int64_t draw_huge_blocks(std::uint64_t seed, const spec::ModelConfig& c) {
+  SplitMix64 rng(reference::mix64(seed ^ 0x4A6E5ull));
+  // Bytes per block and the fixed part (a view's offset) of the larger K/V buffer.
+  spec::ModelConfig probe = c;
+  probe.geometry.num_blocks = 1;
+  const reference::PagedCacheLayout one(probe);
+  probe.geometry.num_blocks = 2;
+  const reference::PagedCacheLayout two(probe);
+  std::int64_t per_block = 1, fixed = 0;
+  for (int kv = 0; kv < 2; ++kv) {
+    const spec::BufferKind b = one.kv_buffer(kv);
+    const std::int64_t per = two.buffer_bytes(b) - one.buffer_bytes(b);
+    if (per > per_block) {
+      per_block = per;
+      fixed = one.buffer_bytes(b) - per;
+    }
+  }
+  // Past 2^32 (so past 2^31 too), by up to 2^28 bytes.
+  const std::int64_t target = (std::int64_t{1} << 32) + rng.uniform(1, std::int64_t{1} << 28);
+  return (target - fixed + per_block - 1) / per_block;
+}
+
 void choose_kv_strides(std::uint64_t seed, const std::optional<spec::KvStrides>& o,
                        spec::ModelConfig& c) {
   if (o) {
@@ -260,6 +283,14 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     c.geometry.index_dim = 128;
   }
   if (tokens < 1) throw spec::InvalidInput("tokens", -1, std::to_string(tokens), "must be >= 1");
+  // The huge-cache theme (write_case.hpp): at most two layers (each a device mirror of its full
+  // size), blocks of at least 4 KiB (so that the free list stays short), written near the end.
+  const bool huge = theme_slot(seed) == kThemeHugeCache && !o.num_blocks;
+  if (huge) {
+    if (!o.layers && c.layers.size() > 2) c.layers.resize(2);
+    if (!o.block_size) c.geometry.block_size = std::max<std::int64_t>(c.geometry.block_size, 64);
+    if (!o.head_dim) c.geometry.head_dim = std::max<std::int64_t>(c.geometry.head_dim, 64);
+  }
   // A long mix (the 60-layer MiniMax-M3 shape) draws smaller per-layer caches: the wide shapes are
   // covered by short mixes, and a long one then costs about what a short one does.
   if (c.layers.size() > 8) {
@@ -278,7 +309,8 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     throw spec::InvalidInput("requests", -1, std::to_string(*o.requests),
                              "must be in [1, tokens = " + std::to_string(tokens) + "]");
   }
-  const AllocatorShape shape = o.allocator.value_or(pick_enum<AllocatorShape>(rng));
+  AllocatorShape shape = o.allocator.value_or(pick_enum<AllocatorShape>(rng));
+  if (huge && !o.allocator) shape = AllocatorShape::kNearCapacity;
   wc.allocator = shape;
   // Shared prefix: every request continues the same cached prefix of `shared_context` tokens.
   const std::int64_t shared_context =
@@ -332,6 +364,7 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     c.geometry.num_blocks = rng.uniform(needed, std::min(room, 2 * needed + 8));
   }
   choose_kv_strides(seed, o.kv_strides, c);
+  if (huge) c.geometry.num_blocks = draw_huge_blocks(seed, c);
   spec::validate(c);
   const spec::CacheGeometry& g = c.geometry;
   std::vector<std::int64_t> free_blocks(static_cast<std::size_t>(g.num_blocks));

@@ -435,9 +435,13 @@ class Case:
 
 
 def emit_case(op: str, seed: int, **overrides) -> Case:
-    """Case `seed` of `op` (as `kvoracle check --case-seed` draws it) under the overrides."""
+    """Case `seed` of `op` (as `kvoracle check --case-seed` draws it) under the overrides.
+    Raises Unsupported for a case no file can hold (a huge cache: `kvoracle check` judges those)."""
     where = "kvoracle.emit_case"
-    return Case(_core.emit_case(op, _int(where, "seed", seed), _flags(overrides, where)))
+    try:
+        return Case(_core.emit_case(op, _int(where, "seed", seed), _flags(overrides, where)))
+    except NotImplementedError as e:
+        raise Unsupported(str(e)) from None
 
 
 @dataclass

@@ -2,9 +2,10 @@
 overrides, so drawing the seed draws the case (and hypothesis shrinks toward small seeds, while
 kvoracle's own shrinking shrinks dimensions)."""
 
+from hypothesis import reject
 from hypothesis import strategies as st
 
-from ._api import Case, emit_case
+from ._api import Case, Unsupported, emit_case
 
 
 def case_seeds():
@@ -13,5 +14,13 @@ def case_seeds():
 
 
 def cases(op: str, **overrides) -> "st.SearchStrategy[Case]":
-    """Cases of `op` ("write", "dense", "indexer", "attention") under the overrides."""
-    return case_seeds().map(lambda seed: emit_case(op, seed, **overrides))
+    """Cases of `op` ("write", "dense", "indexer", "attention") under the overrides. A seed whose
+    case no file can hold (a huge cache) is rejected and another drawn."""
+
+    def emit(seed: int) -> Case:
+        try:
+            return emit_case(op, seed, **overrides)
+        except Unsupported:
+            reject()
+
+    return case_seeds().map(emit)

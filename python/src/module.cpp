@@ -342,13 +342,16 @@ NB_MODULE(_core, m) {
   m.doc() =
       "kvoracle's compiled core: campaigns, mode detection and case files over Python kernels";
 
-  // spec::InvalidInput is the user's error (a ValueError naming what and where); the rest of
-  // kvoracle's exceptions are RuntimeErrors with their message.
+  // spec::InvalidInput is the user's error (a ValueError naming what and where); spec::Unsupported
+  // a NotImplementedError (the package raises its Unsupported from it); the rest of kvoracle's
+  // exceptions are RuntimeErrors with their message.
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
     } catch (const spec::InvalidInput& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const spec::Unsupported& e) {
+      PyErr_SetString(PyExc_NotImplementedError, e.what());
     }
   });
 

@@ -65,3 +65,10 @@ def test_every_drawn_write_case_judges_its_own_answer(case):
 def test_every_drawn_indexer_case_judges_its_own_answer(case):
     j = kvoracle.judge(case, case.expected, ordering="foreign")
     assert j.passed, j.report
+
+
+def test_a_huge_case_is_unsupported_as_a_file():
+    # Seed 6 draws the huge-cache theme: its K/V buffers pass 2^32 bytes, which no case file of
+    # whole caches holds; `kvoracle check --case-seed 6` judges it.
+    with pytest.raises(kvoracle.Unsupported, match="huge"):
+        kvoracle.emit_case("write", 6)

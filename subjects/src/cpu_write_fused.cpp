@@ -211,6 +211,11 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
       write();
   };
   const bool sparse = w.kind == spec::LayerKind::kSparse;
+  // A K/V element offset as the kernel computes it (kInt32Offset: in int32, two's complement).
+  const auto element_offset = [&](std::int64_t e) -> std::int64_t {
+    if (mutation != WriteMutation::kInt32Offset) return e;
+    return static_cast<std::int32_t>(static_cast<std::uint32_t>(e));
+  };
 
   const std::int64_t row = g.num_kv_heads * g.head_dim;
   const std::int64_t groups = g.index_dim / spec::kScaleGroup;
@@ -236,13 +241,16 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
         std::uint8_t* vd = view.v + (token_base + h * view.strides.head + view.v_part) * eb;
         for (std::int64_t d = 0; d < g.head_dim; ++d) {
           const std::int64_t src = t * row + h * g.head_dim + d;
-          put(k_or_kv, kd + d * eb, eb, [&] {
+          const std::int64_t e = token_base + h * view.strides.head + d;
+          std::uint8_t* kp = view.k + element_offset(e) * eb;
+          std::uint8_t* vp = view.v + element_offset(e + view.v_part) * eb;
+          put(k_or_kv, kp, eb, [&] {
             store_code(quantize_element(source_value(w.k, src), ks, config, mutation),
-                       config.kv.cache_dtype, kd + d * eb);
+                       config.kv.cache_dtype, kp);
           });
-          put(v_or_kv, vd + d * eb, eb, [&] {
+          put(v_or_kv, vp, eb, [&] {
             store_code(quantize_element(source_value(w.v, src), vs, config, mutation),
-                       config.kv.cache_dtype, vd + d * eb);
+                       config.kv.cache_dtype, vp);
           });
         }
         const std::int64_t tail = g.head_dim * eb % 16;

@@ -55,7 +55,7 @@ std::string judge_dense_admissible(const spec::ModelConfig& c, const spec::Dense
     const spec::CacheBuffer* a = actual.find(e.kind);
     if (a == nullptr || a->storage.size() != e.storage.size()) return "buffer missing or resized";
     std::int64_t judged = -1;
-    for (std::size_t j = 0; j < e.storage.size(); ++j) {
+    for (std::size_t j = 0; j < static_cast<std::size_t>(e.storage.size()); ++j) {
       if (e.storage[j] == a->storage[j]) continue;
       const std::int64_t byte = static_cast<std::int64_t>(j) - e.guard_bytes;
       const auto at =

@@ -106,43 +106,46 @@ Admissible judge_admissible(const reference::PagedCacheLayout& layout, std::int6
       return out;
     }
     std::int64_t judged = -1;  // body byte where the last judged element starts
-    for (std::size_t j = 0; j < e.storage.size(); ++j) {
-      if (e.storage[j] == a->storage[j]) continue;
-      const std::int64_t byte = static_cast<std::int64_t>(j) - e.guard_bytes;
-      const std::optional<oracle::ElementCoord> at =
-          byte >= 0 && byte < e.body_bytes() ? oracle::locate(layout, e.kind, byte) : std::nullopt;
-      if (!at.has_value()) {
-        out.failure = where + "byte " + std::to_string(byte) + " outside every element changed";
-        return out;
+    // A huge (lazy) buffer: only where either side holds pages (spec::ByteStorage).
+    for (const auto& [from, to] : e.storage.compare_ranges(a->storage))
+      for (std::int64_t j = from; j < to; ++j) {
+        if (e.storage.byte(j) == a->storage.byte(j)) continue;
+        const std::int64_t byte = j - e.guard_bytes;
+        const std::optional<oracle::ElementCoord> at = byte >= 0 && byte < e.body_bytes()
+                                                           ? oracle::locate(layout, e.kind, byte)
+                                                           : std::nullopt;
+        if (!at.has_value()) {
+          out.failure = where + "byte " + std::to_string(byte) + " outside every element changed";
+          return out;
+        }
+        const std::int64_t start = byte - at->byte_in_element;
+        if (start == judged) continue;
+        judged = start;
+        const std::int64_t width = at->is_scale ? 4 : layout.element_bytes(e.kind);
+        std::uint32_t got = 0, want = 0;
+        for (std::int64_t b = width - 1; b >= 0; --b) {
+          got = got << 8 | a->storage.byte(a->guard_bytes + start + b);
+          want = want << 8 | e.storage.byte(e.guard_bytes + start + b);
+        }
+        reference::CacheElement el;
+        el.buffer = at->buffer;
+        el.kv = at->kv < 0 ? 0 : at->kv;
+        el.block = at->block;
+        el.offset = at->offset;
+        el.head = at->head < 0 ? 0 : at->head;
+        el.dim = at->dim < 0 ? 0 : at->dim;
+        el.is_scale = at->is_scale;
+        el.group = at->group < 0 ? 0 : at->group;
+        const std::vector<std::uint32_t> codes = reference::admissible_codes(c, w, el);
+        if (!std::binary_search(codes.begin(), codes.end(), got)) {
+          std::string set;
+          for (std::uint32_t code : codes) set += " " + hex(code);
+          out.failure = where + at->describe() + ": code " + hex(got) + " (reference " + hex(want) +
+                        ") not admissible; admissible:" + (set.empty() ? " none (unwritten)" : set);
+          return out;
+        }
+        ++out.off_pick;
       }
-      const std::int64_t start = byte - at->byte_in_element;
-      if (start == judged) continue;
-      judged = start;
-      const std::int64_t width = at->is_scale ? 4 : layout.element_bytes(e.kind);
-      std::uint32_t got = 0, want = 0;
-      for (std::int64_t b = width - 1; b >= 0; --b) {
-        got = got << 8 | a->body()[start + b];
-        want = want << 8 | e.body()[start + b];
-      }
-      reference::CacheElement el;
-      el.buffer = at->buffer;
-      el.kv = at->kv < 0 ? 0 : at->kv;
-      el.block = at->block;
-      el.offset = at->offset;
-      el.head = at->head < 0 ? 0 : at->head;
-      el.dim = at->dim < 0 ? 0 : at->dim;
-      el.is_scale = at->is_scale;
-      el.group = at->group < 0 ? 0 : at->group;
-      const std::vector<std::uint32_t> codes = reference::admissible_codes(c, w, el);
-      if (!std::binary_search(codes.begin(), codes.end(), got)) {
-        std::string set;
-        for (std::uint32_t code : codes) set += " " + hex(code);
-        out.failure = where + at->describe() + ": code " + hex(got) + " (reference " + hex(want) +
-                      ") not admissible; admissible:" + (set.empty() ? " none (unwritten)" : set);
-        return out;
-      }
-      ++out.off_pick;
-    }
   }
   return out;
 }
@@ -153,13 +156,18 @@ Admissible judge_admissible(const reference::PagedCacheLayout& layout, std::int6
 std::string run_case(std::uint64_t seed, const oracle::CaseOverrides& o) {
   const oracle::WriteCase wc = oracle::make_write_case(seed, o);
   const reference::PagedCacheLayout layout(wc.config);
-  std::vector<spec::LayerCaches> expected = oracle::make_model_caches(layout);
+  // The poisoned caches, a huge one's touched pages materialised (the huge theme).
+  std::vector<spec::LayerCaches> initial = oracle::make_model_caches(layout);
+  for (std::size_t l = 0; l < wc.writes.size(); ++l) {
+    oracle::materialise_write(layout, initial[l], wc.writes[l]);
+  }
+  std::vector<spec::LayerCaches> expected = initial;
   for (std::size_t l = 0; l < wc.writes.size(); ++l) {
     reference::write_layer(wc.config, wc.writes[l], expected[l]);
   }
   for (WritePath path : {WritePath::kFused, WritePath::kUnfused}) {
     const char* name = path == WritePath::kFused ? "cuda-fused" : "cuda-unfused";
-    std::vector<spec::LayerCaches> actual = oracle::make_model_caches(layout);
+    std::vector<spec::LayerCaches> actual = initial;
     try {
       for (std::size_t l = 0; l < wc.writes.size(); ++l) {
         gpu::write_layer_host(path, wc.config, wc.writes[l], actual[l]);
@@ -476,6 +484,74 @@ oracle::CacheDiff planted_diff(const spec::ModelConfig& c, const std::vector<std
   return diff;
 }
 
+// Huge caches (issue 14) on the device: a dense layer whose K and V buffers pass 2^32 bytes
+// (bf16: element offsets past 2^31), lazy on the host (a few pages), whole on the device.
+struct HugeRun {
+  spec::ModelConfig c;
+  spec::LayerWrite w;
+  spec::LayerCaches initial, expected;
+};
+
+HugeRun huge_run(const spec::KvStrides& strides) {
+  HugeRun r;
+  r.c = small_config(spec::KvLayout::kNhd);
+  r.c.layers = {LayerKind::kDense};
+  r.c.geometry.block_size = 16;
+  r.c.geometry.num_kv_heads = 2;
+  r.c.geometry.head_dim = 64;
+  r.c.geometry.num_blocks = (std::int64_t{1} << 32) / (16 * 2 * 64 * 2) + 3;  // 4 KiB blocks
+  r.c.kv_strides = strides;
+  const reference::PagedCacheLayout layout(r.c);
+  r.w = small_write(r.c, LayerKind::kDense, {5, r.c.geometry.capacity() - 2});
+  r.initial = oracle::make_layer_caches(layout, 0, LayerKind::kDense);
+  oracle::materialise_write(layout, r.initial, r.w);
+  r.expected = r.initial;
+  reference::write_layer(r.c, r.w, r.expected);
+  return r;
+}
+
+TEST(GpuHugeCache, WritesPast2To32BytesMatchAndPlantedBugsShow) {
+  KVO_REQUIRE_GPU();
+  const HugeRun r = huge_run({});
+  const reference::PagedCacheLayout layout(r.c);
+  ASSERT_TRUE(r.initial.find(spec::BufferKind::kK)->storage.is_lazy());
+  for (WritePath path : {WritePath::kFused, WritePath::kUnfused}) {
+    spec::LayerCaches actual = r.initial;
+    gpu::write_layer_host(path, r.c, r.w, actual);
+    const oracle::CacheDiff d = oracle::diff_layer_caches(layout, 0, r.expected, actual, &r.w);
+    EXPECT_TRUE(d.equal()) << d.report();
+  }
+  // int32 element offsets: the token in the last block is lost, named past byte 2^32.
+  spec::LayerCaches wrapped = r.initial;
+  gpu::testing::write_layer_host_faulty(WriteFault::kInt32Offset, WritePath::kFused, r.c, r.w,
+                                        wrapped);
+  const oracle::CacheDiff d = oracle::diff_layer_caches(layout, 0, r.expected, wrapped, &r.w);
+  ASSERT_TRUE(d.first.has_value()) << d.report();
+  EXPECT_EQ(d.first->coord.block, r.c.geometry.num_blocks - 1) << d.report();
+  EXPECT_GT(d.first->byte, std::int64_t{1} << 32) << d.report();
+}
+
+TEST(GpuHugeCache, AStrayWriteOnAPageNoCaseTouchedComesBackFromTheDevice) {
+  KVO_REQUIRE_GPU();
+  // A view with every block padded to twice its size, addressed as the dense tensor by the
+  // planted bug: the last token's rows land in block (nb - 1) / 2 of the view, on pages the host
+  // never materialised, which the device finds changed and sends back.
+  const std::int64_t row = 2 * 64;
+  const HugeRun r = huge_run({2 * 16 * row, row, 64, 0, 0});
+  const reference::PagedCacheLayout layout(r.c);
+  spec::LayerCaches actual = r.initial;
+  gpu::testing::write_layer_host_faulty(WriteFault::kStridedAssumedDense, WritePath::kFused, r.c,
+                                        r.w, actual);
+  const oracle::CacheDiff d = oracle::diff_layer_caches(layout, 0, r.expected, actual, &r.w);
+  ASSERT_TRUE(d.first.has_value()) << d.report();
+  EXPECT_EQ(d.first->coord.block, (r.c.geometry.num_blocks - 1) / 2) << d.report();
+  EXPECT_NE(d.first->expected_value.find("poison: must stay unwritten"), std::string::npos)
+      << d.report();
+  // The lost rows and the stray ones: K and V, 2 heads x 64 dims x 2 bytes each, twice, give or
+  // take bytes equal to their poison.
+  EXPECT_GT(d.differing_bytes, 2 * 2 * 2 * 64 * 2 - 16) << d.report();
+}
+
 TEST(PlantedBug, PaddingSlotWrapsLikeTorchIndexing) {
   KVO_REQUIRE_GPU();
   // Token 1 is padding (-1); the bug writes it to the last slot: block 7, offset 3.
@@ -539,7 +615,9 @@ TEST(PlantedBug, WithoutTheFaultTheSameCasesPass) {
 /// Copies of the poisoned caches, to show that nothing changed.
 std::vector<std::vector<std::uint8_t>> storage_of(const spec::LayerCaches& c) {
   std::vector<std::vector<std::uint8_t>> out;
-  for (const auto& b : c.buffers) out.push_back(b.storage);
+  for (const auto& b : c.buffers) {
+    out.emplace_back(b.storage.data(), b.storage.data() + b.storage.size());
+  }
   return out;
 }
 
@@ -666,7 +744,7 @@ spec::LayerCaches reference_caches(const spec::ModelConfig& c, const spec::Layer
 std::int64_t differing_bytes(const spec::LayerCaches& a, const spec::LayerCaches& b) {
   std::int64_t n = 0;
   for (std::size_t i = 0; i < a.buffers.size(); ++i) {
-    for (std::size_t j = 0; j < a.buffers[i].storage.size(); ++j)
+    for (std::size_t j = 0; j < static_cast<std::size_t>(a.buffers[i].storage.size()); ++j)
       n += a.buffers[i].storage[j] != b.buffers[i].storage[j] ? 1 : 0;
   }
   return n;

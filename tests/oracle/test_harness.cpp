@@ -82,7 +82,7 @@ TEST(Harness, BuffersArePoisonedWithGuards) {
     EXPECT_EQ(b.body_bytes(), layout.buffer_bytes(b.kind));
     const std::uint64_t salt = poison_salt(3, b.kind);
     int distinct = 0;
-    for (std::size_t i = 0; i < b.storage.size(); ++i) {
+    for (std::int64_t i = 0; i < b.storage.size(); ++i) {
       ASSERT_EQ(b.storage[i], poison_byte(salt, i)) << i;
       distinct += i > 0 && b.storage[i] != b.storage[i - 1];
     }

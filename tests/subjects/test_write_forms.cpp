@@ -107,7 +107,7 @@ TEST(WriteLayer, TinyNhdBf16HandChecked) {
     for (std::size_t bi = 0; bi < caches.buffers.size(); ++bi) {
       const auto& now = caches.buffers[bi].storage;
       const auto& was = before.buffers[bi].storage;
-      for (std::size_t i = 0; i < now.size(); ++i) {
+      for (std::size_t i = 0; i < static_cast<std::size_t>(now.size()); ++i) {
         const std::int64_t body = static_cast<std::int64_t>(i) - spec::kGuardBytes;
         const bool written = (body >= 0 && body < 16) || (body >= 48 && body < 64);
         if (!written) {

@@ -529,7 +529,7 @@ std::unique_ptr<oracle::Subject> stray_byte_at(std::int64_t bad_step, std::int64
         if (n != bad_step * layers) return;  // layer 0 of the bad step
         spec::CacheBuffer& k = out.buffers.front();
         if (page < 0) {
-          k.storage.back() ^= 0x01;
+          k.storage[static_cast<std::size_t>(k.storage.size() - 1)] ^= 0x01;
           return;
         }
         const std::int64_t block_bytes = k.body_bytes() / c.geometry.num_blocks;

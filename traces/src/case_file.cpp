@@ -183,7 +183,8 @@ void emit_case(spec::Op op, std::uint64_t seed, const oracle::Overrides& overrid
 std::vector<std::filesystem::path> emit_campaign(const std::vector<spec::Op>& ops,
                                                  std::uint64_t campaign_seed, std::int64_t cases,
                                                  const oracle::Overrides& overrides,
-                                                 const std::filesystem::path& dir) {
+                                                 const std::filesystem::path& dir,
+                                                 std::vector<std::string>* skipped) {
   if (cases < 1 || cases > 10000) {
     throw spec::InvalidInput("cases", -1, std::to_string(cases), "must be in [1, 10000]");
   }
@@ -197,7 +198,15 @@ std::vector<std::filesystem::path> emit_campaign(const std::vector<spec::Op>& op
       char name[64];
       std::snprintf(name, sizeof name, "%s-%04lld.st", std::string(spec::name_of(op)).c_str(),
                     static_cast<long long>(i));
-      emit_case(op, seed, overrides, dir / name);
+      try {
+        emit_case(op, seed, overrides, dir / name);
+      } catch (const spec::Unsupported& e) {
+        char hex[32];
+        std::snprintf(hex, sizeof hex, "0x%016llX", static_cast<unsigned long long>(seed));
+        if (skipped != nullptr)
+          skipped->push_back(std::string(name) + " (seed " + hex + "): " + e.what());
+        continue;
+      }
       written.push_back(dir / name);
     }
   }

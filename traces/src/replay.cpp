@@ -103,9 +103,7 @@ spec::SlotMapping slot_mapping(const IntTensor& t) {
 bool same_bytes(const spec::LayerCaches& a, const spec::LayerCaches& b) {
   if (a.buffers.size() != b.buffers.size()) return false;
   for (std::size_t i = 0; i < a.buffers.size(); ++i) {
-    const auto& x = a.buffers[i].storage;
-    const auto& y = b.buffers[i].storage;
-    if (x.size() != y.size() || std::memcmp(x.data(), y.data(), x.size()) != 0) return false;
+    if (!a.buffers[i].storage.same_as(b.buffers[i].storage)) return false;
   }
   return true;
 }
@@ -156,7 +154,7 @@ bool same_pages(const spec::ModelConfig& c, const spec::LayerCaches& a, const sp
 
 std::int64_t total_bytes(const spec::LayerCaches& c) {
   std::int64_t n = 0;
-  for (const auto& b : c.buffers) n += static_cast<std::int64_t>(b.storage.size());
+  for (const auto& b : c.buffers) n += b.storage.size();
   return n;
 }
 
@@ -442,6 +440,9 @@ Replayer::LayerInput Replayer::generate_layer(std::int64_t step, std::size_t li)
 }
 
 void Replayer::reference_layer(std::size_t li, LayerInput& in) {
+  // A huge cache's pages this step touches (oracle/harness.hpp), before anyone writes them; the
+  // subjects' copies get the same in write_layer.
+  oracle::materialise_write(layout_, expected_[li], in.write);
   if (in.dense) {
     in.q_expected = reference::dense_insert(c_, *in.dense, expected_[li]);
   } else {
@@ -455,6 +456,7 @@ bool Replayer::write_layer(WriteRow& w, std::size_t li, std::int64_t s, const La
   const std::int64_t l = layers_[li];
   spec::LayerCaches& got = w.caches[li];
   const spec::LayerWrite& lw = in.write;
+  oracle::materialise_write(layout_, got, lw);
   std::string rejected;
   spec::HostTensor q_got;
   try {

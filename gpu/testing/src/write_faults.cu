@@ -1,5 +1,6 @@
 // kvo_gpu_testing: the host-memory write with a bug planted in the fused kernel
 // (launch_fused_write_t<F> of write_fused.cuh, instantiated here for the planted bugs only).
+#include <algorithm>
 #include <string>
 
 #include "kvo/gpu/testing/faults.hpp"
@@ -39,6 +40,23 @@ void write_layer_host_faulty(WriteFault fault, WritePath path, const spec::Model
     case WriteFault::kPerHeadScaleAsHead0:
       launch = detail::launch_fused_write_t<WriteBug::kPerHeadScaleAsHead0>;
       break;
+    case WriteFault::kInt32Offset:
+      launch = detail::launch_fused_write_t<WriteBug::kInt32Offset>;
+      break;
+    case WriteFault::kZeroGroupScale:
+      launch = detail::launch_fused_write_t<WriteBug::kZeroGroupScale>;
+      break;
+    case WriteFault::kMinusOneStopsWrite: {
+      spec::LayerWrite cut = write;
+      const auto stop = std::find_if(cut.slots.slots.begin(), cut.slots.slots.end(),
+                                     [](std::int64_t s) { return s < 0; });
+      const auto n = static_cast<std::size_t>(stop - cut.slots.slots.begin());
+      cut.slots.slots.resize(n);
+      if (cut.index_slots.slots.size() > n) cut.index_slots.slots.resize(n);
+      detail::write_layer_host_via(detail::launch_fused_write_t<WriteBug::kNone>, path, config, cut,
+                                   caches);
+      return;
+    }
   }
   if (launch == nullptr) {
     throw spec::InvalidInput("fault", -1, std::to_string(static_cast<int>(fault)),

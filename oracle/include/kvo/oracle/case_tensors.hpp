@@ -67,6 +67,10 @@ std::size_t element_size(TensorDType t);
 /// "[2, 3]".
 std::string shape_text(const std::vector<std::int64_t>& shape);
 
+/// A buffer's bytes, guards included, as a case or result file holds them; spec::Unsupported for a
+/// huge (lazy) buffer, which no file of whole caches can hold.
+std::vector<std::uint8_t> storage_bytes(const spec::CacheBuffer& buffer);
+
 /// Builds a TensorSet from the values the drivers hold.
 class TensorWriter {
  public:

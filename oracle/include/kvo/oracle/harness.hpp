@@ -57,9 +57,24 @@ std::uint8_t poison_byte(std::uint64_t salt, std::uint64_t i);
 /// The salt of one buffer of one layer.
 std::uint64_t poison_salt(std::int64_t layer, spec::BufferKind buffer);
 
-/// A layer's buffers, allocated with guard bands (spec::kGuardBytes) and poisoned.
+/// A layer's buffers, allocated with guard bands (spec::kGuardBytes) and poisoned. A buffer of
+/// spec::kLazyStorageBytes or more is lazy (a huge cache, spec::ByteStorage): its guard bands are
+/// materialised, its body only where `materialise_*` below says a case touches it; every other
+/// byte means its poison.
 spec::LayerCaches make_layer_caches(const reference::PagedCacheLayout& layout, std::int64_t layer,
                                     spec::LayerKind kind);
+
+/// Materialises the bytes of slot (block, offset) in every buffer of `caches`: each K/V head row,
+/// the index-K row and its blockscale scales. Nothing to do for dense storage.
+void materialise_slot(const reference::PagedCacheLayout& layout, spec::LayerCaches& caches,
+                      std::int64_t block, std::int64_t offset);
+/// Every slot of `block`.
+void materialise_block(const reference::PagedCacheLayout& layout, spec::LayerCaches& caches,
+                       std::int64_t block);
+/// The slots a write call stores to: its slot mappings' non-negative slots, and in legacy_wrap
+/// the negative ones where they wrap (SPEC 3). Call before the reference or a subject writes.
+void materialise_write(const reference::PagedCacheLayout& layout, spec::LayerCaches& caches,
+                       const spec::LayerWrite& write);
 
 /// Every layer of the model's mix.
 std::vector<spec::LayerCaches> make_model_caches(const reference::PagedCacheLayout& layout);

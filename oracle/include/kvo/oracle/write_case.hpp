@@ -61,6 +61,12 @@ struct CaseOverrides {
   std::string to_flags() const;
 };
 
+/// Reach (issue 14): the number of blocks that makes the larger K/V buffer of `c` pass 2^32 bytes
+/// by up to 2^28, so that byte offsets near its end pass int32's and uint32's range (and, for 1-
+/// and 2-byte caches, element offsets int32's). Only the pages a case touches exist
+/// (spec::ByteStorage), so the size costs the host nothing.
+std::int64_t draw_huge_blocks(std::uint64_t seed, const spec::ModelConfig& c);
+
 /// One request's part of the step: its new tokens' positions and its block table.
 struct StepRequest {
   std::int64_t context = 0;  ///< tokens already cached
@@ -107,6 +113,7 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& overrides);
 ///           over two index heads per KV head, and a -inf block planted.
 ///   dense:  kThemeFp8Identity (slot 1): an fp8 cache stored under dense_fp8_store identity.
 ///   every op: kThemeStrided (slot 5): the K/V caches as strided views (draw_kv_strides).
+///   write:  kThemeHugeCache (slot 6): a huge cache (draw_huge_blocks), written near its end.
 /// An override of the dimension a theme sets wins over the theme.
 inline constexpr std::uint64_t kThemeSlots = 8;
 inline constexpr std::uint64_t kThemeMinusOneInside = 1, kThemeTies = 1, kThemeFp8Identity = 1;
@@ -114,6 +121,7 @@ inline constexpr std::uint64_t kThemeZeros = 2, kThemeLongContext = 2;
 inline constexpr std::uint64_t kThemeLegacyWrap = 3, kThemeUnionNegInf = 3;
 inline constexpr std::uint64_t kThemeVectorTail = 4;
 inline constexpr std::uint64_t kThemeStrided = 5;
+inline constexpr std::uint64_t kThemeHugeCache = 6;
 inline std::uint64_t theme_slot(std::uint64_t seed) { return seed % kThemeSlots; }
 
 /// A strided view of `config`'s K/V caches (SPEC 3) drawn from `seed`: each axis padded past the

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvo/spec/cache_storage.hpp"
 #include "kvo/spec/config.hpp"
 #include "kvo/spec/types.hpp"
 
@@ -52,14 +53,13 @@ inline constexpr std::int64_t kGuardBytes = 256;
 
 /// One cache buffer with its guard bands: [guard | body | guard]. Before any write the whole
 /// storage is poisoned with a known pattern, so a write that should not have happened is visible.
+/// A huge buffer's storage is lazy (cache_storage.hpp): only the pages a case touches exist.
 struct CacheBuffer {
   BufferKind kind = BufferKind::kK;
   std::int64_t guard_bytes = kGuardBytes;
-  std::vector<std::uint8_t> storage;
+  ByteStorage storage;
 
-  std::int64_t body_bytes() const {
-    return static_cast<std::int64_t>(storage.size()) - 2 * guard_bytes;
-  }
+  std::int64_t body_bytes() const { return storage.size() - 2 * guard_bytes; }
   std::uint8_t* body() { return storage.data() + guard_bytes; }
   const std::uint8_t* body() const { return storage.data() + guard_bytes; }
 };

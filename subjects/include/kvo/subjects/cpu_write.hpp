@@ -87,6 +87,10 @@ enum class WriteMutation : std::uint8_t {
   /// The token and head strides exchanged (flashinfer PR #527, LMCache#4463: HND taken for NHD),
   /// on dense layouts and strided views alike.
   kSwapTokenHeadStrides,
+  /// K/V element offsets computed in int32 (a Triton kernel's `slot * stride` with int32 operands:
+  /// vllm#50427, tokenspeed#501, ROCm/aiter#5765): past element 2^31 an offset wraps negative and
+  /// the store lands before the cache (dropped here, as a store outside the buffer always is).
+  kInt32Offset,
 };
 
 /// The CPU model of the fused one-launch kernel.

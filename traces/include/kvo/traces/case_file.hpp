@@ -70,10 +70,13 @@ void emit_case(spec::Op op, std::uint64_t seed, const oracle::Overrides& overrid
                const std::filesystem::path& path);
 /// The cases of `kvoracle check --seed campaign_seed --cases cases`, one file per op and case:
 /// DIR/<op>-<case index, 4 digits>.st (write-0003.st). Returns the paths written, in that order.
+/// A case no file can hold (a huge cache, spec::Unsupported) is left out, and a line naming it,
+/// its seed and why goes to `skipped` when given.
 std::vector<std::filesystem::path> emit_campaign(const std::vector<spec::Op>& ops,
                                                  std::uint64_t campaign_seed, std::int64_t cases,
                                                  const oracle::Overrides& overrides,
-                                                 const std::filesystem::path& dir);
+                                                 const std::filesystem::path& dir,
+                                                 std::vector<std::string>* skipped = nullptr);
 
 /// Runs `subject` on the case and returns its result file. A subject that throws (or cannot run
 /// here) gives a result with run_outcome and run_error and no tensors.

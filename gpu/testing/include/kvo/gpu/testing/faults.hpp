@@ -44,6 +44,16 @@ enum class WriteFault : std::uint8_t {
   /// "per_head_scale_as_head_0": per-head K/V scales read as head 0's (a kernel written for one
   /// scale per tensor handed a per-head scale tensor); per-tensor scales as in production.
   kPerHeadScaleAsHead0,
+  /// "int32_offset": K/V element offsets computed in int32 (vllm#50427 class): a store past
+  /// element 2^31 of a huge cache wraps negative and is lost; smaller caches as in production.
+  kInt32Offset,
+  /// "zero_group_scale": the blockscale index-K quantizer without the amax floor (vllm#53339's
+  /// class): an all-zero group gets scale 0 and NaN codes.
+  kZeroGroupScale,
+  /// "minus_one_stops_write": a token loop that exits at the first padding slot: the tokens after
+  /// the first -1 are never written (the call's mapping cut there on the host, production's
+  /// kernel run on the rest: the same bytes).
+  kMinusOneStopsWrite,
 };
 
 /// Bugs planted in the fast read family (ReadKernel::kFast) and in the flash family

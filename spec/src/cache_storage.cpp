@@ -1,0 +1,263 @@
+// Dense and lazy cache storage (cache_storage.hpp). The lazy form is one anonymous private mapping
+// reserved without swap accounting (MAP_NORESERVE) and kept off transparent huge pages, so that
+// touching one byte materialises one host page, not 2 MiB of zeros that would all look resident.
+#include "kvo/spec/cache_storage.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+namespace kvo::spec {
+
+void poison_fill(std::uint64_t salt, std::uint64_t first, std::uint8_t* out, std::size_t n) {
+  std::size_t j = 0;
+  for (; j < n && (first + j) % 8 != 0; ++j) out[j] = poison_byte(salt, first + j);
+  for (; j + 8 <= n; j += 8) {
+    const std::uint64_t word = poison_word(salt, (first + j) / 8);
+    std::memcpy(out + j, &word, 8);  // little-endian host: byte k of the word is byte 8w + k
+  }
+  for (; j < n; ++j) out[j] = poison_byte(salt, first + j);
+}
+
+std::vector<ByteRange> merge_ranges(std::vector<ByteRange> ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<ByteRange> out;
+  for (const ByteRange& r : ranges) {
+    if (r.first >= r.second) continue;
+    if (!out.empty() && r.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, r.second);
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+ByteStorage::ByteStorage(std::vector<std::uint8_t> bytes)
+    : size_(static_cast<std::int64_t>(bytes.size())), dense_(std::move(bytes)) {
+  base_ = dense_.data();
+}
+
+ByteStorage ByteStorage::poisoned(std::int64_t size, std::uint64_t salt, bool allow_lazy) {
+  if (allow_lazy && size >= kLazyStorageBytes) return lazy(size, salt);
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
+  poison_fill(salt, 0, bytes.data(), bytes.size());
+  ByteStorage s(std::move(bytes));
+  s.salt_ = salt;
+  return s;
+}
+
+ByteStorage ByteStorage::lazy(std::int64_t size, std::uint64_t salt) {
+  ByteStorage s;
+  s.lazy_ = true;
+  s.salt_ = salt;
+  s.size_ = size;
+  if (size == 0) return s;
+  void* p = mmap(nullptr, static_cast<std::size_t>(size), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    throw std::runtime_error("cannot reserve " + std::to_string(size) +
+                             " bytes of address space for a lazy cache buffer");
+  }
+#ifdef MADV_NOHUGEPAGE
+  madvise(p, static_cast<std::size_t>(size), MADV_NOHUGEPAGE);
+#endif
+  s.base_ = static_cast<std::uint8_t*>(p);
+  s.page_flags_.assign(static_cast<std::size_t>((size + kPageBytes - 1) / kPageBytes), 0);
+  return s;
+}
+
+void ByteStorage::release() {
+  if (lazy_ && base_ != nullptr) munmap(base_, static_cast<std::size_t>(size_));
+  base_ = nullptr;
+  size_ = 0;
+  lazy_ = false;
+  dense_.clear();
+  page_flags_.clear();
+}
+
+void ByteStorage::copy_from(const ByteStorage& other) {
+  if (!other.lazy_) {
+    dense_ = other.dense_;
+    base_ = dense_.data();
+    size_ = other.size_;
+    salt_ = other.salt_;
+    return;
+  }
+  *this = lazy(other.size_, other.salt_);
+  for (const ByteRange& r : other.materialised()) {
+    std::memcpy(base_ + r.first, other.base_ + r.first,
+                static_cast<std::size_t>(r.second - r.first));
+    for (std::int64_t p = r.first / kPageBytes; p * kPageBytes < r.second; ++p) {
+      page_flags_[static_cast<std::size_t>(p)] = 1;
+    }
+  }
+}
+
+ByteStorage::ByteStorage(const ByteStorage& other) { copy_from(other); }
+
+ByteStorage& ByteStorage::operator=(const ByteStorage& other) {
+  if (this != &other) {
+    release();
+    copy_from(other);
+  }
+  return *this;
+}
+
+ByteStorage::ByteStorage(ByteStorage&& other) noexcept { *this = std::move(other); }
+
+ByteStorage& ByteStorage::operator=(ByteStorage&& other) noexcept {
+  if (this == &other) return *this;
+  release();
+  lazy_ = other.lazy_;
+  size_ = other.size_;
+  salt_ = other.salt_;
+  may_stray_ = other.may_stray_;
+  dense_ = std::move(other.dense_);
+  page_flags_ = std::move(other.page_flags_);
+  base_ = lazy_ ? other.base_ : dense_.data();
+  other.base_ = nullptr;
+  other.size_ = 0;
+  other.lazy_ = false;
+  other.dense_.clear();
+  other.page_flags_.clear();
+  return *this;
+}
+
+ByteStorage::~ByteStorage() { release(); }
+
+std::uint8_t ByteStorage::byte(std::int64_t i) const {
+  if (lazy_ && !page_materialised(i / kPageBytes)) {
+    return poison_byte(salt_, static_cast<std::uint64_t>(i));
+  }
+  return base_[i];
+}
+
+void ByteStorage::materialise(std::int64_t begin, std::int64_t end) {
+  if (!lazy_) return;
+  begin = std::max<std::int64_t>(begin, 0);
+  end = std::min(end, size_);
+  if (begin >= end) return;
+  for (std::int64_t p = begin / kPageBytes; p * kPageBytes < end; ++p) {
+    if (page_materialised(p)) continue;
+    const std::int64_t at = p * kPageBytes;
+    const auto n = static_cast<std::size_t>(std::min(kPageBytes, size_ - at));
+    poison_fill(salt_, static_cast<std::uint64_t>(at), base_ + at, n);
+    page_flags_[static_cast<std::size_t>(p)] = 1;
+  }
+}
+
+void ByteStorage::store(std::int64_t begin, std::span<const std::uint8_t> bytes) {
+  const auto end = begin + static_cast<std::int64_t>(bytes.size());
+  if (begin < 0 || end > size_) throw std::out_of_range("ByteStorage::store past the storage");
+  if (lazy_ && (begin % kPageBytes != 0 || (end % kPageBytes != 0 && end != size_))) {
+    throw std::invalid_argument("ByteStorage::store of lazy storage takes whole pages");
+  }
+  std::memcpy(base_ + begin, bytes.data(), bytes.size());
+  if (!lazy_) return;
+  for (std::int64_t p = begin / kPageBytes; p * kPageBytes < end; ++p) {
+    page_flags_[static_cast<std::size_t>(p)] = 1;
+  }
+}
+
+namespace {
+
+/// Calls f(i) for every i with flags[i] & mask, skipping zero words (a huge buffer's maps are
+/// megabytes of zeros with a few set bytes).
+template <class F>
+void for_each_set(const std::vector<std::uint8_t>& flags, std::uint8_t mask, F&& f) {
+  const std::size_t n = flags.size();
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, flags.data() + i, 8);
+    if ((word & (0x0101010101010101ull * mask)) == 0) continue;
+    for (std::size_t j = i; j < i + 8; ++j) {
+      if (flags[j] & mask) f(static_cast<std::int64_t>(j));
+    }
+  }
+  for (; i < n; ++i) {
+    if (flags[i] & mask) f(static_cast<std::int64_t>(i));
+  }
+}
+
+}  // namespace
+
+std::vector<ByteRange> ByteStorage::adopt_stray_pages() const {
+  std::vector<ByteRange> adopted;
+  if (!lazy_ || size_ == 0 || !may_stray_) return adopted;
+  may_stray_ = false;
+  const auto host_page = static_cast<std::int64_t>(sysconf(_SC_PAGESIZE));
+  std::vector<std::uint8_t> resident(static_cast<std::size_t>((size_ + host_page - 1) / host_page));
+  if (mincore(base_, static_cast<std::size_t>(size_), resident.data()) != 0) {
+    throw std::runtime_error("mincore failed on a lazy cache buffer");
+  }
+  std::vector<std::int64_t> pages;  // resident, not materialised
+  for_each_set(resident, 1, [&](std::int64_t hp) {
+    for (std::int64_t p = hp * host_page / kPageBytes;
+         p * kPageBytes < std::min((hp + 1) * host_page, size_); ++p) {
+      if (!page_materialised(p)) pages.push_back(p);
+    }
+  });
+  for (const std::int64_t p : pages) {
+    const std::int64_t at = p * kPageBytes;
+    const std::int64_t end = std::min(at + kPageBytes, size_);
+    for (std::int64_t i = at; i < end; ++i) {
+      if (base_[i] == 0) base_[i] = poison_byte(salt_, static_cast<std::uint64_t>(i));
+    }
+    page_flags_[static_cast<std::size_t>(p)] = 1;
+    adopted.emplace_back(at, end);
+  }
+  return merge_ranges(std::move(adopted));
+}
+
+std::vector<ByteRange> ByteStorage::materialised() const {
+  if (!lazy_) return {{0, size_}};
+  adopt_stray_pages();
+  std::vector<ByteRange> out;
+  for_each_set(page_flags_, 1, [&](std::int64_t p) {
+    const std::int64_t at = p * kPageBytes, end = std::min(at + kPageBytes, size_);
+    if (!out.empty() && out.back().second == at) {
+      out.back().second = end;
+    } else {
+      out.emplace_back(at, end);
+    }
+  });
+  return out;
+}
+
+std::vector<ByteRange> ByteStorage::compare_ranges(const ByteStorage& other) const {
+  std::vector<ByteRange> all = materialised();
+  for (const ByteRange& r : other.materialised()) all.push_back(r);
+  return merge_ranges(std::move(all));
+}
+
+bool ByteStorage::same_as(const ByteStorage& other) const {
+  if (size_ != other.size_) return false;
+  if (!lazy_ && !other.lazy_) return dense_ == other.dense_;
+  for (const ByteRange& r : compare_ranges(other)) {
+    for (std::int64_t at = r.first; at < r.second;) {
+      const std::int64_t end = std::min((at / kPageBytes + 1) * kPageBytes, r.second);
+      const bool mine = !lazy_ || page_materialised(at / kPageBytes);
+      const bool theirs = !other.lazy_ || other.page_materialised(at / kPageBytes);
+      if (mine && theirs) {
+        if (std::memcmp(base_ + at, other.base_ + at, static_cast<std::size_t>(end - at)) != 0) {
+          return false;
+        }
+      } else {
+        for (std::int64_t i = at; i < end; ++i) {
+          if (byte(i) != other.byte(i)) return false;
+        }
+      }
+      at = end;
+    }
+  }
+  return true;
+}
+
+}  // namespace kvo::spec
