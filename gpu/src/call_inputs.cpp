@@ -14,13 +14,17 @@ namespace kvo::gpu {
 
 std::int64_t kv_buffer_bytes(const spec::ModelConfig& c) {
   const spec::CacheGeometry& g = c.geometry;
-  if (!c.kv_strides.dense()) {  // SPEC 3: a strided view's body ends with its last block
-    return (c.kv_strides.offset + g.num_blocks * c.kv_strides.block) *
+  if (!c.kv_strides.dense()) {
+    // SPEC 3: a strided view's body ends with its outermost axis (its last block; or V of one
+    // allocation).
+    const spec::KvAxis outer = spec::kv_axes(c).axes[0];
+    return (c.kv_strides.offset +
+            spec::axis_count(g, outer) * spec::stride_of(c.kv_strides, outer)) *
            static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
   }
   const std::int64_t one = g.num_blocks * g.block_size * g.num_kv_heads * g.head_dim *
                            static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
-  return spec::kv_in_one_tensor(c.layout) ? 2 * one : one;
+  return spec::kv_in_one_tensor(c) ? 2 * one : one;
 }
 
 std::int64_t index_buffer_bytes(const spec::ModelConfig& c) {
@@ -40,7 +44,7 @@ void require_buffers(const spec::ModelConfig& c, const spec::LayerCaches& caches
     std::int64_t bytes;
   };
   std::vector<Wanted> want;
-  if (spec::kv_in_one_tensor(c.layout)) {
+  if (spec::kv_in_one_tensor(c)) {
     want.push_back({spec::BufferKind::kKv, kv_buffer_bytes(c)});
   } else {
     want.push_back({spec::BufferKind::kK, kv_buffer_bytes(c)});
@@ -224,7 +228,7 @@ DeviceKvCaches cache_views(const spec::ModelConfig& c, void* k_body, void* v_bod
   // The layout's shape with the view's strides; the packed layouts' 2*hd rows stay one dim (their
   // kv_part is hd).
   std::vector<std::int64_t> shaped;
-  const spec::LayoutAxes& la = spec::layout_axes(c.layout);
+  const spec::LayoutAxes& la = spec::layout_axes(c.layout);  // nhd / hnd: K's and V's own axes
   for (int i = 0; i < la.rank; ++i) {
     const spec::KvAxis axis = la.axes[static_cast<std::size_t>(i)];
     if (axis == spec::KvAxis::kKv && i == la.rank - 2) continue;
@@ -236,8 +240,13 @@ DeviceKvCaches cache_views(const spec::ModelConfig& c, void* k_body, void* v_bod
   }
   DeviceKvCaches v;
   v.k_cache = {first(k_body, st.offset), et, detail::layout_shape(c.layout, g), shaped};
-  if (v_body != nullptr)
+  if (v_body != nullptr) {
     v.v_cache = {first(v_body, st.offset), et, detail::layout_shape(c.layout, g), shaped};
+  } else if (!spec::kv_in_one_tensor(c.layout)) {
+    // nhd / hnd as views of one allocation (vLLM's kv_cache[0], kv_cache[1]): V kv_part after K.
+    v.v_cache = {first(k_body, st.offset + st.kv_part), et, detail::layout_shape(c.layout, g),
+                 shaped};
+  }
   const std::vector<std::int64_t> logical{g.num_blocks, g.block_size, g.num_kv_heads, g.head_dim};
   const std::vector<std::int64_t> strides{st.block, st.token, st.head, 1};
   v.k = {first(k_body, st.offset), et, logical, strides};

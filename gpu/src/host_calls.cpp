@@ -40,7 +40,7 @@ class HostStager {
       spec::CacheBuffer* b = work_.find(k);
       return b == nullptr ? nullptr : b->body();
     };
-    const bool one = spec::kv_in_one_tensor(c.layout);
+    const bool one = spec::kv_in_one_tensor(c);
     return cache_views(c, body(one ? spec::BufferKind::kKv : spec::BufferKind::kK),
                        one ? nullptr : body(spec::BufferKind::kV), body(spec::BufferKind::kIndexK));
   }

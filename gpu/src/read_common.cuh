@@ -17,7 +17,7 @@ namespace kvo::gpu::detail {
 /// spec::DType and spec::KvLayout values.
 struct ReadGeom {
   long long num_blocks, block_size, nkv, head_dim, index_dim, max_blocks;
-  int layout, kv_dtype, act_dtype, index_layout, index_dtype;
+  int kv_dtype, act_dtype, index_layout, index_dtype;  ///< the layout is in the strides below
   int scale_none, per_head_scale;
   /// The K/V caches' element strides (SPEC 3: the layout's dense ones, or a strided view's; the
   /// cache pointers are the views' first elements): detail::kv_strides.

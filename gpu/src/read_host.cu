@@ -52,12 +52,11 @@ const void* first_element(const DeviceCacheMirror& m, const spec::ModelConfig& c
              static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
 }
 const void* k_body(const DeviceCacheMirror& m, const spec::ModelConfig& c) {
-  return first_element(
-      m, c, spec::kv_in_one_tensor(c.layout) ? spec::BufferKind::kKv : spec::BufferKind::kK);
+  return first_element(m, c,
+                       spec::kv_in_one_tensor(c) ? spec::BufferKind::kKv : spec::BufferKind::kK);
 }
 const void* v_body(const DeviceCacheMirror& m, const spec::ModelConfig& c) {
-  return spec::kv_in_one_tensor(c.layout) ? k_body(m, c)
-                                          : first_element(m, c, spec::BufferKind::kV);
+  return spec::kv_in_one_tensor(c) ? k_body(m, c) : first_element(m, c, spec::BufferKind::kV);
 }
 
 }  // namespace

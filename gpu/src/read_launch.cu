@@ -14,7 +14,6 @@ ReadGeom make_geom(const spec::ModelConfig& c, std::int64_t max_blocks) {
           c.geometry.head_dim,
           c.geometry.index_dim,
           max_blocks,
-          static_cast<int>(c.layout),
           static_cast<int>(c.kv.cache_dtype),
           static_cast<int>(c.act_dtype),
           static_cast<int>(c.index.layout),

@@ -405,8 +405,12 @@ int launch_fused_write_t(const spec::ModelConfig& config, spec::LayerKind kind,
     const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(config.kv.cache_dtype));
     p.st = dense;
     p.k_cache = caches.k;
-    p.v_cache = spec::kv_in_one_tensor(config.layout)
-                    ? static_cast<void*>(static_cast<std::uint8_t*>(caches.k) + dense.kv_part * eb)
+    // One allocation of nhd / hnd (no V pointer) taken for the dense [2, nb, ...] tensor.
+    const std::int64_t v_part = spec::kv_in_one_tensor(config.layout) ? dense.kv_part
+                                : caches.v == nullptr ? config.geometry.num_blocks * dense.block
+                                                      : 0;
+    p.v_cache = caches.v == nullptr
+                    ? static_cast<void*>(static_cast<std::uint8_t*>(caches.k) + v_part * eb)
                     : caches.v;
     p.st.kv_part = 0;
   }

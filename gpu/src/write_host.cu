@@ -57,7 +57,7 @@ FusedParams make_params(const spec::ModelConfig& c, spec::LayerKind kind,
     throw spec::InvalidInput("num_tokens", -1, std::to_string(in.num_tokens), "must be >= 0");
   }
   const bool sparse = kind == spec::LayerKind::kSparse;
-  const bool one_tensor = spec::kv_in_one_tensor(c.layout);
+  const bool one_tensor = spec::kv_in_one_tensor(c);
   require_ptr(in.k, "k");
   require_ptr(in.v, "v");
   require_ptr(in.slots, "slot_mapping");
@@ -249,8 +249,8 @@ void detail::write_layer_host_via(FusedLaunch fused, WritePath path, const spec:
   const auto at = [&](spec::BufferKind b) {
     return static_cast<void*>(static_cast<std::uint8_t*>(mirror.body(b)) + first);
   };
-  dc.k = at(spec::kv_in_one_tensor(c.layout) ? spec::BufferKind::kKv : spec::BufferKind::kK);
-  dc.v = spec::kv_in_one_tensor(c.layout) ? nullptr : at(spec::BufferKind::kV);
+  dc.k = at(spec::kv_in_one_tensor(c) ? spec::BufferKind::kKv : spec::BufferKind::kK);
+  dc.v = spec::kv_in_one_tensor(c) ? nullptr : at(spec::BufferKind::kV);
   dc.index_k = mirror.body(spec::BufferKind::kIndexK);
 
   // 3. Write, then bring every byte of every buffer back (guards too: a stray write shows).

@@ -119,7 +119,7 @@ std::optional<ElementCoord> locate(const reference::PagedCacheLayout& layout, Bu
   if (layout.kv_buffer(0) != buffer && layout.kv_buffer(1) != buffer) return std::nullopt;
   const std::int64_t eb = layout.element_bytes(buffer);
   c.byte_in_element = byte % eb;
-  const spec::LayoutAxes& la = spec::layout_axes(config.layout);
+  const spec::LayoutAxes la = spec::kv_axes(config);
   c.kv = buffer == BufferKind::kV ? 1 : 0;
   const auto set = [&](spec::KvAxis axis, std::int64_t i) {
     switch (axis) {

@@ -35,6 +35,24 @@ Overrides read_part(ReadOverrides r) {
   return o;
 }
 
+/// `w` with its tokens in reverse order: the mapping(s) and the first T rows of every source.
+spec::LayerWrite reversed_tokens(const spec::LayerWrite& w) {
+  spec::LayerWrite r = w;
+  const auto tokens = static_cast<std::ptrdiff_t>(w.slots.slots.size());
+  std::reverse(r.slots.slots.begin(), r.slots.slots.end());
+  std::reverse(r.index_slots.slots.begin(), r.index_slots.slots.end());
+  for (spec::HostTensor* t : {&r.k, &r.v, &r.index_k}) {
+    if (t->shape.empty() || t->shape[0] == 0) continue;
+    const auto row =
+        static_cast<std::ptrdiff_t>(t->bytes.size() / static_cast<std::size_t>(t->shape[0]));
+    const spec::HostTensor& src = t == &r.k ? w.k : t == &r.v ? w.v : w.index_k;
+    for (std::ptrdiff_t i = 0; i < tokens; ++i) {
+      std::copy_n(src.bytes.begin() + (tokens - 1 - i) * row, row, t->bytes.begin() + i * row);
+    }
+  }
+  return r;
+}
+
 Mutant write_mutant(std::string name, std::string models, CaseOverrides o, WriteFunction fn) {
   return mutant(std::move(name), spec::Op::kWrite, std::move(models), write_part(std::move(o)),
                 [fn](const std::string& n) { return make_function_subject(n, fn); });
@@ -226,6 +244,28 @@ std::vector<Mutant> build_catalogue() {
         shift(tail.v);
         if (!tail.index_k.bytes.empty()) shift(tail.index_k);
         reference::write_layer(cfg, tail, out);
+      }));
+  // A legacy-wrap race resolved byte by byte. First-writer-wins is no bug: SPEC 3 admits any one
+  // racing writer per element. An element holding bytes of two writers is one.
+  c.push_back(write_mutant(
+      "legacy-wrap-torn-element",
+      "a wrapped-slot race (vllm#43810's index_put_) settled per byte, not per element: an "
+      "element with bytes of two writers",
+      {}, [](const auto& cfg, const auto& w, auto& out) {
+        // The reference's pick (the last writer) into `out`; with the tokens reversed, the first
+        // writer's into `first`. The two differ only on slots that several tokens wrap onto.
+        spec::LayerCaches first = out;
+        reference::write_layer(cfg, w, out);
+        reference::write_layer(cfg, reversed_tokens(w), first);
+        for (spec::CacheBuffer& b : out.buffers) {
+          const spec::ByteStorage& f = first.find(b.kind)->storage;
+          for (const auto& [from, to] : b.storage.compare_ranges(f)) {
+            for (std::int64_t i = from; i < to; i += 2) {  // even bytes: the first writer's
+              if (b.storage.byte(i) != f.byte(i))
+                b.storage[static_cast<std::size_t>(i)] = f.byte(i);
+            }
+          }
+        }
       }));
 
   ReadOverrides prefill;  // causal masking shows on rows with later tokens of the same request

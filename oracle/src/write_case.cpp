@@ -181,6 +181,12 @@ spec::KvStrides draw_kv_strides(std::uint64_t seed, const spec::ModelConfig& c) 
     extent += (spec::axis_count(g, axis) - 1) * stride;
   }
   s.offset = step * (rng.uniform(0, 3) + (sure == la.rank - 1 ? 1 : 0));
+  // nhd / hnd: in half the views K and V are views of one allocation, V after K's whole extent
+  // (vLLM's [2, nb, ...]), from their own stream so that every older view is drawn as it was.
+  SplitMix64 one(reference::mix64(seed ^ 0x2A110Cull));
+  if (!spec::kv_in_one_tensor(c.layout) && one.chance(1, 2)) {
+    s.kv_part = extent + step * one.uniform(0, 2);
+  }
   return s;
 }
 
@@ -285,7 +291,10 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
   if (tokens < 1) throw spec::InvalidInput("tokens", -1, std::to_string(tokens), "must be >= 1");
   // The huge-cache theme (write_case.hpp): at most two layers (each a device mirror of its full
   // size), blocks of at least 4 KiB (so that the free list stays short), written near the end.
-  const bool huge = theme_slot(seed) == kThemeHugeCache && !o.num_blocks;
+  // (Not over a fixed view of one allocation: its kv_part is fixed, so blocks would not fit.)
+  const bool huge =
+      theme_slot(seed) == kThemeHugeCache && !o.num_blocks &&
+      !(o.kv_strides && o.kv_strides->kv_part != 0 && !spec::kv_in_one_tensor(c.layout));
   if (huge) {
     if (!o.layers && c.layers.size() > 2) c.layers.resize(2);
     if (!o.block_size) c.geometry.block_size = std::max<std::int64_t>(c.geometry.block_size, 64);

@@ -8,7 +8,7 @@ using spec::BufferKind;
 using spec::KvLayout;
 
 BufferKind kv_buffer(const spec::ModelConfig& c, int kv) {
-  if (spec::kv_in_one_tensor(c.layout)) return BufferKind::kKv;
+  if (spec::kv_in_one_tensor(c)) return BufferKind::kKv;
   return kv == 0 ? BufferKind::kK : BufferKind::kV;
 }
 
@@ -71,7 +71,7 @@ PagedCacheLayout::PagedCacheLayout(const spec::ModelConfig& config) : config_(co
 
 std::vector<BufferKind> PagedCacheLayout::buffers(spec::LayerKind kind) const {
   std::vector<BufferKind> out;
-  if (spec::kv_in_one_tensor(config_.layout)) {
+  if (spec::kv_in_one_tensor(config_)) {
     out.push_back(BufferKind::kKv);
   } else {
     out.push_back(BufferKind::kK);
@@ -84,8 +84,12 @@ std::vector<BufferKind> PagedCacheLayout::buffers(spec::LayerKind kind) const {
 std::int64_t PagedCacheLayout::buffer_bytes(BufferKind buffer) const {
   const auto& g = config_.geometry;
   const spec::KvStrides& s = config_.kv_strides;
-  if (!s.dense() && buffer != BufferKind::kIndexK)  // SPEC 3: the view's blocks past its offset
-    return (s.offset + g.num_blocks * s.block) * element_bytes(buffer);
+  if (!s.dense() && buffer != BufferKind::kIndexK) {
+    // SPEC 3: the view's outermost axis past its offset (blocks; or K and V of one allocation).
+    const spec::KvAxis outer = spec::kv_axes(config_).axes[0];
+    return (s.offset + spec::axis_count(g, outer) * spec::stride_of(s, outer)) *
+           element_bytes(buffer);
+  }
   const std::int64_t per_tensor = g.num_blocks * g.block_size * g.num_kv_heads * g.head_dim;
   switch (buffer) {
     case BufferKind::kK:

@@ -25,13 +25,11 @@ void require(bool ok, std::string_view field, std::int64_t value, std::string_vi
 void validate_kv_strides(const ModelConfig& c) {
   const KvStrides& s = c.kv_strides;
   const CacheGeometry& g = c.geometry;
-  const LayoutAxes& la = layout_axes(c.layout);
+  const LayoutAxes la = kv_axes(c);
   const std::string layout(name_of(c.layout));
   require(s.offset >= 0, "kv_strides.offset", s.offset, "must be >= 0");
-  if (!kv_in_one_tensor(c.layout)) {
-    require(s.kv_part == 0, "kv_strides.kv_part", s.kv_part,
-            "must be 0: layout " + layout + " keeps K and V in separate tensors");
-  } else if (la.axes[static_cast<std::size_t>(la.rank - 2)] == KvAxis::kKv) {
+  require(s.kv_part >= 0, "kv_strides.kv_part", s.kv_part, "must be >= 0");
+  if (kv_in_one_tensor(c.layout) && la.axes[static_cast<std::size_t>(la.rank - 2)] == KvAxis::kKv) {
     require(s.kv_part == g.head_dim, "kv_strides.kv_part", s.kv_part,
             "must be head_dim = " + std::to_string(g.head_dim) + ": layout " + layout +
                 " keeps K and V as the two halves of one row");
@@ -51,6 +49,22 @@ void validate_kv_strides(const ModelConfig& c) {
 }
 
 }  // namespace
+
+bool kv_in_one_tensor(const ModelConfig& c) {
+  return kv_in_one_tensor(c.layout) || c.kv_strides.kv_part != 0;
+}
+
+LayoutAxes kv_axes(const ModelConfig& c) {
+  LayoutAxes la = layout_axes(c.layout);
+  if (kv_in_one_tensor(c.layout) || c.kv_strides.kv_part == 0) return la;
+  // nhd / hnd as views of one allocation: [2, <the layout's axes>].
+  for (int i = la.rank; i > 0; --i) {
+    la.axes[static_cast<std::size_t>(i)] = la.axes[static_cast<std::size_t>(i - 1)];
+  }
+  la.axes[0] = KvAxis::kKv;
+  ++la.rank;
+  return la;
+}
 
 std::int64_t* stride_field(KvStrides& s, KvAxis axis) {
   switch (axis) {

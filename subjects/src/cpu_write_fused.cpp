@@ -45,7 +45,7 @@ KvStrides kv_strides(const spec::CacheGeometry& g, KvLayout layout) {
 }
 
 KvView kv_view(const spec::ModelConfig& config, spec::LayerCaches& caches) {
-  const bool one_tensor = spec::kv_in_one_tensor(config.layout);
+  const bool one_tensor = spec::kv_in_one_tensor(config);
   KvView view;
   // A strided view (SPEC 3) as the kernel is handed it: its strides, its first element `offset`
   // elements into each buffer.
@@ -146,11 +146,9 @@ void write_truncated_padding(const spec::ModelConfig& config, const spec::LayerW
                              spec::LayerCaches& caches, const KvView& view) {
   const spec::CacheGeometry& g = config.geometry;
   const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(config.kv.cache_dtype));
-  spec::CacheBuffer* kbuf = caches.find(
-      config.layout == KvLayout::kNhd || config.layout == KvLayout::kHnd ? BufferKind::kK
-                                                                         : BufferKind::kKv);
-  spec::CacheBuffer* vbuf =
-      caches.find(spec::kv_in_one_tensor(config.layout) ? BufferKind::kKv : BufferKind::kV);
+  const bool one_tensor = spec::kv_in_one_tensor(config);
+  spec::CacheBuffer* kbuf = caches.find(one_tensor ? BufferKind::kKv : BufferKind::kK);
+  spec::CacheBuffer* vbuf = caches.find(one_tensor ? BufferKind::kKv : BufferKind::kV);
   for (std::size_t t = 0; t < w.slots.slots.size(); ++t) {
     const std::int64_t slot = w.slots.slots[t];
     if (slot >= 0) continue;
@@ -190,7 +188,14 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
 
   check_layer_caches(layout, w.kind, caches);
   spec::ModelConfig seen = config;  // what the kernel takes the cache for
-  if (mutation == WriteMutation::kStridedAssumedDense) seen.kv_strides = {};
+  if (mutation == WriteMutation::kStridedAssumedDense) {
+    seen.kv_strides = {};
+    if (spec::kv_in_one_tensor(config) && !spec::kv_in_one_tensor(config.layout)) {
+      // nhd / hnd of one allocation, taken for the dense [2, nb, ...] tensor.
+      const KvStrides d = kv_strides(g, config.layout);
+      seen.kv_strides = {d.block, d.token, d.head, g.num_blocks * d.block, 0};
+    }
+  }
   KvView view = kv_view(seen, caches);
   if (mutation == WriteMutation::kSwapTokenHeadStrides)
     std::swap(view.strides.token, view.strides.head);
@@ -201,9 +206,9 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
   // A mutant's K/V rows land where its kernel's would; what falls outside the buffer's storage
   // (guards included) is dropped, as a GPU would fault or scribble on memory that is not the cache.
   const auto k_or_kv =
-      caches.find(spec::kv_in_one_tensor(config.layout) ? BufferKind::kKv : BufferKind::kK);
+      caches.find(spec::kv_in_one_tensor(config) ? BufferKind::kKv : BufferKind::kK);
   const auto v_or_kv =
-      caches.find(spec::kv_in_one_tensor(config.layout) ? BufferKind::kKv : BufferKind::kV);
+      caches.find(spec::kv_in_one_tensor(config) ? BufferKind::kKv : BufferKind::kV);
   const auto put = [&](const spec::CacheBuffer* b, std::uint8_t* at, std::int64_t bytes,
                        auto&& write) {
     if (mutation == WriteMutation::kNone ||

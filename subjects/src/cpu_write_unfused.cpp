@@ -86,8 +86,8 @@ StridedView kv_view(const spec::ModelConfig& c, spec::LayerCaches& caches, int k
   if (!c.kv_strides.dense()) {
     // A strided cache (SPEC 3) as torch hands it: the layout's axes with the view's strides and
     // offset; K or V selected on the K/V axis, then [nb, bs, nkv, hd].
-    const spec::LayoutAxes& la = spec::layout_axes(c.layout);
-    const bool one = spec::kv_in_one_tensor(c.layout);
+    const spec::LayoutAxes la = spec::kv_axes(c);  // nhd / hnd of one allocation: [2, ...]
+    const bool one = spec::kv_in_one_tensor(c);
     StridedView v{body(one       ? BufferKind::kKv
                        : kv == 0 ? BufferKind::kK
                                  : BufferKind::kV),

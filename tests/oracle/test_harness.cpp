@@ -133,14 +133,17 @@ TEST(Harness, StridedViewsPutElementsAtTheirStridesAndNamePadding) {
   const PagedCacheLayout layout(c);
   EXPECT_EQ(layout.buffer_bytes(BufferKind::kK), (4 + 2 * 40) * 2);
   EXPECT_EQ(layout.kv_element(0, 1, 1, 0, 3), 4 + 40 + 16 + 3);
-  const auto element = locate(layout, BufferKind::kV, (4 + 40 + 16 + 3) * 2 + 1);
-  ASSERT_TRUE(element.has_value());
-  EXPECT_FALSE(element->padding);
-  EXPECT_EQ(element->block, 1);
-  EXPECT_EQ(element->offset, 1);
-  EXPECT_EQ(element->dim, 3);
-  EXPECT_EQ(element->kv, 1);
-  EXPECT_EQ(element->byte_in_element, 1);
+  // V's element (block 1, offset 1, head 0, dim 3), its byte 1.
+  const auto expect_v_element = [](const std::optional<ElementCoord>& e) {
+    ASSERT_TRUE(e.has_value());
+    EXPECT_FALSE(e->padding);
+    EXPECT_EQ(e->kv, 1);
+    EXPECT_EQ(e->block, 1);
+    EXPECT_EQ(e->offset, 1);
+    EXPECT_EQ(e->dim, 3);
+    EXPECT_EQ(e->byte_in_element, 1);
+  };
+  expect_v_element(locate(layout, BufferKind::kV, (4 + 40 + 16 + 3) * 2 + 1));
   for (std::int64_t e : {0, 3, 4 + 8, 4 + 16 + 8, 4 + 32, 4 + 40 + 32 + 7}) {
     const auto pad = locate(layout, BufferKind::kK, e * 2);
     ASSERT_TRUE(pad.has_value()) << e;
@@ -148,8 +151,20 @@ TEST(Harness, StridedViewsPutElementsAtTheirStridesAndNamePadding) {
   }
   EXPECT_NE(locate(layout, BufferKind::kK, (4 + 16 + 8) * 2)->describe().find("padding"),
             std::string::npos);
-  // Bad views: a stride below the extent inside it (elements would share bytes), kv_part where K
-  // and V are separate tensors, a packed row's halves apart, a negative offset.
+  // nhd as one allocation, vLLM's [2, nb, ...] with padding: V 100 elements after K (K's view
+  // spans 64), the buffer one KV tensor of offset + 2 x 100 elements.
+  spec::ModelConfig one = c;
+  one.kv_strides = {40, 16, 8, 100, 4};
+  const PagedCacheLayout one_layout(one);
+  EXPECT_EQ(one_layout.buffers(spec::LayerKind::kDense), std::vector<BufferKind>{BufferKind::kKv});
+  EXPECT_EQ(one_layout.buffer_bytes(BufferKind::kKv), (4 + 2 * 100) * 2);
+  EXPECT_EQ(one_layout.kv_element(1, 1, 1, 0, 3), 4 + 100 + 40 + 16 + 3);
+  expect_v_element(locate(one_layout, BufferKind::kKv, (4 + 100 + 40 + 16 + 3) * 2 + 1));
+  for (std::int64_t e : {4 + 64, 4 + 99, 4 + 100 + 64, 4 + 199}) {
+    EXPECT_TRUE(locate(one_layout, BufferKind::kKv, e * 2)->padding) << e;
+  }
+  // Bad views: a stride below the extent inside it (elements would share bytes), V over K in one
+  // allocation, a packed row's halves apart, a negative offset.
   const auto rejects = [&](spec::KvLayout l, spec::KvStrides s, const char* field) {
     spec::ModelConfig bad = c;
     bad.layout = l;
@@ -200,7 +215,7 @@ RC_GTEST_PROP(Harness, StridedLocateIsTheInverseOfByteOffset, ()) {
       ++element_bytes;
       RC_ASSERT(byte_offset(layout, *coord) == byte);
     }
-    const std::int64_t parts = spec::kv_in_one_tensor(c.layout) ? 2 : 1;
+    const std::int64_t parts = spec::kv_in_one_tensor(c) ? 2 : 1;  // one allocation: K and V
     RC_ASSERT(element_bytes ==
               parts * c.geometry.capacity() * c.geometry.num_kv_heads * c.geometry.head_dim * eb);
   }

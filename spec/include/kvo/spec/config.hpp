@@ -48,10 +48,12 @@ struct IndexQuant {
 /// SPEC 3 strided views of the K/V caches, in elements. All zero: the layout's dense tensors.
 /// Otherwise every buffer of K/V (K and V, or the one KV tensor) is a view that puts element
 /// (b, o, h, kv, d) at offset + b*block + o*token + h*head + kv*kv_part + d, and its body is
-/// offset + num_blocks * block elements; every other byte is padding, which a write leaves
-/// untouched and a read never uses. kv_part is V's place in the one-tensor layouts (packed: hd, the
-/// second half of the row; split: the [nb, 2, ...] axis) and 0 in nhd and hnd, whose K and V are
-/// separate tensors. `offset` puts the view at a sub-range of a larger pool.
+/// offset + (count x stride) of its outermost axis (kv_axes) elements; every other byte is
+/// padding, which a write leaves untouched and a read never uses. kv_part is V's place in the
+/// one-tensor layouts (packed: hd, the second half of the row; split: the [nb, 2, ...] axis). In
+/// nhd and hnd it is 0 for separate K and V tensors, or V's distance from K when both are views of
+/// one allocation ([2, nb, ...] as vLLM allocates it: kv_part at least K's whole extent). `offset`
+/// puts the view at a sub-range of a larger pool.
 struct KvStrides {
   std::int64_t block = 0, token = 0, head = 0, kv_part = 0, offset = 0;
   bool dense() const {
@@ -84,6 +86,14 @@ struct ModelConfig {
   bool separate_index_slots = false;  ///< index-K written through its own slot mapping (vLLM M3)
   KvStrides kv_strides;               ///< SPEC 3 strided K/V views; dense by default
 };
+
+/// Whether K and V live in one buffer (BufferKind::kKv): the one-tensor layouts (packed, split),
+/// and nhd / hnd given as views of one allocation (a strided view with kv_part != 0: V kv_part
+/// elements after K, vLLM's [2, nb, ...]).
+bool kv_in_one_tensor(const ModelConfig& config);
+/// The axes of the K/V buffer, outermost first: the layout's (kLayoutAxes), with kKv outermost
+/// for nhd / hnd as views of one allocation.
+LayoutAxes kv_axes(const ModelConfig& config);
 
 /// The MiniMax-M3-like default mix: 60 layers, the first 3 dense.
 inline constexpr std::string_view kDefaultLayerMix = "3D57S";
