@@ -61,6 +61,13 @@ void add_model_flags(CLI::App& app, oracle::CaseOverrides& o) {
       },
       "K/V caches as strided views (SPEC 3): dense, or block,token,head,kv_part,offset in "
       "elements");
+  app.add_option_function<std::string>(
+      "--index-strides",
+      [&o](const std::string& text) {
+        o.index_strides = spec::parse_index_strides(text, "--index-strides");
+      },
+      "the index-K cache as a strided view (SPEC 3): dense, or block,token,offset (flat: "
+      "elements; blockscale: bytes, token 0)");
 }
 
 void add_read_flags(CLI::App& app, oracle::ReadOverrides& r) {

@@ -11,7 +11,11 @@
 #
 # Environment: OUT (default ./device-out) receives summary.txt, bench.json and logs.tar.gz;
 # KVO_GPU_CASES random cases per RandomCases shard (default 400; 8 shards); SAN_CASES (default
-# 40) for the sanitizer runs; KVO_DEADLINE_S (default 550) the whole run's wall-clock budget.
+# 40) for the sanitizer runs; KVO_DEADLINE_S (default 550) the whole run's wall-clock budget;
+# KVO_STAGES (default all) the stages to run, comma-separated: tests, sanitizers, bench, cli
+# (check and replay), mutants, python, example, modes. Everything takes about 900 s, past one
+# device call (600 s): run it as two calls, KVO_STAGES=tests,sanitizers,bench,cli then
+# KVO_STAGES=mutants,python,example,modes.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/.device/bin
@@ -66,6 +70,9 @@ CASES=${KVO_GPU_CASES:-400}
 SAN_CASES=${SAN_CASES:-40}
 export RC_PARAMS=${RC_PARAMS:-"seed=20261129 max_success=300 verbose_progress=0"}
 START=$(date +%s)
+STAGES=${KVO_STAGES:-all}
+want() { [[ ",$STAGES," == *",all,"* || ",$STAGES," == *",$1,"* ]]; }
+T_TESTS=-; T_SAN=-; T_BENCH=-; T_CLI=-; T_MUT=-; T_PY=-; T_MODES=-
 # Every stage's limit is cut to what is left before the deadline (the device tool's calls end at
 # 600 s), so that the table below is always written; a stage cut short shows exit 124 in its log.
 DEADLINE=$((START + ${KVO_DEADLINE_S:-550}))
@@ -105,13 +112,14 @@ PYBUILD=/tmp/kvo-py
    ninja -C "$PYBUILD"; echo "exit $?") >"$LOGS/python_build.txt" 2>&1 &
 
 # 1. GPU tests, 8 shards in parallel.
+passed=0; failed=0; skipped=0; cases=0
+if want tests; then
 for i in 0 1 2 3 4 5 6 7; do
   GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i KVO_GPU_CASES=$CASES \
     timeout $(budget 240) "$BIN/test_gpu_write" >"$LOGS/tests_$i.log" 2>&1 &
 done
 wait
 T_TESTS=$(($(date +%s) - START))
-passed=0; failed=0; skipped=0; cases=0
 for i in 0 1 2 3 4 5 6 7; do
   f=$LOGS/tests_$i.log
   passed=$((passed + $(grep -c '^\[       OK \]' "$f")))
@@ -120,10 +128,12 @@ for i in 0 1 2 3 4 5 6 7; do
   c=$(grep -o 'random cases diffed: [0-9]*' "$f" | tail -1 | awk '{print $4}')
   cases=$((cases + ${c:-0}))
 done
+fi
 
 # 2. compute-sanitizer over a reduced run (fused and unfused kernels, planted bugs, bad input).
 SAN_FILTER='Shards/RandomCases.GpuMatchesReference/0:PlantedBug.*:BadInput.*:LegacyWrap.*:DenseInsert.*:Shards/GpuRead.*/0:GpuReadBadInput.*'
 san_errors() { grep -oE '(ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors)' "$1" | tail -1 | grep -oE '[0-9]+'; }
+if want sanitizers; then
 for tool in memcheck racecheck; do
   KVO_GPU_CASES=$SAN_CASES KVO_DENSE_CASES=10 KVO_GPU_READ_CASES=4 KVO_GPU_READ_LONG=0 timeout $(budget 150) compute-sanitizer --tool $tool --print-limit 20 \
     "$BIN/test_gpu_write" --gtest_filter="$SAN_FILTER" >"$LOGS/sanitizer_$tool.log" 2>&1
@@ -133,8 +143,10 @@ MEMCHECK=$(san_errors "$LOGS/sanitizer_memcheck.log"); RACECHECK=$(san_errors "$
 MEMCHECK_TESTS=$(grep -c '^\[       OK \]' "$LOGS/sanitizer_memcheck.log")
 RACECHECK_TESTS=$(grep -c '^\[       OK \]' "$LOGS/sanitizer_racecheck.log")
 T_SAN=$(($(date +%s) - START))
+fi
 
 # 3. Benchmarks (about 10 s).
+if want bench; then
 timeout $(budget 150) "$BIN/bench_write_gpu" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json \
   >"$LOGS/bench.txt" 2>&1
 echo "exit $?" >>"$LOGS/bench.txt"
@@ -142,8 +154,10 @@ timeout $(budget 200) "$BIN/bench_read_gpu" --benchmark_out="$OUT/bench_read.jso
   >"$LOGS/bench_read.txt" 2>&1
 echo "exit $?" >>"$LOGS/bench_read.txt"
 T_BENCH=$(($(date +%s) - START))
+fi
 
 # 3b. The CLI campaign with every subject (CPU and CUDA), as `kvoracle check` runs it.
+if want cli; then
 timeout $(budget 90) "$BIN/kvoracle" check --cases 300 >"$LOGS/kvoracle_check.txt" 2>&1
 echo "exit $?" >>"$LOGS/kvoracle_check.txt"
 # 3b'. The committed traces replayed on every subject (CPU and CUDA), writes, indexer and attention.
@@ -154,22 +168,37 @@ for t in "$ROOT"/traces/data/*.st; do
   timeout $(budget 120) "$BIN/kvoracle" replay "$t" --ops "$ops" >>"$LOGS/kvoracle_replay.txt" 2>&1
   echo "exit $? $(basename "$t")" >>"$LOGS/kvoracle_replay.txt"
 done
-# 3c. The mutation score with the CUDA mutants (bugs planted in the fused kernel) included.
-timeout $(budget 90) "$BIN/kvoracle" mutants --cases 200 --seeds 1 >"$LOGS/kvoracle_mutants.txt" 2>&1
-echo "exit $?" >>"$LOGS/kvoracle_mutants.txt"
 T_CLI=$(($(date +%s) - START))
+fi
+# 3c. The mutation score with the CUDA mutants (bugs planted in the fused kernel) included.
+if want mutants; then
+timeout $(budget 100) "$BIN/kvoracle" mutants --cases 200 --seeds 1 >"$LOGS/kvoracle_mutants.txt" 2>&1
+echo "exit $?" >>"$LOGS/kvoracle_mutants.txt"
+T_MUT=$(($(date +%s) - START))
+fi
 # 3f. The Python package on the GPU (issue 13): the NumPy tests, torch ops and Triton kernels
 # judged through the adapters (one [py-gpu] line per subject), examples/python, then what the
 # Python path costs against the C++ campaign.
 wait  # the extension's build (section 0b), if still running
+if want python; then
 PYTHONPATH=$PYBUILD timeout $(budget 420) "$PY" -m pytest -q -s -p no:cacheprovider -rs \
   "$ROOT/python/tests" "$ROOT/examples/python" >"$LOGS/python_tests.txt" 2>&1
 echo "exit $?" >>"$LOGS/python_tests.txt"
 PYTHONPATH=$PYBUILD timeout $(budget 120) "$PY" "$ROOT/python/bench/bench_python_path.py" \
   >"$LOGS/python_bench.txt" 2>&1
 echo "exit $?" >>"$LOGS/python_bench.txt"
-
 T_PY=$(($(date +%s) - START))
+fi
+# 3e. The user's-kernel example (examples/cpp): its CUDA twin judged in device memory through the
+# device subjects (each kernel passes, each planted bug fails), then under compute-sanitizer.
+if want example; then
+timeout $(budget 200) "$BIN/test_my_cuda_kernels" >"$LOGS/example_cuda.txt" 2>&1
+echo "exit $?" >>"$LOGS/example_cuda.txt"
+KVO_CASES=20 timeout $(budget 150) compute-sanitizer --tool memcheck --print-limit 20 "$BIN/test_my_cuda_kernels" \
+  >"$LOGS/example_cuda_memcheck.txt" 2>&1
+echo "exit $?" >>"$LOGS/example_cuda_memcheck.txt"
+EXAMPLE_MEMCHECK=$(san_errors "$LOGS/example_cuda_memcheck.txt")
+fi
 # 3d. The real-kernel modes (SPEC 2, 7): div_approx (div.full.f32) judged by admissible sets; mode
 # detection of the CUDA subjects told a mode; the flash attention under its profile and under fp32.
 modes() {  # label, then the kvoracle arguments
@@ -178,6 +207,7 @@ modes() {  # label, then the kvoracle arguments
   timeout $(budget 90) "$BIN/kvoracle" "$@" --no-shrink >>"$LOGS/kvoracle_modes.txt" 2>&1
   echo "exit $? $label" >>"$LOGS/kvoracle_modes.txt"
 }
+if want modes; then
 modes div_approx check --subject cuda-fused,cuda-unfused --ops write --scale-mode div_approx --cases 300
 modes detect_told_mul_recip check --subject cuda-fused --detect-modes --ops write --cases 100 \
   --scale-mode mul_recip --kv-dtype bf16
@@ -189,43 +219,46 @@ modes flash_bf16_p check --subject cuda-flash-bf16 --ops attention --cases 300
 modes flash_under_fp32 check --subject cuda-flash-bf16 --ops attention --cases 300 --profile fp32
 modes detect_profiles check --subject cuda-flash-bf16,cuda-fast,cuda-canonical --detect-modes \
   --ops attention --cases 100
-
-# 3e. The user's-kernel example (examples/cpp): its CUDA twin judged in device memory through the
-# device subjects (each kernel passes, each planted bug fails), then under compute-sanitizer.
-timeout $(budget 200) "$BIN/test_my_cuda_kernels" >"$LOGS/example_cuda.txt" 2>&1
-echo "exit $?" >>"$LOGS/example_cuda.txt"
-KVO_CASES=20 timeout $(budget 150) compute-sanitizer --tool memcheck --print-limit 20 "$BIN/test_my_cuda_kernels" \
-  >"$LOGS/example_cuda_memcheck.txt" 2>&1
-echo "exit $?" >>"$LOGS/example_cuda_memcheck.txt"
-EXAMPLE_MEMCHECK=$(san_errors "$LOGS/example_cuda_memcheck.txt")
+fi
 
 T_MODES=$(($(date +%s) - START))
 # 6. Short table, last.
 {
   cat "$LOGS/machine.txt"
+  echo "stages: $STAGES"
   echo
-  echo "GPU tests: $passed passed, $failed failed, $skipped skipped; random cases diffed: $cases (t=${T_TESTS}s)"
-  grep -h 'dense insert cases diffed' "$LOGS"/tests_*.log
-  grep -h '^\[gpu-fast\] ' "$LOGS"/tests_*.log
-  echo "read cases diffed (canonical: indexer + sparse + dense attention, bit-exact; fast: top-k + sparse attention, foreign mode): $(grep -ho 'read cases diffed: [0-9]*' "$LOGS"/tests_*.log | awk '{s += $4} END {print s}')"
-  grep -h '^\[  FAILED  \].*(' "$LOGS"/tests_*.log | head -5
-  echo "compute-sanitizer: memcheck ${MEMCHECK:-?} errors ($MEMCHECK_TESTS tests ok), racecheck ${RACECHECK:-?} errors ($RACECHECK_TESTS tests ok) (t=${T_SAN}s)"
-  echo "kvoracle check --cases 300:"
-  grep -E '^(cpu|cuda)-|^result|exit' "$LOGS/kvoracle_check.txt"
-  echo "kvoracle replay of the committed traces:"
-  grep -E '^exit|result' "$LOGS/kvoracle_replay.txt"
-  echo "kvoracle mutants --cases 200 --seeds 1 (the median over 20 seeds: the CPU run):"
-  grep -E '^cuda-|^killed|exit' "$LOGS/kvoracle_mutants.txt"
-  echo "examples/cpp CUDA twin (device subjects): $(grep -c '^\[       OK \]' "$LOGS/example_cuda.txt") passed, $(grep -c '^\[  FAILED  \].*(' "$LOGS/example_cuda.txt") failed, $(grep -c '^\[  SKIPPED \].*(' "$LOGS/example_cuda.txt") skipped; memcheck ${EXAMPLE_MEMCHECK:-?} errors; $(tail -1 "$LOGS/example_cuda.txt")"
-  grep -h '^\[gpu-device-subject\]' "$LOGS"/tests_*.log
-  echo "Python package ($PY, extension build: $(tail -1 "$LOGS/python_build.txt")): $(grep -E '(passed|failed|error)' "$LOGS/python_tests.txt" | tail -1)"
-  grep -h '^\[py-gpu\]' "$LOGS/python_tests.txt"
-  grep -h '^FAILED\|^ERROR' "$LOGS/python_tests.txt" | head -5
-  cat "$LOGS/python_bench.txt"
-  echo "real-kernel modes (div_approx, mode detection, flash profiles):"
-  grep -E '^cuda-[a-z0-9-]+ +(write|dense|attention) |^mode detection|^  per mode|^  no combination|^exit' \
-    "$LOGS/kvoracle_modes.txt"
-  python3 - "$OUT/bench_read.json" <<'PY'
+  if want tests; then
+    echo "GPU tests: $passed passed, $failed failed, $skipped skipped; random cases diffed: $cases (t=${T_TESTS}s)"
+    grep -h 'dense insert cases diffed' "$LOGS"/tests_*.log
+    grep -h '^\[gpu-fast\] ' "$LOGS"/tests_*.log
+    echo "read cases diffed (canonical: indexer + sparse + dense attention, bit-exact; fast: top-k + sparse attention, foreign mode): $(grep -ho 'read cases diffed: [0-9]*' "$LOGS"/tests_*.log | awk '{s += $4} END {print s}')"
+    grep -h '^\[  FAILED  \].*(' "$LOGS"/tests_*.log | head -5
+    grep -h '^\[gpu-device-subject\]' "$LOGS"/tests_*.log
+  fi
+  want sanitizers && echo "compute-sanitizer: memcheck ${MEMCHECK:-?} errors ($MEMCHECK_TESTS tests ok), racecheck ${RACECHECK:-?} errors ($RACECHECK_TESTS tests ok) (t=${T_SAN}s)"
+  if want cli; then
+    echo "kvoracle check --cases 300:"
+    grep -E '^(cpu|cuda)-|^result|exit' "$LOGS/kvoracle_check.txt"
+    echo "kvoracle replay of the committed traces:"
+    grep -E '^exit|result' "$LOGS/kvoracle_replay.txt"
+  fi
+  if want mutants; then
+    echo "kvoracle mutants --cases 200 --seeds 1 (the median over 20 seeds: the CPU run):"
+    grep -E '^cuda-|^killed|exit' "$LOGS/kvoracle_mutants.txt"
+  fi
+  want example && echo "examples/cpp CUDA twin (device subjects): $(grep -c '^\[       OK \]' "$LOGS/example_cuda.txt") passed, $(grep -c '^\[  FAILED  \].*(' "$LOGS/example_cuda.txt") failed, $(grep -c '^\[  SKIPPED \].*(' "$LOGS/example_cuda.txt") skipped; memcheck ${EXAMPLE_MEMCHECK:-?} errors; $(tail -1 "$LOGS/example_cuda.txt")"
+  want python && echo "Python package ($PY, extension build: $(tail -1 "$LOGS/python_build.txt")): $(grep -E '(passed|failed|error)' "$LOGS/python_tests.txt" | tail -1)"
+  if want python; then
+    grep -h '^\[py-gpu\]' "$LOGS/python_tests.txt"
+    grep -h '^FAILED\|^ERROR' "$LOGS/python_tests.txt" | head -5
+    cat "$LOGS/python_bench.txt"
+  fi
+  if want modes; then
+    echo "real-kernel modes (div_approx, mode detection, flash profiles):"
+    grep -E '^cuda-[a-z0-9-]+ +(write|dense|attention) |^mode detection|^  per mode|^  no combination|^exit' \
+      "$LOGS/kvoracle_modes.txt"
+  fi
+  want bench && python3 - "$OUT/bench_read.json" <<'PY'
 import json, sys
 try:
     runs = json.load(open(sys.argv[1]))["benchmarks"]
@@ -247,7 +280,7 @@ for r in runs:
         b = int(n.split("batch:")[1].split("/")[0]); L = int(n.split("context:")[1].split("/")[0])
         print("%5d %8d %10.2f %10.2f %10.2f %8.1f %8.2f %9.2f  %s" % (b, L, r["canonical_us"], r["fast_us"], r["read_once_us"], r["MB"], r["x_read"], r["x_read_fast"], ok(r["x_read"] <= 2)))
 PY
-  python3 - "$OUT/bench.json" <<'PY'
+  want bench && python3 - "$OUT/bench.json" <<'PY'
 import json, sys
 try:
     runs = json.load(open(sys.argv[1]))["benchmarks"]
@@ -280,7 +313,7 @@ for name, r in row.items():
         r["x_empty_pdl"], r["speedup"], r["speedup_pdl"], r["bw_frac"], r["bw_frac_pdl"], hot, ", ".join(notes)))
 print("(times in us per layer; xEmpty = fused / plain empty launch; bwFrac = (bytes read + written) / time / copy bandwidth; fp8: K/V scale 0.37 (division), fp8s1: scale 1.0)")
 PY
-  echo "stage ends (s from start): tests ${T_TESTS}, sanitizers ${T_SAN}, benchmarks ${T_BENCH}, check+replay+mutants ${T_CLI}, python ${T_PY}, modes+example ${T_MODES}"
+  echo "stage ends (s from start): tests ${T_TESTS}, sanitizers ${T_SAN}, benchmarks ${T_BENCH}, check+replay ${T_CLI}, mutants ${T_MUT}, python ${T_PY}, modes+example ${T_MODES}"
   echo "whole run $(($(date +%s) - START))s of a ${KVO_DEADLINE_S:-550}s budget (a stage cut short by it shows exit 124)"
 } >"$OUT/summary.txt" 2>&1
 tar czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null

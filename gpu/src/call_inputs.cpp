@@ -29,6 +29,10 @@ std::int64_t kv_buffer_bytes(const spec::ModelConfig& c) {
 
 std::int64_t index_buffer_bytes(const spec::ModelConfig& c) {
   const spec::CacheGeometry& g = c.geometry;
+  if (!c.index_strides.dense()) {  // SPEC 3: the view's blocks past its offset
+    return (c.index_strides.offset + g.num_blocks * c.index_strides.block) *
+           spec::index_stride_bytes(c);
+  }
   if (c.index.layout == spec::IndexLayout::kBlockScale) {
     return g.num_blocks * g.block_size * (g.index_dim + (g.index_dim / spec::kScaleGroup) * 4);
   }
@@ -253,13 +257,19 @@ DeviceKvCaches cache_views(const spec::ModelConfig& c, void* k_body, void* v_bod
   v.v = {v_body != nullptr ? first(v_body, st.offset) : first(k_body, st.offset + st.kv_part), et,
          logical, strides};
   if (index_body != nullptr) {
+    // The index-K view (SPEC 3): from its first element, with its strides.
+    const spec::IndexStrides iv = spec::index_view(c);
+    void* index_first =
+        static_cast<std::uint8_t*>(index_body) + iv.offset * spec::index_stride_bytes(c);
     if (c.index.layout == spec::IndexLayout::kBlockScale) {
       const std::int64_t block_bytes =
           g.block_size * g.index_dim + g.block_size * (g.index_dim / spec::kScaleGroup) * 4;
-      v.index_cache = contiguous_tensor(index_body, ElementType::kU8, {g.num_blocks, block_bytes});
+      v.index_cache = {index_first, ElementType::kU8, {g.num_blocks, block_bytes}, {iv.block, 1}};
     } else {
-      v.index_cache = contiguous_tensor(index_body, element_type_of(c.index.flat_dtype),
-                                        {g.num_blocks, g.block_size, g.index_dim});
+      v.index_cache = {index_first,
+                       element_type_of(c.index.flat_dtype),
+                       {g.num_blocks, g.block_size, g.index_dim},
+                       {iv.block, iv.token, 1}};
     }
   }
   return v;

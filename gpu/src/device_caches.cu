@@ -123,10 +123,7 @@ DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::Lay
   // owns), at least 256 bytes.
   const std::int64_t kv_token_bytes =
       detail::kv_strides(c).token * static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
-  const std::int64_t index_token_bytes =
-      c.geometry.index_dim * (c.index.layout == spec::IndexLayout::kFlat
-                                  ? static_cast<std::int64_t>(spec::dtype_bytes(c.index.flat_dtype))
-                                  : 1);
+  const std::int64_t index_token_bytes = spec::index_view(c).token * spec::index_stride_bytes(c);
   const std::size_t margin =
       round_up(static_cast<std::size_t>(std::max<std::int64_t>(kv_token_bytes, index_token_bytes)));
   std::size_t total = margin;
@@ -137,8 +134,16 @@ DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::Lay
   }
   total += margin;
   impl_->memory = DeviceBuffer(total);
-  impl_->memory.fill(kMarginPoison);
   std::uint8_t* base = impl_->memory.data();
+  // The margin poison everywhere but over the buffers, which their own poison or bytes cover
+  // next (a huge buffer is not written twice).
+  std::size_t at = 0;
+  for (std::size_t i = 0; i <= caches.buffers.size(); ++i) {
+    const std::size_t next = i < caches.buffers.size() ? impl_->offsets[i] : total;
+    detail::check_cuda(cudaMemset(base + at, kMarginPoison, next - at), "cudaMemset(margins)");
+    if (i < caches.buffers.size())
+      at = next + static_cast<std::size_t>(caches.buffers[i].storage.size());
+  }
   for (std::size_t i = 0; i < caches.buffers.size(); ++i) {
     const spec::CacheBuffer& b = caches.buffers[i];
     if (b.storage.is_lazy()) {

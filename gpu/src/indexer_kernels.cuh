@@ -23,10 +23,11 @@
 namespace kvo::gpu::detail {
 
 struct IndexArgs : BatchView {
-  const unsigned char* cache;
-  const unsigned char* iq;  // [Tq, nih, idim] of iq_dtype
-  float* scores;            // [Tq, score_rows, max_nv]
-  int* ids;                 // [Tq, nkv, topk * lanes]
+  const unsigned char* cache;    // the index-K view's first element (SPEC 3)
+  long long ix_block, ix_token;  // the view's block and token-row strides in bytes
+  const unsigned char* iq;       // [Tq, nih, idim] of iq_dtype
+  float* scores;                 // [Tq, score_rows, max_nv]
+  int* ids;                      // [Tq, nkv, topk * lanes]
   int nih;
   int iq_dtype;    // the activation dtype, or e4m3 (SPEC 5 fp8 index-Q)
   int score_rows;  // nkv * lanes: KV heads (index_group max) or index heads (union)
@@ -36,6 +37,7 @@ struct IndexArgs : BatchView {
   unsigned key_mask;  // the top spec::TopkForm::key_bits bits of each score's image (fast only)
   int id_mask;        // TopkArgs::id_mask
   int tile;           // tokens per staged tile
+  int unit;           // bytes per staging copy: divides every index-K row's address and size
   long long sb, topk, init_blocks, local_blocks, max_nv;
   float score_factor;  // 1 or fl(index_dim^-0.5): token score = fl(dot * score_factor)
   int index_nan;       // spec::IndexNan
@@ -92,12 +94,10 @@ __global__ void __launch_bounds__(kScoreThreads) index_score_kernel(IndexArgs a)
   float* sc_s = reinterpret_cast<float*>(smem + lay.scales);
   const long long first = jb * a.sb;
   const int visible = static_cast<int>(pos - first + 1 < a.sb ? pos - first + 1 : a.sb);
-  const long long page_bytes =
-      kBlockScale ? g.block_size * (idim + scale_groups * 4) : g.block_size * row_bytes;
   for (int i = threadIdx.x; i < visible; i += blockDim.x) {
     const long long t = first + i, o = t % g.block_size;
-    const long long page = a.table[r * g.max_blocks + t / g.block_size] * page_bytes;
-    voff_s[i] = page + o * row_bytes;
+    const long long page = a.table[r * g.max_blocks + t / g.block_size] * a.ix_block;
+    voff_s[i] = page + o * a.ix_token;
     soff_s[i] = page + g.block_size * idim + o * scale_groups * 4;
   }
   const int ab = dtype_size(a.iq_dtype);
@@ -105,9 +105,9 @@ __global__ void __launch_bounds__(kScoreThreads) index_score_kernel(IndexArgs a)
     iq_s[e] = load_act(a.iq + (row * nih * idim + e) * ab, a.iq_dtype);
   for (int e = threadIdx.x; e < segs * nih; e += blockDim.x) best_s[e] = -INFINITY, nan_s[e] = 0;
   __syncthreads();
-  // Pages of 3 or 17 block-scaled rows start at 4-byte boundaries: the unit divides both sizes.
-  const int unit =
-      copy_unit(row_bytes) < copy_unit(page_bytes) ? copy_unit(row_bytes) : copy_unit(page_bytes);
+  // Pages of 3 or 17 block-scaled rows start at 4-byte boundaries: the unit (the launch's
+  // copy_unit of row, token and block strides and the view's start) divides every row's offset.
+  const int unit = a.unit;
   for (int t0 = 0; t0 < visible; t0 += a.tile) {
     const int n = visible - t0 < a.tile ? visible - t0 : a.tile;
     stage_rows(raw, a.cache, voff_s, t0, n, row_bytes, unit);
@@ -252,6 +252,15 @@ void launch_indexer_topk_t(const spec::ModelConfig& c, const spec::IndexerParams
   IndexArgs a{};
   static_cast<BatchView&>(a) = batch_view(c, b);
   a.cache = static_cast<const unsigned char*>(ix.index_cache);
+  // SPEC 3: the index-K view's strides, in bytes.
+  const spec::IndexStrides view = spec::index_view(c);
+  a.ix_block = view.block * spec::index_stride_bytes(c);
+  a.ix_token = view.token * spec::index_stride_bytes(c);
+  const auto start = static_cast<long long>(reinterpret_cast<std::uintptr_t>(ix.index_cache));
+  require(start % 4 == 0 && a.ix_block % 4 == 0 && a.ix_token % 4 == 0,
+          "indexer: the index-K view's start and strides must be multiples of 4 bytes");
+  a.unit = std::min(
+      {copy_unit(row_bytes), copy_unit(a.ix_block), copy_unit(a.ix_token), copy_unit(start)});
   a.iq = static_cast<const unsigned char*>(ix.index_q);
   a.scores = ix.scores;
   a.ids = ix.ids;

@@ -32,6 +32,9 @@ enum class WriteBug : std::uint8_t {
   kPerHeadScaleAsHead0,   ///< per-head K/V scales read as head 0's (a scalar-scale kernel)
   kInt32Offset,           ///< K/V element offsets in int32: past 2^31 they wrap (vllm#50427)
   kZeroGroupScale,        ///< blockscale without the amax floor: a zero group gets scale 0
+  kFp8FlushToZero,        ///< fp8 K/V: a subnormal code flushed to signed zero
+  kRoundHalfAway,         ///< fp8 K/V: a tie rounded away from zero, not to even
+  kVectorTailOverrun,     ///< a head row of 8 (mod 16) bytes stored with 16-byte vectors
 };
 
 /// How the index-K row of a sparse layer is stored.
@@ -54,7 +57,9 @@ struct FusedParams {
   std::int64_t num_tokens = 0;
   std::int64_t block_size = 1;
   std::int64_t capacity = 0;
-  std::int64_t index_block_bytes = 0;  ///< blockscale: bytes of one block (values then scales)
+  /// The index-K view's block and token strides (SPEC 3; index_cache at its first element): flat
+  /// in elements, blockscale in bytes (token: idim, each block's values then scales packed).
+  std::int64_t index_block = 0, index_token = 0;
   std::int32_t nkv = 1, hd = 8, idim = 0, groups = 0;
   std::int32_t tile_tokens = 1;  ///< tokens per thread block
   FastDiv items_per_token;       ///< K/V items (+ flat index items) of one token

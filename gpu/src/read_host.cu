@@ -44,7 +44,8 @@ struct DeviceRows {
 };
 
 /// The first K (or one KV) and V elements of a mirror's bodies (a strided view's offset in, SPEC
-/// 3; V == K for the one-tensor layouts, whose kernels offset V themselves).
+/// 3; V == K for the packed and split layouts, whose kernels offset V themselves; nhd / hnd as one
+/// allocation: V kv_part elements after K, its own view).
 const void* first_element(const DeviceCacheMirror& m, const spec::ModelConfig& c,
                           spec::BufferKind b) {
   return static_cast<const std::uint8_t*>(m.body(b)) +
@@ -56,7 +57,11 @@ const void* k_body(const DeviceCacheMirror& m, const spec::ModelConfig& c) {
                        spec::kv_in_one_tensor(c) ? spec::BufferKind::kKv : spec::BufferKind::kK);
 }
 const void* v_body(const DeviceCacheMirror& m, const spec::ModelConfig& c) {
-  return spec::kv_in_one_tensor(c) ? k_body(m, c) : first_element(m, c, spec::BufferKind::kV);
+  if (spec::kv_in_one_tensor(c.layout)) return k_body(m, c);
+  if (!spec::kv_in_one_tensor(c)) return first_element(m, c, spec::BufferKind::kV);
+  return static_cast<const std::uint8_t*>(k_body(m, c)) +
+         detail::kv_strides(c).kv_part *
+             static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
 }
 
 }  // namespace
@@ -110,8 +115,9 @@ std::vector<std::int32_t> detail::indexer_topk_host_via(
                                spec::selection_lanes(p, c.geometry.num_kv_heads) * max_nvalid) *
       sizeof(float));
   launch(c, p, d_rows.view,
-         {mirror.body(spec::BufferKind::kIndexK), d_q.data(), max_nvalid, d_scores.as<float>(),
-          d_out.as<std::int32_t>(), form},
+         {static_cast<const std::uint8_t*>(mirror.body(spec::BufferKind::kIndexK)) +
+              spec::index_view(c).offset * spec::index_stride_bytes(c),
+          d_q.data(), max_nvalid, d_scores.as<float>(), d_out.as<std::int32_t>(), form},
          kernel, nullptr);
   check_cuda(cudaDeviceSynchronize(), "indexer");
   d_out.download(ids.data(), ids.size() * sizeof(std::int32_t));

@@ -8,6 +8,9 @@ namespace kvo::gpu::detail {
 
 ReadGeom make_geom(const spec::ModelConfig& c, std::int64_t max_blocks) {
   const KvStrides st = kv_strides(c);
+  // The kernels offset V by kv_part in the one-tensor layouts (packed, split: V == K's pointer);
+  // nhd and hnd views of one allocation hand V's own first element, as two separate tensors do.
+  const std::int64_t v_from_k = spec::kv_in_one_tensor(c.layout) ? st.kv_part : 0;
   return {c.geometry.num_blocks,
           c.geometry.block_size,
           c.geometry.num_kv_heads,
@@ -23,7 +26,7 @@ ReadGeom make_geom(const spec::ModelConfig& c, std::int64_t max_blocks) {
           st.block,
           st.token,
           st.head,
-          st.kv_part};
+          v_from_k};
 }
 
 BatchView batch_view(const spec::ModelConfig& c, const DeviceReadBatch& b) {

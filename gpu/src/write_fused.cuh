@@ -150,6 +150,31 @@ __device__ float one_code_beyond(float x, float s, bool via_model, Saturation sa
   return value_of<C>(out);
 }
 
+/// kFp8FlushToZero and kRoundHalfAway: the fp8 code of y as the planted cast gives it: the
+/// production code, then a subnormal code flushed to its signed zero, or a tie (y exactly halfway
+/// between its code and the next one away from zero) given the code away from zero.
+template <DType C, WriteBug F>
+__device__ std::uint32_t planted_fp8_code(float y, Saturation sat) {
+  const std::uint32_t code = code_of<C>(y, sat);
+  if constexpr (F == WriteBug::kFp8FlushToZero) {
+    constexpr int kMantissaBits = C == DType::kFp8E4M3 ? 3 : 2;
+    const std::uint32_t magnitude = code & 0x7Fu;
+    return magnitude != 0u && (magnitude >> kMantissaBits) == 0u ? code & 0x80u : code;
+  } else {
+    const std::uint32_t away =
+        code_of<C>(nextafterf(y, copysignf(__int_as_float(0x7F800000), y)), sat);
+    const bool tie =
+        isfinite(y) && away != code && fabsf(value_of<C>(away) - y) == fabsf(value_of<C>(code) - y);
+    return tie ? away : code;
+  }
+}
+
+/// Bugs of the planted fp8 cast (planted_fp8_code): eight codes in one 8-byte store.
+template <DType C, WriteBug F>
+inline constexpr bool kPlantedFp8Cast = (C == DType::kFp8E4M3 || C == DType::kFp8E5M2) &&
+                                        (F == WriteBug::kFp8FlushToZero ||
+                                         F == WriteBug::kRoundHalfAway);
+
 /// 16-bit activations: 4 blocks of 256 per SM (64 registers, no spill); f32 ones need more.
 /// F: the planted bug (kNone in production); kWrapNegativeSlots wraps -1 in strict mode too.
 template <DType A, DType C, int U, WriteBug F>
@@ -259,11 +284,10 @@ __global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
             } else {
               page_offset_truncated(p, islot, page, off);
             }
+            // Blockscale: byte offsets of the row's values and scales; flat: element base.
+            ix = page * p.index_block + off * p.index_token;
             if (p.index_mode == IndexMode::kBlockScale) {
-              ix = page * p.index_block_bytes + off * p.idim;
-              sc = page * p.index_block_bytes + p.block_size * p.idim + off * p.groups * 4;
-            } else {
-              ix = (page * p.block_size + off) * p.idim;
+              sc = page * p.index_block + p.block_size * p.idim + off * p.groups * 4;
             }
           }
         }
@@ -309,8 +333,25 @@ __global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
             y[i] = one_code_beyond<A, C>(x[i], info[u].s, p.via_model, p.sat);
         }
       }
-      void* cache = info[u].part == 0 ? p.k_cache : p.v_cache;
-      store8<kStored>(static_cast<std::uint8_t*>(cache) + e * kBytes<C>, y, p.sat);
+      std::uint8_t* dst =
+          static_cast<std::uint8_t*>(info[u].part == 0 ? p.k_cache : p.v_cache) + e * kBytes<C>;
+      if constexpr (kPlantedFp8Cast<C, F>) {
+        std::uint32_t w[2] = {0u, 0u};
+#pragma unroll
+        for (int i = 0; i < kVec; ++i)
+          w[i / 4] |= planted_fp8_code<C, F>(y[i], p.sat) << (8 * (i % 4));
+        *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+        continue;
+      }
+      store8<kStored>(dst, y, p.sat);
+      if constexpr (F == WriteBug::kVectorTailOverrun) {
+        // The head row's last item stored as a whole 16-byte vector: the bytes past the row's end
+        // up to the next multiple of 16 (from the row's start) become zero.
+        const auto tail = static_cast<int>(p.hd * kBytes<C> % 16);
+        if (tail != 0 && d8 + 1 == p.head_items.div) {
+          for (int b = 0; b < 16 - tail; ++b) dst[kVec * kBytes<C> + b] = 0;
+        }
+      }
     }
   }
 
@@ -413,6 +454,10 @@ int launch_fused_write_t(const spec::ModelConfig& config, spec::LayerKind kind,
                     ? static_cast<void*>(static_cast<std::uint8_t*>(caches.k) + v_part * eb)
                     : caches.v;
     p.st.kv_part = 0;
+    spec::ModelConfig dense_index = config;  // the index-K view's strides ignored likewise
+    dense_index.index_strides = {};
+    p.index_block = spec::index_view(dense_index).block;
+    p.index_token = spec::index_view(dense_index).token;
   }
   if constexpr (F == WriteBug::kPerHeadScaleAsHead0) p.per_head_scale = false;
   // A bug of the host's arguments runs production's kernels.

@@ -103,8 +103,20 @@ FusedParams make_params(const spec::ModelConfig& c, spec::LayerKind kind,
   p.hd = static_cast<std::int32_t>(g.head_dim);
   p.idim = static_cast<std::int32_t>(sparse ? g.index_dim : 0);
   p.groups = static_cast<std::int32_t>(sparse ? g.index_dim / spec::kScaleGroup : 0);
-  p.index_block_bytes =
-      g.block_size * g.index_dim + g.block_size * (g.index_dim / spec::kScaleGroup) * 4;
+  const spec::IndexStrides index_view = spec::index_view(c);
+  p.index_block = index_view.block;
+  p.index_token = index_view.token;
+  if (sparse) {
+    // The index-K stores: flat rows as 8-element vectors, blockscale values and scales as 4-byte
+    // words; a view (SPEC 3) whose rows break that alignment is not one this kernel takes.
+    const std::int64_t unit = spec::index_stride_bytes(c);
+    const std::int64_t align = c.index.layout == spec::IndexLayout::kBlockScale ? 4 : 8 * unit;
+    if ((p.index_block * unit) % align != 0 || (p.index_token * unit) % align != 0) {
+      throw spec::Unsupported("an index-K view whose rows are not " + std::to_string(align) +
+                              "-byte aligned (index_strides " +
+                              spec::index_strides_text(c.index_strides) + ")");
+    }
+  }
   p.row_items = make_fast_div(static_cast<std::uint32_t>(row / kVec));
   p.head_items = make_fast_div(static_cast<std::uint32_t>(g.head_dim / kVec));
   p.groups_div = make_fast_div(static_cast<std::uint32_t>(p.groups > 0 ? p.groups : 1));
@@ -251,7 +263,8 @@ void detail::write_layer_host_via(FusedLaunch fused, WritePath path, const spec:
   };
   dc.k = at(spec::kv_in_one_tensor(c) ? spec::BufferKind::kKv : spec::BufferKind::kK);
   dc.v = spec::kv_in_one_tensor(c) ? nullptr : at(spec::BufferKind::kV);
-  dc.index_k = mirror.body(spec::BufferKind::kIndexK);
+  dc.index_k = static_cast<std::uint8_t*>(mirror.body(spec::BufferKind::kIndexK)) +
+               spec::index_view(c).offset * spec::index_stride_bytes(c);
 
   // 3. Write, then bring every byte of every buffer back (guards too: a stray write shows).
   DeviceBuffer workspace;  // the unfused path's, alive until the kernels are done

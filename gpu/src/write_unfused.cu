@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kThreads)
   if (o == kMasked) return;
   float x[kVec];
   load8<A>(static_cast<const Act*>(p.index_k) + t * p.idim + c * kVec, x);
-  const std::int64_t e = (block64[t] * p.block_size + o) * p.idim + c * kVec;
+  const std::int64_t e = block64[t] * p.index_block + o * p.index_token + c * kVec;
   if (p.index_mode == IndexMode::kFlatBf16) {
     store8<DType::kBF16>(p.index_cache + e * 2, x, p.sat);
   } else {
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kThreads)
   const float s = blockscale_scale(amax, p.blockscale_mul_recip, p.ue8m0);
   float y[kVec];
   divide8(x, y, s);
-  const std::int64_t block_start = block64[t] * p.index_block_bytes;
+  const std::int64_t block_start = block64[t] * p.index_block;
   store8_e4m3_words(
       p.index_cache + block_start + o * p.idim + g * spec::kScaleGroup + lane16 * kVec, y);
   if (lane16 == 0) {

@@ -110,7 +110,7 @@ DenseCase make_case_impl(std::uint64_t seed, const CaseOverrides& o, const Dense
   c.slot_mode = fixed_or(o.slot_mode, spec::SlotMode::kStrict);
   c.slot_type =
       fixed_or(o.slot_type, rng.chance(1, 2) ? spec::SlotType::kI32 : spec::SlotType::kI64);
-  choose_kv_strides(seed, o.kv_strides, c);
+  choose_strides(seed, o.kv_strides, std::nullopt, c);  // dense layers: no index-K
   spec::DenseInsert& in = ic.in;
   const std::int64_t rows = tokens + padding + rng.uniform(0, 2);
   in.q = tensor(rng, c.act_dtype, {rows, nq, hd}, 8.0f);

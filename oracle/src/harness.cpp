@@ -89,10 +89,19 @@ std::optional<ElementCoord> locate(const reference::PagedCacheLayout& layout, Bu
   ElementCoord c;
   c.buffer = buffer;
   if (buffer == BufferKind::kIndexK) {
+    // A strided view (SPEC 3): past the offset, blocks of the view's stride; a remainder no
+    // block, token or dim reaches is padding.
+    const spec::IndexStrides view = spec::index_view(config);
+    const std::int64_t eb = layout.element_bytes(buffer);
+    std::int64_t e = byte / eb - view.offset;
+    c.padding = e < 0 || e / view.block >= g.num_blocks;
+    if (c.padding) return c;
+    c.block = e / view.block;
+    e -= c.block * view.block;
     if (config.index.layout == spec::IndexLayout::kBlockScale) {
-      const std::int64_t block_bytes = layout.blockscale_block_bytes();
-      c.block = byte / block_bytes;
-      std::int64_t in_block = byte % block_bytes;
+      std::int64_t in_block = e;
+      c.padding = in_block >= layout.blockscale_block_bytes();
+      if (c.padding) return c;
       const std::int64_t values = g.block_size * g.index_dim;
       if (in_block < values) {
         c.offset = in_block / g.index_dim;
@@ -107,13 +116,13 @@ std::optional<ElementCoord> locate(const reference::PagedCacheLayout& layout, Bu
       }
       return c;
     }
-    const std::int64_t eb = layout.element_bytes(buffer);
+    const std::int64_t offset = e / view.token;
+    e -= offset * view.token;
+    c.padding = offset >= g.block_size || e >= g.index_dim;
+    if (offset < g.block_size) c.offset = offset;
+    if (c.padding) return c;
     c.byte_in_element = byte % eb;
-    std::int64_t e = byte / eb;
-    c.dim = e % g.index_dim;
-    e /= g.index_dim;
-    c.offset = e % g.block_size;
-    c.block = e / g.block_size;
+    c.dim = e;
     return c;
   }
   if (layout.kv_buffer(0) != buffer && layout.kv_buffer(1) != buffer) return std::nullopt;
@@ -243,8 +252,9 @@ void materialise_slot(const reference::PagedCacheLayout& layout, spec::LayerCach
     const std::int64_t at = buf.guard_bytes;
     if (buf.kind == BufferKind::kIndexK) {
       const std::int64_t first = layout.index_value_byte(block, offset, 0);
-      const std::int64_t last = layout.index_value_byte(block, offset, g.index_dim - 1);
-      buf.storage.materialise(at + first, at + last + 1);
+      const std::int64_t end =
+          layout.index_value_byte(block, offset, g.index_dim - 1) + layout.element_bytes(buf.kind);
+      buf.storage.materialise(at + first, at + end);
       if (c.index.layout == spec::IndexLayout::kBlockScale) {
         const std::int64_t s0 = layout.index_scale_byte(block, offset, 0);
         buf.storage.materialise(at + s0, at + s0 + 4 * (g.index_dim / 128));
@@ -260,6 +270,30 @@ void materialise_slot(const reference::PagedCacheLayout& layout, spec::LayerCach
       }
     }
   }
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> block_byte_ranges(
+    const reference::PagedCacheLayout& layout, BufferKind buffer, std::int64_t block) {
+  const spec::CacheGeometry& g = layout.config().geometry;
+  const std::int64_t e = layout.element_bytes(buffer);
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  if (buffer == BufferKind::kIndexK) {
+    std::int64_t end = layout.index_value_byte(block, g.block_size - 1, g.index_dim - 1) + e;
+    if (layout.config().index.layout == spec::IndexLayout::kBlockScale) {
+      end =
+          layout.index_scale_byte(block, g.block_size - 1, g.index_dim / spec::kScaleGroup - 1) + 4;
+    }
+    out.emplace_back(layout.index_value_byte(block, 0, 0), end);
+    return out;
+  }
+  for (int kv = 0; kv < 2; ++kv) {
+    if (layout.kv_buffer(kv) != buffer) continue;
+    out.emplace_back(
+        layout.kv_element(kv, block, 0, 0, 0) * e,
+        (layout.kv_element(kv, block, g.block_size - 1, g.num_kv_heads - 1, g.head_dim - 1) + 1) *
+            e);
+  }
+  return out;
 }
 
 void materialise_block(const reference::PagedCacheLayout& layout, spec::LayerCaches& caches,

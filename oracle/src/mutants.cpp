@@ -186,7 +186,7 @@ std::vector<Mutant> build_catalogue() {
                            {}, subjects::WriteMutation::kZeroGroupScale));
   c.push_back(fused_mutant("strided-assumed-dense",
                            "flashinfer#527 / TensorRT-LLM#17285 class: a padded or pooled cache "
-                           "view addressed as the layout's dense tensor",
+                           "view (K/V or index-K) addressed as the layout's dense tensor",
                            {}, subjects::WriteMutation::kStridedAssumedDense));
   c.push_back(fused_mutant("vector-tail-overrun",
                            "a 16-byte vector store with no tail case: a head row whose bytes are "
@@ -404,7 +404,8 @@ std::vector<Mutant> build_catalogue() {
   cuda_write("cuda-hnd-nhd-stride-swap", "head and token strides exchanged, in the fused kernel",
              WriteFault::kSwapHndNhd);
   cuda_write("cuda-strided-assumed-dense",
-             "a strided cache view addressed as the dense tensor, in the fused kernel",
+             "a strided cache view (K/V or index-K) addressed as the dense tensor, in the fused "
+             "kernel",
              WriteFault::kStridedAssumedDense);
   cuda_write("cuda-per-head-scale-as-head-0",
              "per-head K/V scales read as head 0's, in the fused kernel",
@@ -421,6 +422,18 @@ std::vector<Mutant> build_catalogue() {
              "a token loop that exits at the first padding slot, ahead of the fused kernel: the "
              "real tokens after a -1 are never written",
              WriteFault::kMinusOneStopsWrite);
+  cuda_write("cuda-fp8-flush-to-zero",
+             "an fp8 cast compiled with flush-to-zero, in the fused kernel: subnormal K/V codes "
+             "become +-0",
+             WriteFault::kFp8FlushToZero);
+  cuda_write("cuda-fp8-round-half-away",
+             "an fp8 cast rounding ties away from zero where SPEC 2 rounds to even, in the fused "
+             "kernel",
+             WriteFault::kRoundHalfAway);
+  cuda_write("cuda-vector-tail-overrun",
+             "16-byte vector stores with no tail case, in the fused kernel: a head row of 8 (mod "
+             "16) bytes zeroes the 8 bytes past its end",
+             WriteFault::kVectorTailOverrun);
   // The real kernels' findings, planted in the CUDA write kernels (peer_findings.md).
   const auto cuda_finding = [&](const char* name, const char* models, CaseOverrides o,
                                 std::unique_ptr<Subject> (*make)(const std::string&)) {

@@ -157,6 +157,7 @@ void for_each_shared_dimension(F&& f) {
   f(&CaseOverrides::index_layout, &ReadOverrides::index_layout);
   f(&CaseOverrides::index_dtype, &ReadOverrides::index_dtype);
   f(&CaseOverrides::kv_strides, &ReadOverrides::kv_strides);
+  f(&CaseOverrides::index_strides, &ReadOverrides::index_strides);
 }
 
 /// The read overrides, the shared dimensions taken from the write overrides where the read ones
@@ -226,10 +227,12 @@ struct ReadCondition {
   ReadOps ops = ReadOps::kIndexer;
 };
 
-const std::array<ReadCondition, 15> kReadConditions{{
+const std::array<ReadCondition, 16> kReadConditions{{
     {{"strided_cache", "K/V caches read as strided views (padding between blocks, tokens, heads)"},
      [](const ReadPrepared& c) { return !c.rc.config.kv_strides.dense(); },
      ReadOps::kAttention},
+    {{"strided_index_cache", "the index-K cache read as a strided view (padded rows or blocks)"},
+     [](const ReadPrepared& c) { return !c.rc.config.index_strides.dense(); }},
     {{"padded_row", "a request with seq_len 0 (its rows all -1, attention +0)"},
      [](const ReadPrepared& c) {
        return std::count(c.rc.batch.seq_lens.begin(), c.rc.batch.seq_lens.end(), 0) > 0;

@@ -145,7 +145,7 @@ bool has_sparse(const WriteCase& c) {
          c.config.layers.end();
 }
 
-const std::array<WriteCondition, 15> kWriteConditions{{
+const std::array<WriteCondition, 16> kWriteConditions{{
     {{"bytes_past_2_31", "a K/V store past byte 2^31 of its buffer (int32 byte offsets wrap)"},
      [](const WriteCase& c) { return kv_write_end(c).second > (std::int64_t{1} << 31); }},
     {{"bytes_past_2_32", "a K/V store past byte 2^32 of its buffer (uint32 byte offsets wrap)"},
@@ -154,6 +154,8 @@ const std::array<WriteCondition, 15> kWriteConditions{{
      [](const WriteCase& c) { return kv_write_end(c).first > (std::int64_t{1} << 31); }},
     {{"strided_cache", "K/V caches as strided views: padding between blocks, tokens or heads"},
      [](const WriteCase& c) { return !c.config.kv_strides.dense(); }},
+    {{"strided_index_cache", "the index-K cache as a strided view: padded rows or blocks, offset"},
+     [](const WriteCase& c) { return has_sparse(c) && !c.config.index_strides.dense(); }},
     {{"minus_one_before_real", "a -1 slot before a real token's (not only a tail)"},
      [](const WriteCase& c) { return c.padding_interleaved; }},
     {{"legacy_wrap_padding", "legacy_wrap with -1 slots: they wrap onto the last slot"},
@@ -262,6 +264,8 @@ class WriteDriver final : public OpDriver {
                              spec::IndexLayout::kFlat));
     r.push_back(set_override("index_dim 8", &Overrides::write, &W::index_dim, std::int64_t{8}));
     r.push_back(set_override("dense caches", &Overrides::write, &W::kv_strides, spec::KvStrides{}));
+    r.push_back(
+        set_override("dense index-K", &Overrides::write, &W::index_strides, spec::IndexStrides{}));
     return r;
   }
 

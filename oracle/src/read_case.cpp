@@ -255,7 +255,7 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
 
   // Write every request's tokens through the reference write path, into strided views under the
   // strided theme (SPEC 3).
-  choose_kv_strides(seed, o.kv_strides, c);
+  choose_strides(seed, o.kv_strides, o.index_strides, c);
   const reference::PagedCacheLayout layout(c);
   rc.caches = oracle::make_layer_caches(layout, 0, spec::LayerKind::kSparse);
   // A huge cache's pages (harness.hpp): every block a row's table names, whole (reads touch a

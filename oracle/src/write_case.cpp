@@ -120,6 +120,7 @@ std::string CaseOverrides::to_flags() const {
   boolean("--separate-index-slots", separate_index_slots);
   boolean("--edge-values", edge_values);
   if (kv_strides) s << " --kv-strides " << spec::kv_strides_text(*kv_strides);
+  if (index_strides) s << " --index-strides " << spec::index_strides_text(*index_strides);
   return s.str();
 }
 
@@ -146,6 +147,7 @@ void apply_overrides(const CaseOverrides& o, spec::ModelConfig& c) {
   if (o.ue8m0) c.index.ue8m0 = *o.ue8m0;
   if (o.separate_index_slots) c.separate_index_slots = *o.separate_index_slots;
   if (o.kv_strides) c.kv_strides = *o.kv_strides;
+  if (o.index_strides) c.index_strides = *o.index_strides;
 }
 
 std::uint64_t case_seed(std::uint64_t campaign_seed, std::uint64_t index) {
@@ -212,12 +214,42 @@ std::int64_t draw_huge_blocks(std::uint64_t seed, const spec::ModelConfig& c) {
   return (target - fixed + per_block - 1) / per_block;
 }
 
-void choose_kv_strides(std::uint64_t seed, const std::optional<spec::KvStrides>& o,
-                       spec::ModelConfig& c) {
-  if (o) {
-    c.kv_strides = *o;
+spec::IndexStrides draw_index_strides(std::uint64_t seed, const spec::ModelConfig& c) {
+  SplitMix64 rng(reference::mix64(seed ^ 0x1D3E5ull));
+  const spec::CacheGeometry& g = c.geometry;
+  const bool block_scale = c.index.layout == spec::IndexLayout::kBlockScale;
+  // Steps of 16 bytes, in the view's units (elements of the flat dtype; bytes for blockscale).
+  const std::int64_t step =
+      block_scale ? 16 : 16 / static_cast<std::int64_t>(spec::dtype_bytes(c.index.flat_dtype));
+  // The surely padded axis: 0 token (flat only), 1 block, 2 offset.
+  const std::int64_t sure = rng.uniform(block_scale ? 1 : 0, 2);
+  const auto pad = [&](std::int64_t axis) { return step * (rng.uniform(0, 2) + (axis == sure)); };
+  spec::IndexStrides s;
+  std::int64_t extent = g.index_dim;
+  if (block_scale) {
+    extent = g.block_size * g.index_dim + g.block_size * (g.index_dim / spec::kScaleGroup) * 4;
+  } else {
+    s.token = g.index_dim + pad(0);
+    extent += (g.block_size - 1) * s.token;
+  }
+  s.block = extent + pad(1);
+  s.offset = pad(2);
+  return s;
+}
+
+void choose_strides(std::uint64_t seed, const std::optional<spec::KvStrides>& kv,
+                    const std::optional<spec::IndexStrides>& index, spec::ModelConfig& c) {
+  if (kv) {
+    c.kv_strides = *kv;
   } else if (theme_slot(seed) == kThemeStrided) {
     c.kv_strides = draw_kv_strides(seed, c);
+  }
+  if (index) {
+    c.index_strides = *index;
+  } else if (theme_slot(seed) == kThemeStrided &&
+             std::find(c.layers.begin(), c.layers.end(), spec::LayerKind::kSparse) !=
+                 c.layers.end()) {
+    c.index_strides = draw_index_strides(seed, c);
   }
 }
 
@@ -262,6 +294,11 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
   if (theme_slot(seed) == kThemeVectorTail) {
     if (!o.head_dim) c.geometry.head_dim = 40;
     if (!o.kv_dtype) c.kv.cache_dtype = spec::DType::kFp8E4M3;
+  }
+  // The strided theme views the index-K cache too: a mix of dense layers only gets a sparse last.
+  if (theme_slot(seed) == kThemeStrided && !o.layers &&
+      std::find(c.layers.begin(), c.layers.end(), spec::LayerKind::kSparse) == c.layers.end()) {
+    c.layers.back() = spec::LayerKind::kSparse;
   }
   // Drawn modes that the configuration makes meaningless take their defaults; an override that
   // contradicts another is the user's to fix (spec::validate names it).
@@ -372,7 +409,7 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
         std::max(needed, kMaxBufferElements / per_block / std::max<std::int64_t>(1, layers / 4));
     c.geometry.num_blocks = rng.uniform(needed, std::min(room, 2 * needed + 8));
   }
-  choose_kv_strides(seed, o.kv_strides, c);
+  choose_strides(seed, o.kv_strides, o.index_strides, c);
   if (huge) c.geometry.num_blocks = draw_huge_blocks(seed, c);
   spec::validate(c);
   const spec::CacheGeometry& g = c.geometry;

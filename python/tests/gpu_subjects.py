@@ -201,8 +201,8 @@ def _kv_write_kernel(k_ptr, v_ptr, slot_ptr, k_scale_ptr, v_scale_ptr, k_cache_p
 
 
 @triton.jit
-def _index_flat_kernel(x_ptr, slot_ptr, cache_ptr, block_size, index_dim,
-                       BLOCK_D: tl.constexpr):
+def _index_flat_kernel(x_ptr, slot_ptr, cache_ptr, block_size, index_dim, stride_block,
+                       stride_token, BLOCK_D: tl.constexpr):
     t = tl.program_id(0)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     if slot < 0:
@@ -212,13 +212,15 @@ def _index_flat_kernel(x_ptr, slot_ptr, cache_ptr, block_size, index_dim,
     x = tl.load(x_ptr + t.to(tl.int64) * index_dim + d, mask=m)
     page = slot // block_size
     off = slot % block_size
-    tl.store(cache_ptr + (page * block_size + off) * index_dim + d,
+    tl.store(cache_ptr + page * stride_block + off * stride_token + d,
              x.to(cache_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit
 def _index_blockscale_kernel(x_ptr, slot_ptr, values_ptr, scales_ptr, block_size, block_bytes,
                              INDEX_DIM: tl.constexpr):
+    # block_bytes: the stride of the cache's blocks (a strided view's, SPEC 3, or the dense one);
+    # values_ptr and scales_ptr: the cache from its first block, as bytes and as fp32 words.
     """vLLM/DeepSeek's index-K quantizer: per token and 128-element group, s = max(amax, 1e-4) / 448
     (correctly rounded: tl.math.div_rn), q = cvt_satfinite(x / s); the page block-major (all fp8
     rows, then the fp32 scales token-major)."""
@@ -263,32 +265,42 @@ def triton_fused_write(mul_recip: bool, check_negative: bool = True):
             return
         slots = call.index_slot_mapping if call.index_slot_mapping is not None else call.slot_mapping
         idim = cfg["index_dim"]
+        cache = call.index_cache  # its view's strides (SPEC 3) carried
         if cfg["index_layout"] == "flat":
-            _index_flat_kernel[(t,)](call.index_k, slots, call.index_cache, bs, idim,
-                                     BLOCK_D=triton.next_power_of_2(idim))
+            _index_flat_kernel[(t,)](call.index_k, slots, cache, bs, idim, cache.stride(0),
+                                     cache.stride(1), BLOCK_D=triton.next_power_of_2(idim))
         else:
             if cfg["ue8m0"] or cfg.get("blockscale_scale", "divide") != "divide":
                 raise Unsupported("this quantizer computes s = amax / 448 only")
-            block_bytes = call.index_cache.shape[1]
+            values, scales = _byte_and_word_views(cache)
             _index_blockscale_kernel[(t, idim // 128)](
-                call.index_k, slots, call.index_cache.view(torch.float8_e4m3fn),
-                call.index_cache.view(-1).view(torch.float32), bs, block_bytes, INDEX_DIM=idim)
+                call.index_k, slots, values, scales, bs, cache.stride(0), INDEX_DIM=idim)
 
     write.__name__ = "triton_fused_write_" + ("mul_recip" if mul_recip else "divide") + (
         "" if check_negative else "_no_negative_check")
     return write
 
 
+def _byte_and_word_views(cache):
+    """The cache's bytes from its first element to its last, as fp8 codes and as fp32 words (the
+    scales): what a kernel handed `cache.data_ptr()` addresses. The blocks are contiguous inside
+    (a byte view of the page) and 4-byte multiples, one block stride apart."""
+    run = torch.as_strided(cache, ((cache.shape[0] - 1) * cache.stride(0) + cache[0].numel(),),
+                           (1,))
+    return run.view(torch.float8_e4m3fn), run.view(torch.float32)
+
+
 def triton_indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale_fmt):
-    """vLLM's `indexer_k_quant_and_cache` signature over the Triton blockscale quantizer: k
-    [T_src, index_dim]; kv_cache [num_blocks, block_size, index_dim + index_dim / 128 * 4] uint8, a
-    byte-count view of the block-major page."""
+    """vLLM's `indexer_k_quant_and_cache` over the Triton blockscale quantizer, addressing as vLLM's
+    kernel does: k [T_src, index_dim]; kv_cache [num_blocks, block_size, cache_stride] uint8, a
+    byte-count view of the block-major page, its blocks at block_idx * cache_block_size *
+    cache_stride from data_ptr() (csrc/cache_kernels.cu takes sizes, not kv_cache.stride(0)): a
+    strided view's padding between blocks is not seen."""
     if quant_block_size != 128 or scale_fmt:
         raise Unsupported("quant_block_size 128 without ue8m0 only")
     t = slot_mapping.shape[0]
     nb, bs, stride = kv_cache.shape
-    pages = kv_cache.reshape(nb, bs * stride)
+    values, scales = _byte_and_word_views(kv_cache)
     if t > 0:
         _index_blockscale_kernel[(t, k.shape[1] // 128)](
-            k, slot_mapping, pages.view(torch.float8_e4m3fn), pages.view(-1).view(torch.float32),
-            bs, bs * stride, INDEX_DIM=k.shape[1])
+            k, slot_mapping, values, scales, bs, bs * stride, INDEX_DIM=k.shape[1])

@@ -12,9 +12,11 @@ WRITE_MODES = dict(act_dtype="bf16", kv_dtype="bf16", scale_mode="none", slot_mo
                    layers="2D")
 
 
-def numpy_write(call, *, skip_negative=True):
-    """Any layout, through the logical [nb, bs, nkv, hd] views."""
-    if call.layer_kind != "dense":
+def numpy_write(call, *, skip_negative=True, sparse=False, index_rows=None):
+    """Any layout, through the logical [nb, bs, nkv, hd] views; with `sparse`, a flat index-K row
+    per token too, through `index_cache` or the view `index_rows(call)` gives (a kernel's idea of
+    where the rows are)."""
+    if call.layer_kind != "dense" and not sparse:
         raise kvoracle.Unsupported("dense layers only")
     tokens = call.slot_mapping.shape[0]
     bs = call.config["block_size"]
@@ -23,6 +25,9 @@ def numpy_write(call, *, skip_negative=True):
     s = slots[rows]
     call.k_view[s // bs, s % bs] = call.k[rows]
     call.v_view[s // bs, s % bs] = call.v[rows]
+    if call.layer_kind == "sparse":
+        index = call.index_cache if index_rows is None else index_rows(call)
+        index[s // bs, s % bs] = call.index_k[rows]
 
 
 def test_numpy_write_passes_every_layout():
@@ -58,6 +63,29 @@ def test_strided_caches_through_the_views_pass_and_a_dense_assumption_fails():
     report = kvoracle.check(dense_assumed, op="write", cases=20, **strides)
     assert not report.passed
     assert "first: layer" in report.message
+
+
+def test_strided_index_cache_through_its_view_passes_and_a_dense_assumption_fails():
+    """SPEC 3 strided index-K views: bf16 rows of 16 elements at a stride of 24, blocks of 72,
+    offset 8. Written through `index_cache` (its strides carried) the rows pass; taken for the
+    dense [nb, bs, index_dim] tensor from the first element they land in the padding."""
+    modes = dict(WRITE_MODES, layers="DS", index_layout="flat", index_dtype="bf16", index_dim=16,
+                 block_size=2, index_strides="72,24,8", separate_index_slots=False)
+    report = kvoracle.check(lambda call: numpy_write(call, sparse=True), op="write", cases=20,
+                            **modes)
+    assert report.passed, report.message
+
+    def dense_view(call):
+        view = call.index_cache
+        nb, bs, dim = view.shape
+        return np.lib.stride_tricks.as_strided(
+            view, shape=(nb, bs, dim),
+            strides=(bs * dim * view.itemsize, dim * view.itemsize, view.itemsize))
+
+    report = kvoracle.check(lambda call: numpy_write(call, sparse=True, index_rows=dense_view),
+                            op="write", cases=20, **modes)
+    assert not report.passed
+    assert "first: layer" in report.message and "index" in report.message, report.message
 
 
 def test_wrapping_slot_fails_with_seed_mismatch_and_reproduce_line():

@@ -149,9 +149,16 @@ def test_triton_index_k_blockscale_quantizer():
 def test_vllm_sparse_layer_through_its_two_kernels():
     kv = adapters.vllm_reshape_and_cache_flash(gs.torch_index_put)
     a = adapters.vllm_indexer_k_quant_and_cache(gs.triton_indexer_k_quant_and_cache, kv)
-    report = kvoracle.check(a, op="write", device="cuda", cases=CASES, layout="nhd")
+    report = kvoracle.check(a, op="write", device="cuda", cases=CASES, layout="nhd",
+                            index_strides="dense")
     record("vllm layer: index_put_ + triton index-K", "write", report, "blockscale, amax / 448")
     assert report.passed, report.message
+    # vLLM's kernel addresses blocks by its sizes (block_idx * cache_block_size * cache_stride):
+    # handed a strided index-K view (SPEC 3, padding after each block) it writes into the padding.
+    report = kvoracle.check(a, op="write", device="cuda", cases=20, layout="nhd", layers="2S",
+                            index_strides="2576,0,16", block_size=17)
+    assert not report.passed
+    assert "index_k" in report.message and "padding" in report.message, report.message
 
 
 def test_triton_write_without_the_negative_slot_check_fails():

@@ -37,10 +37,8 @@ std::int64_t kv_element(const spec::ModelConfig& c, int kv, std::int64_t b, std:
 }
 
 std::int64_t element_bytes(const spec::ModelConfig& c, BufferKind buffer) {
-  if (buffer != BufferKind::kIndexK)
-    return static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
-  if (c.index.layout == spec::IndexLayout::kBlockScale) return 1;
-  return static_cast<std::int64_t>(spec::dtype_bytes(c.index.flat_dtype));
+  if (buffer == BufferKind::kIndexK) return spec::index_stride_bytes(c);
+  return static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
 }
 
 std::int64_t blockscale_block_bytes(const spec::ModelConfig& c) {
@@ -52,17 +50,23 @@ std::int64_t index_value_byte(const spec::ModelConfig& c, std::int64_t b, std::i
                               std::int64_t d) {
   const std::int64_t bs = c.geometry.block_size;
   const std::int64_t idim = c.geometry.index_dim;
+  const spec::IndexStrides& s = c.index_strides;  // SPEC 3: a strided view, or dense
   if (c.index.layout == spec::IndexLayout::kBlockScale) {
-    return b * blockscale_block_bytes(c) + o * idim + d;  // token-major fp8 rows first
+    const std::int64_t block = s.dense() ? blockscale_block_bytes(c) : s.block;
+    return s.offset + b * block + o * idim + d;  // token-major fp8 rows first
   }
-  return ((b * bs + o) * idim + d) * element_bytes(c, BufferKind::kIndexK);  // [nb, bs, index_dim]
+  const std::int64_t e = s.dense() ? (b * bs + o) * idim + d  // [nb, bs, index_dim]
+                                   : s.offset + b * s.block + o * s.token + d;
+  return e * element_bytes(c, BufferKind::kIndexK);
 }
 
 std::int64_t index_scale_byte(const spec::ModelConfig& c, std::int64_t b, std::int64_t o,
                               std::int64_t g) {
   const std::int64_t bs = c.geometry.block_size;
   const std::int64_t idim = c.geometry.index_dim;
-  return b * blockscale_block_bytes(c) + bs * idim + (o * (idim / spec::kScaleGroup) + g) * 4;
+  const spec::IndexStrides& s = c.index_strides;
+  const std::int64_t block = s.dense() ? blockscale_block_bytes(c) : s.block;
+  return s.offset + b * block + bs * idim + (o * (idim / spec::kScaleGroup) + g) * 4;
 }
 
 PagedCacheLayout::PagedCacheLayout(const spec::ModelConfig& config) : config_(config) {
@@ -98,6 +102,10 @@ std::int64_t PagedCacheLayout::buffer_bytes(BufferKind buffer) const {
     case BufferKind::kKv:
       return 2 * per_tensor * element_bytes(buffer);
     case BufferKind::kIndexK:
+      if (!config_.index_strides.dense()) {  // SPEC 3: the view's blocks past its offset
+        return (config_.index_strides.offset + g.num_blocks * config_.index_strides.block) *
+               element_bytes(buffer);
+      }
       if (config_.index.layout == spec::IndexLayout::kBlockScale)
         return g.num_blocks * blockscale_block_bytes();
       return g.num_blocks * g.block_size * g.index_dim * element_bytes(buffer);

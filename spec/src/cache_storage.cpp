@@ -13,7 +13,9 @@
 #include <string>
 
 namespace kvo::spec {
+namespace {
 
+/// Writes poison_byte(salt, first + j) to out[j].
 void poison_fill(std::uint64_t salt, std::uint64_t first, std::uint8_t* out, std::size_t n) {
   std::size_t j = 0;
   for (; j < n && (first + j) % 8 != 0; ++j) out[j] = poison_byte(salt, first + j);
@@ -24,6 +26,7 @@ void poison_fill(std::uint64_t salt, std::uint64_t first, std::uint8_t* out, std
   for (; j < n; ++j) out[j] = poison_byte(salt, first + j);
 }
 
+/// Merges overlapping or touching ranges (sorted first).
 std::vector<ByteRange> merge_ranges(std::vector<ByteRange> ranges) {
   std::sort(ranges.begin(), ranges.end());
   std::vector<ByteRange> out;
@@ -37,6 +40,8 @@ std::vector<ByteRange> merge_ranges(std::vector<ByteRange> ranges) {
   }
   return out;
 }
+
+}  // namespace
 
 ByteStorage::ByteStorage(std::vector<std::uint8_t> bytes)
     : size_(static_cast<std::int64_t>(bytes.size())), dense_(std::move(bytes)) {
@@ -188,9 +193,8 @@ void for_each_set(const std::vector<std::uint8_t>& flags, std::uint8_t mask, F&&
 
 }  // namespace
 
-std::vector<ByteRange> ByteStorage::adopt_stray_pages() const {
-  std::vector<ByteRange> adopted;
-  if (!lazy_ || size_ == 0 || !may_stray_) return adopted;
+void ByteStorage::adopt_stray_pages() const {
+  if (!lazy_ || size_ == 0 || !may_stray_) return;
   may_stray_ = false;
   const auto host_page = static_cast<std::int64_t>(sysconf(_SC_PAGESIZE));
   std::vector<std::uint8_t> resident(static_cast<std::size_t>((size_ + host_page - 1) / host_page));
@@ -211,9 +215,7 @@ std::vector<ByteRange> ByteStorage::adopt_stray_pages() const {
       if (base_[i] == 0) base_[i] = poison_byte(salt_, static_cast<std::uint64_t>(i));
     }
     page_flags_[static_cast<std::size_t>(p)] = 1;
-    adopted.emplace_back(at, end);
   }
-  return merge_ranges(std::move(adopted));
 }
 
 std::vector<ByteRange> ByteStorage::materialised() const {

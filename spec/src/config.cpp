@@ -48,7 +48,87 @@ void validate_kv_strides(const ModelConfig& c) {
   }
 }
 
+/// SPEC 3 strided index-K view: flat rows nest inside blocks; blockscale blocks keep their packed
+/// layout (token 0) and do not overlap.
+void validate_index_strides(const ModelConfig& c) {
+  const IndexStrides& s = c.index_strides;
+  const CacheGeometry& g = c.geometry;
+  const bool block_scale = c.index.layout == IndexLayout::kBlockScale;
+  require(s.offset >= 0, "index_strides.offset", s.offset, "must be >= 0");
+  std::int64_t extent = g.index_dim;  // elements (bytes) spanned by the axes inside the block's
+  if (block_scale) {
+    require(s.token == 0, "index_strides.token", s.token,
+            "must be 0: a blockscale block's value rows and scales are packed (SPEC 3)");
+    extent = g.block_size * g.index_dim + g.block_size * (g.index_dim / kScaleGroup) * 4;
+  } else {
+    require(s.token >= extent, "index_strides.token", s.token,
+            "below index_dim = " + std::to_string(extent) + ": two elements would share a byte");
+    extent += (g.block_size - 1) * s.token;
+  }
+  require(s.block >= extent, "index_strides.block", s.block,
+          "below " + std::to_string(extent) + ", the extent of a block" +
+              (block_scale ? " (bytes)" : "") + ": two elements would share a byte");
+  require(static_cast<double>(s.block) * static_cast<double>(g.num_blocks) < 0x1p46,
+          "index_strides.block", s.block, "the view would span more than 2^46 elements");
+}
+
+/// `n` comma-separated integers (strides), or "dense" (all zero).
+template <std::size_t N>
+std::array<std::int64_t, N> parse_strides(std::string_view text, const std::string& field,
+                                          std::string_view names) {
+  std::array<std::int64_t, N> v{};
+  if (text == "dense") return v;
+  const std::string expected =
+      "expected dense or " + std::string(names) + " (" + std::to_string(N) + " integers)";
+  std::size_t n = 0, at = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', at);
+    const std::string_view part =
+        text.substr(at, comma == std::string_view::npos ? text.npos : comma - at);
+    std::int64_t x = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), x);
+    if (n == v.size() || part.empty() || ec != std::errc() || end != part.data() + part.size())
+      throw InvalidInput(field, -1, quoted(text), expected);
+    v[n++] = x;
+    if (comma == std::string_view::npos) break;
+    at = comma + 1;
+  }
+  if (n != v.size()) throw InvalidInput(field, -1, quoted(text), expected);
+  return v;
+}
+
 }  // namespace
+
+IndexStrides index_view(const ModelConfig& c) {
+  if (!c.index_strides.dense()) {
+    IndexStrides s = c.index_strides;
+    if (c.index.layout == IndexLayout::kBlockScale) s.token = c.geometry.index_dim;
+    return s;
+  }
+  const CacheGeometry& g = c.geometry;
+  if (c.index.layout == IndexLayout::kBlockScale) {
+    return {g.block_size * g.index_dim + g.block_size * (g.index_dim / kScaleGroup) * 4,
+            g.index_dim, 0};
+  }
+  return {g.block_size * g.index_dim, g.index_dim, 0};
+}
+
+std::int64_t index_stride_bytes(const ModelConfig& c) {
+  if (c.index.layout == IndexLayout::kBlockScale) return 1;
+  return static_cast<std::int64_t>(dtype_bytes(c.index.flat_dtype));
+}
+
+std::string index_strides_text(const IndexStrides& s) {
+  if (s.dense()) return "dense";
+  return std::to_string(s.block) + "," + std::to_string(s.token) + "," + std::to_string(s.offset);
+}
+
+IndexStrides parse_index_strides(std::string_view text, const std::string& field) {
+  const auto v = parse_strides<3>(text, field,
+                                  "block,token,offset (flat: elements; blockscale: "
+                                  "bytes, token 0)");
+  return {v[0], v[1], v[2]};
+}
 
 bool kv_in_one_tensor(const ModelConfig& c) {
   return kv_in_one_tensor(c.layout) || c.kv_strides.kv_part != 0;
@@ -111,27 +191,7 @@ std::string kv_strides_text(const KvStrides& s) {
 }
 
 KvStrides parse_kv_strides(std::string_view text, const std::string& field) {
-  if (text == "dense") return {};
-  std::array<std::int64_t, 5> v{};
-  std::size_t n = 0, at = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', at);
-    const std::string_view part =
-        text.substr(at, comma == std::string_view::npos ? text.npos : comma - at);
-    std::int64_t x = 0;
-    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), x);
-    if (n == v.size() || part.empty() || ec != std::errc() || end != part.data() + part.size()) {
-      throw InvalidInput(field, -1, quoted(text),
-                         "expected dense or block,token,head,kv_part,offset (elements, integers)");
-    }
-    v[n++] = x;
-    if (comma == std::string_view::npos) break;
-    at = comma + 1;
-  }
-  if (n != v.size()) {
-    throw InvalidInput(field, -1, quoted(text),
-                       "expected dense or block,token,head,kv_part,offset (five integers)");
-  }
+  const auto v = parse_strides<5>(text, field, "block,token,head,kv_part,offset (elements)");
   return {v[0], v[1], v[2], v[3], v[4]};
 }
 
@@ -244,6 +304,7 @@ void validate(const ModelConfig& c) {
                        "cache too large to address");
   }
   if (!c.kv_strides.dense()) validate_kv_strides(c);
+  if (any_sparse && !c.index_strides.dense()) validate_index_strides(c);
   if (c.slot_type == SlotType::kI32 &&
       static_cast<double>(g.num_blocks) * static_cast<double>(g.block_size) >
           static_cast<double>(std::numeric_limits<std::int32_t>::max())) {
@@ -289,6 +350,7 @@ std::string describe(const ModelConfig& c) {
   s << " slots=" << name_of(c.slot_type) << "/" << name_of(c.slot_mode);
   if (c.separate_index_slots) s << " index_slots=separate";
   if (!c.kv_strides.dense()) s << " kv_strides=" << kv_strides_text(c.kv_strides);
+  if (!c.index_strides.dense()) s << " index_strides=" << index_strides_text(c.index_strides);
   return s.str();
 }
 

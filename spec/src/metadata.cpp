@@ -123,6 +123,7 @@ void write_config(const ModelConfig& c, Metadata& m) {
   m["slot_type"] = name_of(c.slot_type);
   m["separate_index_slots"] = b(c.separate_index_slots);
   if (!c.kv_strides.dense()) m["kv_strides"] = kv_strides_text(c.kv_strides);
+  if (!c.index_strides.dense()) m["index_strides"] = index_strides_text(c.index_strides);
 }
 
 ModelConfig read_config(MetadataReader& r) {
@@ -150,6 +151,9 @@ ModelConfig read_config(MetadataReader& r) {
   c.separate_index_slots = r.flag("separate_index_slots");
   if (r.has("kv_strides"))
     c.kv_strides = parse_kv_strides(r.text("kv_strides"), metadata_field("kv_strides"));
+  if (r.has("index_strides")) {
+    c.index_strides = parse_index_strides(r.text("index_strides"), metadata_field("index_strides"));
+  }
   validate(c);
   return c;
 }

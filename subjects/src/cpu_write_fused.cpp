@@ -190,6 +190,7 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
   spec::ModelConfig seen = config;  // what the kernel takes the cache for
   if (mutation == WriteMutation::kStridedAssumedDense) {
     seen.kv_strides = {};
+    seen.index_strides = {};
     if (spec::kv_in_one_tensor(config) && !spec::kv_in_one_tensor(config.layout)) {
       // nhd / hnd of one allocation, taken for the dense [2, nb, ...] tensor.
       const KvStrides d = kv_strides(g, config.layout);
@@ -224,7 +225,8 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
 
   const std::int64_t row = g.num_kv_heads * g.head_dim;
   const std::int64_t groups = g.index_dim / spec::kScaleGroup;
-  const std::int64_t bs_block_bytes = layout.blockscale_block_bytes();
+  // The index-K view (SPEC 3): flat strides in elements, blockscale in bytes.
+  const spec::IndexStrides index_view = spec::index_view(seen);
   std::vector<float> index_row(static_cast<std::size_t>(g.index_dim));
   const auto num_tokens = static_cast<std::int64_t>(w.slots.slots.size());
   for (std::int64_t t = 0; t < num_tokens; ++t) {
@@ -280,7 +282,9 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
     }
     if (config.index.layout == spec::IndexLayout::kFlat) {
       const auto ib = static_cast<std::int64_t>(spec::dtype_bytes(config.index.flat_dtype));
-      std::uint8_t* dst = index_base + (page * g.block_size + in_page) * g.index_dim * ib;
+      std::uint8_t* dst =
+          index_base +
+          (index_view.offset + page * index_view.block + in_page * index_view.token) * ib;
       for (std::int64_t d = 0; d < g.index_dim; ++d) {
         store_code(encode(index_row[static_cast<std::size_t>(d)], config.index.flat_dtype,
                           config.kv.saturation),
@@ -288,7 +292,7 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
       }
       continue;
     }
-    std::uint8_t* block = index_base + page * bs_block_bytes;
+    std::uint8_t* block = index_base + index_view.offset + page * index_view.block;
     std::uint8_t* values = block + in_page * g.index_dim;
     std::uint8_t* scales = block + g.block_size * g.index_dim + in_page * groups * 4;
     for (std::int64_t gi = 0; gi < groups; ++gi) {

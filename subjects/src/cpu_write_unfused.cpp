@@ -198,10 +198,13 @@ int write_layer_unfused(const spec::ModelConfig& c, const spec::LayerWrite& w,
   const spec::SlotMapping& imap = c.separate_index_slots ? w.index_slots : w.slots;
   const ScatterIndex idx = scatter_index(imap, c, ops);
   std::uint8_t* body = caches.find(BufferKind::kIndexK)->body();
+  // The cache as torch sees it: a strided view (SPEC 3), its strides in elements of its dtype
+  // (blockscale: bytes).
+  const spec::IndexStrides st = spec::index_view(c);
   if (c.index.layout == spec::IndexLayout::kFlat) {
     const auto ib = static_cast<std::int64_t>(spec::dtype_bytes(c.index.flat_dtype));
-    const StridedView view =
-        StridedView::contiguous(body, ib, {g.num_blocks, g.block_size, g.index_dim});
+    const StridedView view{
+        body, ib, st.offset, {g.num_blocks, g.block_size, g.index_dim}, {st.block, st.token, 1}};
     for (std::size_t i = 0; i < idx.row.size(); ++i) {
       for (std::int64_t d = 0; d < g.index_dim; ++d) {
         const float x = source_value(w.index_k, idx.row[i] * g.index_dim + d);
@@ -213,14 +216,14 @@ int write_layer_unfused(const spec::ModelConfig& c, const spec::LayerWrite& w,
     // The block-scaled quantization as a tensor op over all rows, then the scatter of values and
     // scales through byte views of the block-major layout.
     const std::int64_t groups = g.index_dim / spec::kScaleGroup;
-    const std::int64_t block_bytes = layout.blockscale_block_bytes();
     const StridedView values{
-        body, 1, 0, {g.num_blocks, g.block_size, g.index_dim}, {block_bytes, g.index_dim, 1}};
+        body, 1, st.offset, {g.num_blocks, g.block_size, g.index_dim}, {st.block, g.index_dim, 1}};
+    // fp32 scales addressed by byte (a view's blocks need not start 4-byte aligned).
     const StridedView scales{body,
-                             4,
-                             g.block_size * g.index_dim / 4,
+                             1,
+                             st.offset + g.block_size * g.index_dim,
                              {g.num_blocks, g.block_size, groups},
-                             {block_bytes / 4, groups, 1}};
+                             {st.block, groups * 4, 4}};
     std::vector<float> group(static_cast<std::size_t>(spec::kScaleGroup));
     std::vector<std::uint8_t> codes(static_cast<std::size_t>(spec::kScaleGroup));
     for (std::size_t i = 0; i < idx.row.size(); ++i) {

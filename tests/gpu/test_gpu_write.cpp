@@ -448,7 +448,7 @@ spec::HostTensor f32_tensor(std::vector<std::int64_t> shape, float base) {
 }
 
 spec::LayerWrite small_write(const spec::ModelConfig& c, LayerKind kind,
-                             std::vector<std::int64_t> slots) {
+                             std::vector<std::int64_t> slots, float kv_scale = 1.0f) {
   spec::LayerWrite w;
   w.kind = kind;
   const auto n = static_cast<std::int64_t>(slots.size());
@@ -457,21 +457,21 @@ spec::LayerWrite small_write(const spec::ModelConfig& c, LayerKind kind,
   if (kind == LayerKind::kSparse) w.index_k = f32_tensor({n, c.geometry.index_dim}, 0.5f);
   w.slots.type = c.slot_type;
   w.slots.slots = std::move(slots);
-  w.k_scale = {1.0f};
-  w.v_scale = {1.0f};
+  w.k_scale = {kv_scale};
+  w.v_scale = {kv_scale};
   return w;
 }
 
 /// Writes both layers with the reference and with cuda-fused, planting `fault` (if any) in layer 1
 /// only; returns the merged diff.
 oracle::CacheDiff planted_diff(const spec::ModelConfig& c, const std::vector<std::int64_t>& slots,
-                               std::optional<WriteFault> fault) {
+                               std::optional<WriteFault> fault, float kv_scale = 1.0f) {
   const reference::PagedCacheLayout layout(c);
   std::vector<spec::LayerCaches> expected = oracle::make_model_caches(layout);
   std::vector<spec::LayerCaches> actual = oracle::make_model_caches(layout);
   oracle::CacheDiff diff;
   for (std::size_t l = 0; l < c.layers.size(); ++l) {
-    const spec::LayerWrite w = small_write(c, c.layers[l], slots);
+    const spec::LayerWrite w = small_write(c, c.layers[l], slots, kv_scale);
     reference::write_layer(c, w, expected[l]);
     if (l == 1 && fault.has_value()) {
       gpu::testing::write_layer_host_faulty(*fault, WritePath::kFused, c, w, actual[l]);
@@ -571,36 +571,90 @@ TEST(PlantedBug, PaddingSlotWrapsLikeTorchIndexing) {
   EXPECT_NE(diff.report().find("index_k"), std::string::npos) << "the index-K row lands there too";
 }
 
+/// A planted diff's first wrong byte is layer 1's K element (block, offset, head, dim).
+void expect_first_k(const oracle::CacheDiff& diff, std::int64_t block, std::int64_t offset,
+                    std::int64_t head, std::int64_t dim) {
+  ASSERT_TRUE(diff.first.has_value());
+  const oracle::ByteMismatch& m = *diff.first;
+  EXPECT_EQ(m.layer, 1);
+  EXPECT_EQ(m.buffer, BufferKind::kK);
+  EXPECT_EQ(m.coord.block, block);
+  EXPECT_EQ(m.coord.offset, offset);
+  EXPECT_EQ(m.coord.head, head);
+  EXPECT_EQ(m.coord.dim, dim);
+}
+
 TEST(PlantedBug, OffsetPlusOne) {
   KVO_REQUIRE_GPU();
   // Slot 9 = block 2, offset 1; the bug writes offset 2, so offset 1 keeps its poison.
   const oracle::CacheDiff diff =
       planted_diff(small_config(spec::KvLayout::kNhd), {9}, WriteFault::kOffsetPlusOne);
-  ASSERT_TRUE(diff.first.has_value());
-  const oracle::ByteMismatch& m = *diff.first;
-  EXPECT_EQ(m.layer, 1);
-  EXPECT_EQ(m.buffer, BufferKind::kK);
-  EXPECT_EQ(m.coord.block, 2);
-  EXPECT_EQ(m.coord.offset, 1);
-  EXPECT_EQ(m.coord.head, 0);
-  EXPECT_EQ(m.coord.dim, 0);
-  EXPECT_NE(m.writer.find("token 0"), std::string::npos) << m.writer;
+  expect_first_k(diff, 2, 1, 0, 0);
+  if (diff.first) {
+    EXPECT_NE(diff.first->writer.find("token 0"), std::string::npos) << diff.first->writer;
+  }
 }
 
 TEST(PlantedBug, HndNhdStrideSwap) {
   KVO_REQUIRE_GPU();
   // Slot 8 = block 2, offset 0. Head 0 lands at the same place in both layouts; head 1 is at
   // element 16 of the token in NHD but 64 in HND, so the first wrong byte is (2, 0, head 1, dim 0).
-  const oracle::CacheDiff diff =
-      planted_diff(small_config(spec::KvLayout::kNhd), {8}, WriteFault::kSwapHndNhd);
+  expect_first_k(planted_diff(small_config(spec::KvLayout::kNhd), {8}, WriteFault::kSwapHndNhd), 2,
+                 0, 1, 0);
+}
+
+/// An fp8 e4m3 cache dividing by 256: K = 1 + 0.25 d (head 0) lands on the subnormals, d = 0 on
+/// 2^-8 (code 0x02), d = 1 on 2.5 * 2^-9, halfway between codes 0x02 (even) and 0x03.
+spec::ModelConfig fp8_subnormal_config() {
+  spec::ModelConfig c = small_config(spec::KvLayout::kNhd);
+  c.kv.cache_dtype = DType::kFp8E4M3;
+  c.kv.scale_mode = spec::ScaleMode::kDivide;
+  return c;
+}
+
+/// The first wrong K element of slot 9 (block 2, offset 1) under a planted fp8 cast bug: its dim
+/// and both codes.
+void expect_fp8_cast_bug(WriteFault fault, std::int64_t dim, std::uint32_t expected,
+                         std::uint32_t actual) {
+  const oracle::CacheDiff diff = planted_diff(fp8_subnormal_config(), {9}, fault, 256.0f);
+  expect_first_k(diff, 2, 1, 0, dim);
+  if (!diff.first) return;
+  EXPECT_EQ(diff.first->expected_code, expected) << diff.first->describe();
+  EXPECT_EQ(diff.first->actual_code, actual) << diff.first->describe();
+}
+
+TEST(PlantedBug, Fp8FlushToZeroLosesTheSubnormals) {
+  KVO_REQUIRE_GPU();
+  expect_fp8_cast_bug(WriteFault::kFp8FlushToZero, 0, 0x02, 0x00);  // 2^-8 flushed to +0
+}
+
+TEST(PlantedBug, Fp8RoundHalfAwayMovesATie) {
+  KVO_REQUIRE_GPU();
+  expect_fp8_cast_bug(WriteFault::kRoundHalfAway, 1, 0x02, 0x03);  // 2.5 * 2^-9: away, not even
+}
+
+TEST(PlantedBug, VectorTailOverrunZeroesPastTheRow) {
+  KVO_REQUIRE_GPU();
+  // fp8 rows of head_dim 8: 8 bytes, half a 16-byte vector. The 8 bytes past head 1's row of
+  // offset 1 are offset 2's head 0, which no token writes: its poison becomes zero (and head 0's
+  // overrun zeroes head 1's row, stored in the same warp before it).
+  spec::ModelConfig c = small_config(spec::KvLayout::kNhd);
+  c.kv.cache_dtype = DType::kFp8E4M3;
+  c.geometry.head_dim = 8;
+  const oracle::CacheDiff diff = planted_diff(c, {9}, WriteFault::kVectorTailOverrun);
   ASSERT_TRUE(diff.first.has_value());
-  const oracle::ByteMismatch& m = *diff.first;
-  EXPECT_EQ(m.layer, 1);
-  EXPECT_EQ(m.buffer, BufferKind::kK);
-  EXPECT_EQ(m.coord.block, 2);
-  EXPECT_EQ(m.coord.offset, 0);
-  EXPECT_EQ(m.coord.head, 1);
-  EXPECT_EQ(m.coord.dim, 0);
+  EXPECT_EQ(diff.first->layer, 1);
+  EXPECT_EQ(diff.first->buffer, BufferKind::kK);
+  EXPECT_EQ(diff.first->coord.block, 2);
+  EXPECT_EQ(diff.first->actual_byte, 0u) << diff.first->describe();
+  const bool past_the_row =
+      std::any_of(diff.buffers.begin(), diff.buffers.end(), [](const oracle::BufferDiffCount& b) {
+        return b.layer == 1 && b.buffer == BufferKind::kK && b.differing_bytes >= 8;
+      });
+  EXPECT_TRUE(past_the_row) << diff.report();
+  // Rows of 16 bytes have no tail: the same write is exact.
+  c.geometry.head_dim = 16;
+  EXPECT_TRUE(planted_diff(c, {9}, WriteFault::kVectorTailOverrun).equal());
 }
 
 TEST(PlantedBug, WithoutTheFaultTheSameCasesPass) {
@@ -610,6 +664,7 @@ TEST(PlantedBug, WithoutTheFaultTheSameCasesPass) {
         std::vector<std::int64_t>{8}}) {
     EXPECT_TRUE(planted_diff(small_config(spec::KvLayout::kNhd), slots, std::nullopt).equal());
   }
+  EXPECT_TRUE(planted_diff(fp8_subnormal_config(), {9}, std::nullopt, 256.0f).equal());
 }
 
 /// Copies of the poisoned caches, to show that nothing changed.

@@ -189,6 +189,79 @@ TEST(Harness, StridedViewsPutElementsAtTheirStridesAndNamePadding) {
     EXPECT_THROW(spec::parse_kv_strides(text, "--kv-strides"), spec::InvalidInput) << text;
 }
 
+// SPEC 3 strided index-K views by hand. Flat bf16, 2 blocks of 2 tokens, index_dim 8: token stride
+// 16, block stride 40, offset 4: element (b, o, d) at 4 + 40 b + 16 o + d. Blockscale, 2 blocks of
+// 1 token, index_dim 128: a block's 128 value bytes and 4 scale bytes, block stride 144, offset 16.
+TEST(Harness, StridedIndexViewsPutRowsAtTheirStridesAndNamePadding) {
+  spec::ModelConfig c;
+  c.layers = {spec::LayerKind::kSparse};
+  c.geometry = {2, 2, 1, 8, 8};
+  c.index.layout = spec::IndexLayout::kFlat;
+  c.index.flat_dtype = spec::DType::kBF16;
+  c.index_strides = {40, 16, 4};
+  const PagedCacheLayout layout(c);
+  EXPECT_EQ(layout.buffer_bytes(BufferKind::kIndexK), (4 + 2 * 40) * 2);
+  EXPECT_EQ(layout.index_value_byte(1, 1, 3), (4 + 40 + 16 + 3) * 2);
+  const auto e = locate(layout, BufferKind::kIndexK, (4 + 40 + 16 + 3) * 2 + 1);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_FALSE(e->padding);
+  EXPECT_EQ(e->block, 1);
+  EXPECT_EQ(e->offset, 1);
+  EXPECT_EQ(e->dim, 3);
+  EXPECT_EQ(e->byte_in_element, 1);
+  for (std::int64_t p : {0, 3, 4 + 8, 4 + 16 + 8, 4 + 32, 4 + 40 + 32 + 7}) {
+    const auto pad = locate(layout, BufferKind::kIndexK, p * 2);
+    ASSERT_TRUE(pad.has_value()) << p;
+    EXPECT_TRUE(pad->padding) << p;
+    EXPECT_NE(pad->describe().find("padding"), std::string::npos) << p;
+  }
+  EXPECT_EQ(locate(layout, BufferKind::kIndexK, (4 + 16 + 8) * 2)->offset, 1);  // after token 1
+
+  spec::ModelConfig bs = c;
+  bs.geometry = {2, 1, 1, 8, 128};
+  bs.index.layout = spec::IndexLayout::kBlockScale;
+  bs.index_strides = {144, 0, 16};
+  const PagedCacheLayout bs_layout(bs);
+  EXPECT_EQ(bs_layout.buffer_bytes(BufferKind::kIndexK), 16 + 2 * 144);
+  EXPECT_EQ(bs_layout.index_value_byte(1, 0, 5), 16 + 144 + 5);
+  EXPECT_EQ(bs_layout.index_scale_byte(1, 0, 0), 16 + 144 + 128);
+  const auto scale = locate(bs_layout, BufferKind::kIndexK, 16 + 144 + 128 + 2);
+  ASSERT_TRUE(scale.has_value());
+  EXPECT_TRUE(scale->is_scale);
+  EXPECT_EQ(scale->block, 1);
+  EXPECT_EQ(scale->byte_in_element, 2);
+  for (std::int64_t p : {0, 15, 16 + 132, 16 + 143, 16 + 144 + 132}) {
+    EXPECT_TRUE(locate(bs_layout, BufferKind::kIndexK, p)->padding) << p;
+  }
+  // Bad views: a row or block stride below the extent inside it, a blockscale token stride, a
+  // negative offset; each names its field.
+  const auto rejects = [&](const spec::ModelConfig& base, spec::IndexStrides s, const char* field) {
+    spec::ModelConfig bad = base;
+    bad.index_strides = s;
+    try {
+      spec::validate(bad);
+      ADD_FAILURE() << field << " accepted";
+    } catch (const spec::InvalidInput& x) {
+      EXPECT_EQ(x.field(), field) << x.what();
+    }
+  };
+  rejects(c, {40, 7, 0}, "index_strides.token");
+  rejects(c, {23, 16, 0}, "index_strides.block");
+  rejects(c, {40, 16, -1}, "index_strides.offset");
+  rejects(bs, {144, 128, 0}, "index_strides.token");
+  rejects(bs, {131, 0, 0}, "index_strides.block");
+  EXPECT_EQ(spec::parse_index_strides(spec::index_strides_text(c.index_strides), "f"),
+            c.index_strides);
+  EXPECT_TRUE(spec::parse_index_strides("dense", "f").dense());
+  for (const char* text : {"1,2", "1,2,3,4", "a,2,3", "1,,3", ""})
+    EXPECT_THROW(spec::parse_index_strides(text, "--index-strides"), spec::InvalidInput) << text;
+  // A dense-layer model ignores the index view (no index-K buffer to view).
+  spec::ModelConfig dense_only = c;
+  dense_only.layers = {spec::LayerKind::kDense};
+  dense_only.index_strides = {1, 1, -5};
+  EXPECT_NO_THROW(spec::validate(dense_only));
+}
+
 // Over random configurations and drawn strided views (draw_kv_strides), every byte of a K/V buffer
 // is padding or exactly one element's, and byte_offset takes the element back to it; the
 // elements are all there.
@@ -219,6 +292,36 @@ RC_GTEST_PROP(Harness, StridedLocateIsTheInverseOfByteOffset, ()) {
     RC_ASSERT(element_bytes ==
               parts * c.geometry.capacity() * c.geometry.num_kv_heads * c.geometry.head_dim * eb);
   }
+}
+
+// The same for index-K views (draw_index_strides), flat and blockscale.
+RC_GTEST_PROP(Harness, StridedIndexLocateIsTheInverseOfByteOffset, ()) {
+  spec::ModelConfig c;
+  c.layers = {spec::LayerKind::kSparse};
+  c.geometry.num_blocks = *rc::gen::inRange<std::int64_t>(1, 4);
+  c.geometry.block_size = *rc::gen::inRange<std::int64_t>(1, 9);
+  c.index.layout = *rc::gen::element(spec::IndexLayout::kFlat, spec::IndexLayout::kBlockScale);
+  c.index.flat_dtype = *rc::gen::element(spec::DType::kBF16, spec::DType::kFp8E4M3);
+  c.geometry.index_dim = c.index.layout == spec::IndexLayout::kBlockScale
+                             ? 128 * *rc::gen::inRange<std::int64_t>(1, 3)
+                             : 8 * *rc::gen::inRange<std::int64_t>(1, 4);
+  c.index_strides = draw_index_strides(*rc::gen::arbitrary<std::uint64_t>(), c);
+  RC_ASSERT(!c.index_strides.dense());
+  const PagedCacheLayout layout(c);
+  std::int64_t element_bytes = 0;
+  for (std::int64_t byte = 0; byte < layout.buffer_bytes(BufferKind::kIndexK); ++byte) {
+    const auto coord = locate(layout, BufferKind::kIndexK, byte);
+    RC_ASSERT(coord.has_value());
+    if (coord->padding) continue;
+    ++element_bytes;
+    RC_ASSERT(byte_offset(layout, *coord) == byte);
+  }
+  const spec::ModelConfig dense = [&] {
+    spec::ModelConfig d = c;
+    d.index_strides = {};
+    return d;
+  }();
+  RC_ASSERT(element_bytes == PagedCacheLayout(dense).buffer_bytes(BufferKind::kIndexK));
 }
 
 }  // namespace

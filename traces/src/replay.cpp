@@ -127,10 +127,12 @@ std::vector<std::int64_t> touched_blocks(const spec::ModelConfig& c, const Trace
   return blocks;
 }
 
-/// Compares the guard bands and the given blocks of every buffer (every layout is block-major: a
-/// body is num_blocks equal blocks). Adds the bytes compared to `compared`.
-bool same_pages(const spec::ModelConfig& c, const spec::LayerCaches& a, const spec::LayerCaches& b,
-                const std::vector<std::int64_t>& blocks, std::int64_t& compared) {
+/// Compares the guard bands and the given blocks of every buffer (the bytes each block's elements
+/// span, oracle::block_byte_ranges: any layout, dense or a strided view). Adds the bytes compared
+/// to `compared`.
+bool same_pages(const reference::PagedCacheLayout& layout, const spec::LayerCaches& a,
+                const spec::LayerCaches& b, const std::vector<std::int64_t>& blocks,
+                std::int64_t& compared) {
   if (a.buffers.size() != b.buffers.size()) return false;
   for (std::size_t i = 0; i < a.buffers.size(); ++i) {
     const spec::CacheBuffer& x = a.buffers[i];
@@ -142,12 +144,14 @@ bool same_pages(const spec::ModelConfig& c, const spec::LayerCaches& a, const sp
         std::memcmp(x.storage.data() + tail, y.storage.data() + tail, guard) != 0) {
       return false;
     }
-    const auto block_bytes = static_cast<std::size_t>(x.body_bytes() / c.geometry.num_blocks);
+    compared += static_cast<std::int64_t>(2 * guard);
     for (std::int64_t blk : blocks) {
-      const std::size_t at = static_cast<std::size_t>(blk) * block_bytes;
-      if (std::memcmp(x.body() + at, y.body() + at, block_bytes) != 0) return false;
+      for (const auto& [from, to] : oracle::block_byte_ranges(layout, x.kind, blk)) {
+        const auto n = static_cast<std::size_t>(to - from);
+        if (std::memcmp(x.body() + from, y.body() + from, n) != 0) return false;
+        compared += to - from;
+      }
     }
-    compared += static_cast<std::int64_t>(2 * guard + blocks.size() * block_bytes);
   }
   return true;
 }
@@ -493,7 +497,7 @@ bool Replayer::write_layer(WriteRow& w, std::size_t li, std::int64_t s, const La
                         ", layer " + std::to_string(l) + "\n" + j.report);
   }
   bool pages =
-      rejected.empty() && same_pages(c_, expected_[li], got, blocks, report_.compared_bytes);
+      rejected.empty() && same_pages(layout_, expected_[li], got, blocks, report_.compared_bytes);
   // SPEC 7: where the modes admit several codes (div_approx, legacy-wrap races), differing pages
   // are judged element by element against their admissible sets, then resynced.
   if (!pages && rejected.empty() && w.op == spec::Op::kWrite && reference::admits_several(c_, lw) &&

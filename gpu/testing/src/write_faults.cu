@@ -14,49 +14,45 @@ void write_layer_host_faulty(WriteFault fault, WritePath path, const spec::Model
   using detail::WriteBug;
   if (path != WritePath::kFused)
     throw spec::Unsupported("planted write bugs live in the fused kernel only");
+  // Each fault planted in the kernel: its launcher's instantiation.
+  struct Planted {
+    WriteFault fault;
+    detail::FusedLaunch launch;
+  };
+  static constexpr Planted kPlanted[] = {
+      {WriteFault::kWrapNegativeSlots, detail::launch_fused_write_t<WriteBug::kWrapNegativeSlots>},
+      {WriteFault::kOffsetPlusOne, detail::launch_fused_write_t<WriteBug::kOffsetPlusOne>},
+      {WriteFault::kSwapHndNhd, detail::launch_fused_write_t<WriteBug::kSwapHndNhd>},
+      {WriteFault::kDivApproxOneCodeBeyond,
+       detail::launch_fused_write_t<WriteBug::kDivApproxOneCodeBeyond>},
+      {WriteFault::kE4m3IntoE5m2, detail::launch_fused_write_t<WriteBug::kE4m3IntoE5m2>},
+      {WriteFault::kTruncDivNegativeSlot,
+       detail::launch_fused_write_t<WriteBug::kTruncDivNegativeSlot>},
+      {WriteFault::kStridedAssumedDense,
+       detail::launch_fused_write_t<WriteBug::kStridedAssumedDense>},
+      {WriteFault::kPerHeadScaleAsHead0,
+       detail::launch_fused_write_t<WriteBug::kPerHeadScaleAsHead0>},
+      {WriteFault::kInt32Offset, detail::launch_fused_write_t<WriteBug::kInt32Offset>},
+      {WriteFault::kZeroGroupScale, detail::launch_fused_write_t<WriteBug::kZeroGroupScale>},
+      {WriteFault::kFp8FlushToZero, detail::launch_fused_write_t<WriteBug::kFp8FlushToZero>},
+      {WriteFault::kRoundHalfAway, detail::launch_fused_write_t<WriteBug::kRoundHalfAway>},
+      {WriteFault::kVectorTailOverrun, detail::launch_fused_write_t<WriteBug::kVectorTailOverrun>},
+  };
+  if (fault == WriteFault::kMinusOneStopsWrite) {
+    // A bug of the host's token loop: the mapping cut at its first -1, production's kernel.
+    spec::LayerWrite cut = write;
+    const auto stop = std::find_if(cut.slots.slots.begin(), cut.slots.slots.end(),
+                                   [](std::int64_t s) { return s < 0; });
+    const auto n = static_cast<std::size_t>(stop - cut.slots.slots.begin());
+    cut.slots.slots.resize(n);
+    if (cut.index_slots.slots.size() > n) cut.index_slots.slots.resize(n);
+    detail::write_layer_host_via(detail::launch_fused_write_t<WriteBug::kNone>, path, config, cut,
+                                 caches);
+    return;
+  }
   detail::FusedLaunch launch = nullptr;
-  switch (fault) {
-    case WriteFault::kWrapNegativeSlots:
-      launch = detail::launch_fused_write_t<WriteBug::kWrapNegativeSlots>;
-      break;
-    case WriteFault::kOffsetPlusOne:
-      launch = detail::launch_fused_write_t<WriteBug::kOffsetPlusOne>;
-      break;
-    case WriteFault::kSwapHndNhd:
-      launch = detail::launch_fused_write_t<WriteBug::kSwapHndNhd>;
-      break;
-    case WriteFault::kDivApproxOneCodeBeyond:
-      launch = detail::launch_fused_write_t<WriteBug::kDivApproxOneCodeBeyond>;
-      break;
-    case WriteFault::kE4m3IntoE5m2:
-      launch = detail::launch_fused_write_t<WriteBug::kE4m3IntoE5m2>;
-      break;
-    case WriteFault::kTruncDivNegativeSlot:
-      launch = detail::launch_fused_write_t<WriteBug::kTruncDivNegativeSlot>;
-      break;
-    case WriteFault::kStridedAssumedDense:
-      launch = detail::launch_fused_write_t<WriteBug::kStridedAssumedDense>;
-      break;
-    case WriteFault::kPerHeadScaleAsHead0:
-      launch = detail::launch_fused_write_t<WriteBug::kPerHeadScaleAsHead0>;
-      break;
-    case WriteFault::kInt32Offset:
-      launch = detail::launch_fused_write_t<WriteBug::kInt32Offset>;
-      break;
-    case WriteFault::kZeroGroupScale:
-      launch = detail::launch_fused_write_t<WriteBug::kZeroGroupScale>;
-      break;
-    case WriteFault::kMinusOneStopsWrite: {
-      spec::LayerWrite cut = write;
-      const auto stop = std::find_if(cut.slots.slots.begin(), cut.slots.slots.end(),
-                                     [](std::int64_t s) { return s < 0; });
-      const auto n = static_cast<std::size_t>(stop - cut.slots.slots.begin());
-      cut.slots.slots.resize(n);
-      if (cut.index_slots.slots.size() > n) cut.index_slots.slots.resize(n);
-      detail::write_layer_host_via(detail::launch_fused_write_t<WriteBug::kNone>, path, config, cut,
-                                   caches);
-      return;
-    }
+  for (const Planted& p : kPlanted) {
+    if (p.fault == fault) launch = p.launch;
   }
   if (launch == nullptr) {
     throw spec::InvalidInput("fault", -1, std::to_string(static_cast<int>(fault)),

@@ -61,10 +61,13 @@ struct DeviceAttention {
   /// K's first element (the one KV tensor's for packed and split layouts; a strided view's offset
   /// into its buffer is the caller's, SPEC 3)
   const void* k_cache = nullptr;
-  const void* v_cache = nullptr;   ///< V's first element (== k_cache for packed and split layouts)
-  const void* q = nullptr;         ///< [Tq, nq, hd] activation dtype
-  const float* k_scale = nullptr;  ///< [1] or [nkv]
-  const float* v_scale = nullptr;  ///< [1] or [nkv]
+  /// V's first element: == k_cache for the packed and split layouts (the kernels offset V by
+  /// kv_part); for nhd / hnd as views of one allocation V's own view (kv_part after K), as
+  /// cache_views hands it.
+  const void* v_cache = nullptr;
+  const void* q = nullptr;                  ///< [Tq, nq, hd] activation dtype
+  const float* k_scale = nullptr;           ///< [1] or [nkv]
+  const float* v_scale = nullptr;           ///< [1] or [nkv]
   const std::int32_t* selection = nullptr;  ///< [Tq, nkv, topk], or null for dense attention
   std::int64_t topk = 0;                    ///< sparse: the selection's width
   std::int64_t slots = 0;      ///< chunks per row: topk (sparse) or the largest n_valid (dense)
@@ -104,9 +107,11 @@ void launch_flash_attention(const spec::ModelConfig& config, const spec::Attenti
 
 /// One indexer call's device buffers.
 struct DeviceIndexer {
-  const void* index_cache = nullptr;  ///< index-K body
-  const void* index_q = nullptr;      ///< [Tq, num_index_heads, index_dim], spec::index_q_dtype
-  std::int64_t max_n_valid = 1;       ///< the largest n_valid of any row
+  /// The index-K view's first element (SPEC 3: a strided view's offset in; its strides are the
+  /// config's spec::index_view), at least 4-byte aligned.
+  const void* index_cache = nullptr;
+  const void* index_q = nullptr;  ///< [Tq, num_index_heads, index_dim], spec::index_q_dtype
+  std::int64_t max_n_valid = 1;   ///< the largest n_valid of any row
   /// [Tq, nkv * spec::selection_lanes, max_n_valid] workspace (under index_group union one row per
   /// index head)
   float* scores = nullptr;

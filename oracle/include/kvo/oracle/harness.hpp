@@ -68,6 +68,11 @@ spec::LayerCaches make_layer_caches(const reference::PagedCacheLayout& layout, s
 /// the index-K row and its blockscale scales. Nothing to do for dense storage.
 void materialise_slot(const reference::PagedCacheLayout& layout, spec::LayerCaches& caches,
                       std::int64_t block, std::int64_t offset);
+/// The body bytes [begin, end) that block `block`'s elements of `buffer` span (padding between
+/// them included): one range per K/V part the buffer holds, or the index-K block's values and
+/// scales. In every layout and view (SPEC 3) a block's elements lie between its first and last.
+std::vector<std::pair<std::int64_t, std::int64_t>> block_byte_ranges(
+    const reference::PagedCacheLayout& layout, spec::BufferKind buffer, std::int64_t block);
 /// Every slot of `block`.
 void materialise_block(const reference::PagedCacheLayout& layout, spec::LayerCaches& caches,
                        std::int64_t block);

@@ -17,8 +17,9 @@ struct ReadOverrides {
       index_heads_per_kv;
   std::optional<std::int64_t> head_dim, index_dim, topk, max_seq_len, requests;
   std::optional<spec::DType> kv_dtype;
-  std::optional<spec::KvStrides> kv_strides;  ///< SPEC 3 strided K/V views
-  std::optional<spec::DType> index_dtype;     ///< flat index-K cache dtype
+  std::optional<spec::KvStrides> kv_strides;        ///< SPEC 3 strided K/V views
+  std::optional<spec::IndexStrides> index_strides;  ///< SPEC 3 strided index-K view
+  std::optional<spec::DType> index_dtype;           ///< flat index-K cache dtype
   std::optional<spec::KvLayout> layout;
   std::optional<spec::IndexLayout> index_layout;
   std::optional<bool> adversarial;      ///< large score spreads, near-ties and cancellation

@@ -56,6 +56,7 @@ struct CaseOverrides {
   std::optional<bool> per_head_scale, via_model_dtype, scale_in_model_dtype, ue8m0,
       separate_index_slots, edge_values;
   std::optional<spec::KvStrides> kv_strides;  ///< SPEC 3 strided K/V views (every op's caches)
+  std::optional<spec::IndexStrides> index_strides;  ///< SPEC 3 strided index-K view
 
   /// The flags that reproduce these overrides on the command line ("--block-size 17 ...").
   std::string to_flags() const;
@@ -112,7 +113,9 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& overrides);
 ///           4096); kThemeUnionNegInf: index_group union
 ///           over two index heads per KV head, and a -inf block planted.
 ///   dense:  kThemeFp8Identity (slot 1): an fp8 cache stored under dense_fp8_store identity.
-///   every op: kThemeStrided (slot 5): the K/V caches as strided views (draw_kv_strides).
+///   every op: kThemeStrided (slot 5): the K/V caches as strided views (draw_kv_strides), and
+///           the index-K cache of every mix with sparse layers (draw_index_strides; a write
+///           case's mix of dense layers only gets a sparse last layer).
 ///   write:  kThemeHugeCache (slot 6): a huge cache (draw_huge_blocks), written near its end.
 /// An override of the dimension a theme sets wins over the theme.
 inline constexpr std::uint64_t kThemeSlots = 8;
@@ -129,10 +132,16 @@ inline std::uint64_t theme_slot(std::uint64_t seed) { return seed % kThemeSlots;
 /// offset of 0-3 steps into the buffer; the packed layouts keep K and V as the halves of a row. A
 /// step of 16 bytes keeps every row as aligned as the dense layout has it.
 spec::KvStrides draw_kv_strides(std::uint64_t seed, const spec::ModelConfig& config);
-/// The K/V view a case of `seed` writes through: the override, else the strided theme's
-/// (draw_kv_strides over the final geometry), else dense. Every op's generator calls it last.
-void choose_kv_strides(std::uint64_t seed, const std::optional<spec::KvStrides>& override,
-                       spec::ModelConfig& config);
+/// A strided view of `config`'s index-K cache (SPEC 3) drawn from `seed`: flat token rows and
+/// blocks padded by 0-2 steps of 16 bytes (blockscale: blocks only), an offset of 0-2 steps, one of
+/// them surely padded.
+spec::IndexStrides draw_index_strides(std::uint64_t seed, const spec::ModelConfig& config);
+/// The K/V and index-K views a case of `seed` uses: each override, else the strided theme's
+/// (draw_kv_strides, and with sparse layers draw_index_strides, over the final geometry), else
+/// dense. Every op's generator calls it last.
+void choose_strides(std::uint64_t seed, const std::optional<spec::KvStrides>& kv_override,
+                    const std::optional<spec::IndexStrides>& index_override,
+                    spec::ModelConfig& config);
 
 /// The seed of case `index` of a campaign started from `campaign_seed`: a hash of both, its theme
 /// slot index % kThemeSlots.

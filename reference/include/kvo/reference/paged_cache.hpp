@@ -26,7 +26,8 @@ std::int64_t kv_element(const spec::ModelConfig& config, int kv, std::int64_t b,
 std::int64_t element_bytes(const spec::ModelConfig& config, spec::BufferKind buffer);
 /// Bytes of one blockscale block: bs*index_dim values then bs*(index_dim/128) fp32 scales.
 std::int64_t blockscale_block_bytes(const spec::ModelConfig& config);
-/// Byte offset of index-K element d of slot (b, o): flat or blockscale value byte.
+/// Byte offset of index-K element d of slot (b, o): flat or blockscale value byte, in the dense
+/// layout or a strided view (spec::IndexStrides).
 std::int64_t index_value_byte(const spec::ModelConfig& config, std::int64_t b, std::int64_t o,
                               std::int64_t d);
 /// Byte offset of the fp32 scale of group g of slot (b, o) (blockscale only).

@@ -42,9 +42,6 @@ KVO_HOST_DEVICE constexpr std::uint64_t poison_word(std::uint64_t salt, std::uin
 KVO_HOST_DEVICE constexpr std::uint8_t poison_byte(std::uint64_t salt, std::uint64_t i) {
   return static_cast<std::uint8_t>(poison_word(salt, i / 8) >> (8 * (i % 8)));
 }
-/// Writes poison_byte(salt, first + j) to out[j].
-void poison_fill(std::uint64_t salt, std::uint64_t first, std::uint8_t* out, std::size_t n);
-
 /// Storage at or above this many bytes is lazy (64 MiB: a random case's ordinary buffers stay
 /// far below it; huge cases, long traces and production geometries pass it).
 inline constexpr std::int64_t kLazyStorageBytes = std::int64_t{1} << 26;
@@ -74,7 +71,7 @@ class ByteStorage {
   ~ByteStorage();
 
   /// The raw bytes (a lazy buffer's unmaterialised bytes read 0 here: `byte` says what they mean).
-  /// Handing out a writable pointer is what lets a writer stray: the next adopt_stray_pages looks.
+  /// Handing out a writable pointer is what lets a writer stray: the next `materialised` looks.
   std::uint8_t& operator[](std::size_t i) {
     may_stray_ = true;
     return base_[i];
@@ -86,20 +83,12 @@ class ByteStorage {
   }
   const std::uint8_t* data() const { return base_; }
   std::int64_t size() const { return size_; }
-  bool empty() const { return size_ == 0; }
   bool is_lazy() const { return lazy_; }
   std::uint64_t salt() const { return salt_; }
 
   /// Byte i as the buffer means it: an unmaterialised byte of lazy storage is its poison byte (its
   /// page is not touched). i in [0, size).
   std::uint8_t byte(std::int64_t i) const;
-  /// Lazy: makes the pages someone wrote without their being materialised (resident, never
-  /// materialised: a stray write) materialised, each zero byte in them replaced by its poison. A
-  /// fresh page reads zero, so a zero there was never written; what a stray write left shows
-  /// against the poison like any other byte. (Blind spot, on the host only: a stray write of zero
-  /// bytes. The GPU mirror downloads a changed page whole, poison included, and `store`s it.)
-  /// Returns the adopted ranges. Logically const: what the storage means does not change.
-  std::vector<ByteRange> adopt_stray_pages() const;
 
   /// Lazy: poisons every not yet materialised page overlapping [begin, end) (clamped to the
   /// storage). Dense: nothing to do.
@@ -107,8 +96,12 @@ class ByteStorage {
   /// Lazy: copies `bytes` (whole pages' worth, from page-aligned `begin`) in and marks the pages
   /// materialised (the GPU mirror's download of a page it found changed). Dense: a plain copy.
   void store(std::int64_t begin, std::span<const std::uint8_t> bytes);
-  /// The materialised ranges, ascending and disjoint, stray pages adopted first (dense: the whole
-  /// storage).
+  /// The materialised ranges, ascending and disjoint (dense: the whole storage). Lazy storage
+  /// adopts stray pages first: the pages someone wrote without their being materialised (resident,
+  /// never materialised) become materialised, each zero byte in them replaced by its poison. A
+  /// fresh page reads zero, so a zero there was never written; what a stray write left shows
+  /// against the poison like any other byte. (Blind spot, on the host only: a stray write of zero
+  /// bytes. The GPU mirror downloads a changed page whole, poison included, and `store`s it.)
   std::vector<ByteRange> materialised() const;
   /// The ranges a comparison of this storage with `other` must read: both sides' materialised
   /// ranges, merged. Everything else is poison on both sides.
@@ -120,6 +113,9 @@ class ByteStorage {
  private:
   void release();
   void copy_from(const ByteStorage& other);
+  /// The stray-page adoption of `materialised` (logically const: what the storage means does not
+  /// change); looks only after a writable pointer went out.
+  void adopt_stray_pages() const;
   bool page_materialised(std::int64_t page) const {
     return page_flags_[static_cast<std::size_t>(page)] != 0;
   }
@@ -133,8 +129,5 @@ class ByteStorage {
   /// Whether a writable pointer went out since the last look for stray pages.
   mutable bool may_stray_ = false;
 };
-
-/// Merges overlapping or touching ranges (sorted first).
-std::vector<ByteRange> merge_ranges(std::vector<ByteRange> ranges);
 
 }  // namespace kvo::spec

@@ -73,6 +73,23 @@ std::int64_t axis_count(const CacheGeometry& geometry, KvAxis axis);
 std::string kv_strides_text(const KvStrides& strides);
 KvStrides parse_kv_strides(std::string_view text, const std::string& field);
 
+/// SPEC 3 strided view of the index-K cache; all zero: the layout's dense tensor. flat
+/// ([nb, bs, index_dim]): element (b, o, d) at offset + b*block + o*token + d, in elements of the
+/// flat dtype. blockscale: block b's bytes (its bs*index_dim values, then its scales, packed as
+/// SPEC 3 lays them out) start at byte offset + b*block, and token is 0. The body is offset +
+/// nb*block elements (bytes); every other byte is padding. vLLM's hybrid allocator hands layers
+/// such views of one page pool.
+struct IndexStrides {
+  std::int64_t block = 0, token = 0, offset = 0;
+  bool dense() const { return block == 0 && token == 0 && offset == 0; }
+  bool operator==(const IndexStrides&) const = default;
+};
+
+/// "block,token,offset" (kvoracle --index-strides, case-file metadata); "dense" for the dense
+/// view. parse_index_strides throws InvalidInput naming `field` on anything else.
+std::string index_strides_text(const IndexStrides& strides);
+IndexStrides parse_index_strides(std::string_view text, const std::string& field);
+
 /// Everything that fixes the bytes a model's cache writes produce, apart from the inputs.
 struct ModelConfig {
   std::vector<LayerKind> layers;  ///< the layer mix, e.g. parse_layer_mix("3D57S")
@@ -85,7 +102,14 @@ struct ModelConfig {
   SlotType slot_type = SlotType::kI64;
   bool separate_index_slots = false;  ///< index-K written through its own slot mapping (vLLM M3)
   KvStrides kv_strides;               ///< SPEC 3 strided K/V views; dense by default
+  IndexStrides index_strides;         ///< SPEC 3 strided index-K view; dense by default
 };
+
+/// The index-K view's strides with the dense ones filled in: flat: elements; blockscale: bytes
+/// (token: index_dim, the value rows' stride inside a block).
+IndexStrides index_view(const ModelConfig& config);
+/// Bytes of one unit of the index-K strides: 1 for blockscale, else the flat dtype's size.
+std::int64_t index_stride_bytes(const ModelConfig& config);
 
 /// Whether K and V live in one buffer (BufferKind::kKv): the one-tensor layouts (packed, split),
 /// and nhd / hnd given as views of one allocation (a strided view with kv_part != 0: V kv_part
@@ -110,7 +134,8 @@ std::string format_layer_mix(std::span<const LayerKind> layers);
 /// multiple of 8, index_dim not a multiple of 128 with blockscale (of 8 otherwise), a
 /// non-activation act_dtype, a flat index dtype other than bf16/fp8_e4m3, an empty layer mix, a
 /// cache too large to address with the slot type, strided views whose elements would share a byte
-/// (kv_strides.<axis>: each stride at least the extent of the axes inside it).
+/// (kv_strides.<axis>: each stride at least the extent of the axes inside it; index_strides.<axis>
+/// likewise, token 0 with blockscale).
 void validate(const ModelConfig& config);
 
 /// Throws InvalidInput unless every scale is finite and > 0 and there is one (or, per head, nkv).

@@ -54,6 +54,15 @@ enum class WriteFault : std::uint8_t {
   /// the first -1 are never written (the call's mapping cut there on the host, production's
   /// kernel run on the rest: the same bytes).
   kMinusOneStopsWrite,
+  /// "fp8_flush_to_zero": an fp8 K/V cast compiled with flush-to-zero: a subnormal code becomes
+  /// the signed zero; other cache dtypes as in production.
+  kFp8FlushToZero,
+  /// "round_half_away": an fp8 K/V cast that rounds a tie away from zero where SPEC 2 rounds to
+  /// even; other cache dtypes as in production.
+  kRoundHalfAway,
+  /// "vector_tail_overrun": a head row stored with 16-byte vectors and no tail case: a row whose
+  /// bytes are 8 modulo 16 (fp8, head_dim 8 modulo 16) also stores 8 zero bytes past its end.
+  kVectorTailOverrun,
 };
 
 /// Bugs planted in the fast read family (ReadKernel::kFast) and in the flash family
