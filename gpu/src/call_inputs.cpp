@@ -28,16 +28,9 @@ std::int64_t kv_buffer_bytes(const spec::ModelConfig& c) {
 }
 
 std::int64_t index_buffer_bytes(const spec::ModelConfig& c) {
-  const spec::CacheGeometry& g = c.geometry;
-  if (!c.index_strides.dense()) {  // SPEC 3: the view's blocks past its offset
-    return (c.index_strides.offset + g.num_blocks * c.index_strides.block) *
-           spec::index_stride_bytes(c);
-  }
-  if (c.index.layout == spec::IndexLayout::kBlockScale) {
-    return g.num_blocks * g.block_size * (g.index_dim + (g.index_dim / spec::kScaleGroup) * 4);
-  }
-  return g.num_blocks * g.block_size * g.index_dim *
-         static_cast<std::int64_t>(spec::dtype_bytes(c.index.flat_dtype));
+  // SPEC 3: the view's blocks past its offset (dense: offset 0, blocks back to back).
+  const spec::IndexStrides iv = spec::index_view(c);
+  return (iv.offset + c.geometry.num_blocks * iv.block) * spec::index_stride_bytes(c);
 }
 
 namespace detail {
@@ -262,8 +255,7 @@ DeviceKvCaches cache_views(const spec::ModelConfig& c, void* k_body, void* v_bod
     void* index_first =
         static_cast<std::uint8_t*>(index_body) + iv.offset * spec::index_stride_bytes(c);
     if (c.index.layout == spec::IndexLayout::kBlockScale) {
-      const std::int64_t block_bytes =
-          g.block_size * g.index_dim + g.block_size * (g.index_dim / spec::kScaleGroup) * 4;
+      const std::int64_t block_bytes = spec::blockscale_block_bytes(g);
       v.index_cache = {index_first, ElementType::kU8, {g.num_blocks, block_bytes}, {iv.block, 1}};
     } else {
       v.index_cache = {index_first,

@@ -227,7 +227,7 @@ spec::IndexStrides draw_index_strides(std::uint64_t seed, const spec::ModelConfi
   spec::IndexStrides s;
   std::int64_t extent = g.index_dim;
   if (block_scale) {
-    extent = g.block_size * g.index_dim + g.block_size * (g.index_dim / spec::kScaleGroup) * 4;
+    extent = spec::blockscale_block_bytes(g);
   } else {
     s.token = g.index_dim + pad(0);
     extent += (g.block_size - 1) * s.token;

@@ -48,12 +48,6 @@ void validate_kv_strides(const ModelConfig& c) {
   }
 }
 
-/// Bytes of one blockscale block (SPEC 3): bs*index_dim values, then bs*(index_dim/128) fp32
-/// scales.
-std::int64_t packed_block_bytes(const CacheGeometry& g) {
-  return g.block_size * g.index_dim + g.block_size * (g.index_dim / kScaleGroup) * 4;
-}
-
 /// SPEC 3 strided index-K view: flat rows nest inside blocks; blockscale blocks keep their packed
 /// layout (token 0) and do not overlap.
 void validate_index_strides(const ModelConfig& c) {
@@ -65,7 +59,7 @@ void validate_index_strides(const ModelConfig& c) {
   if (block_scale) {
     require(s.token == 0, "index_strides.token", s.token,
             "must be 0: a blockscale block's value rows and scales are packed (SPEC 3)");
-    extent = packed_block_bytes(g);
+    extent = blockscale_block_bytes(g);
   } else {
     require(s.token >= extent, "index_strides.token", s.token,
             "below index_dim = " + std::to_string(extent) + ": two elements would share a byte");
@@ -105,6 +99,10 @@ std::array<std::int64_t, N> parse_strides(std::string_view text, const std::stri
 
 }  // namespace
 
+std::int64_t blockscale_block_bytes(const CacheGeometry& g) {
+  return g.block_size * g.index_dim + g.block_size * (g.index_dim / kScaleGroup) * 4;
+}
+
 IndexStrides index_view(const ModelConfig& c) {
   if (!c.index_strides.dense()) {
     IndexStrides s = c.index_strides;
@@ -113,7 +111,7 @@ IndexStrides index_view(const ModelConfig& c) {
   }
   const CacheGeometry& g = c.geometry;
   if (c.index.layout == IndexLayout::kBlockScale) {
-    return {packed_block_bytes(g), g.index_dim, 0};
+    return {blockscale_block_bytes(g), g.index_dim, 0};
   }
   return {g.block_size * g.index_dim, g.index_dim, 0};
 }

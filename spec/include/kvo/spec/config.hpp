@@ -108,6 +108,9 @@ struct ModelConfig {
 /// The index-K view's strides with the dense ones filled in: flat: elements; blockscale: bytes
 /// (token: index_dim, the value rows' stride inside a block).
 IndexStrides index_view(const ModelConfig& config);
+/// Bytes of one blockscale block (SPEC 3): bs*index_dim fp8 values, then bs*(index_dim/128) fp32
+/// scales.
+std::int64_t blockscale_block_bytes(const CacheGeometry& geometry);
 /// Bytes of one unit of the index-K strides: 1 for blockscale, else the flat dtype's size.
 std::int64_t index_stride_bytes(const ModelConfig& config);
 
