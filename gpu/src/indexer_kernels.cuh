@@ -36,6 +36,7 @@ struct IndexArgs : BatchView {
   bool head_major;    // ids [nkv, Tq, width] (spec::TopkLayout::kHeadMajor)
   unsigned key_mask;  // the top spec::TopkForm::key_bits bits of each score's image (fast only)
   int id_mask;        // TopkArgs::id_mask
+  unsigned tie_xor;   // TopkArgs::tie_xor
   int tile;           // tokens per staged tile
   int unit;           // bytes per staging copy: divides every index-K row's address and size
   long long sb, topk, init_blocks, local_blocks, max_nv;
@@ -176,7 +177,7 @@ void run_indexer(const IndexArgs& a, std::int64_t rows, std::size_t smem, cudaSt
          s>>>(a);
   check_cuda(cudaGetLastError(), "index_score_kernel launch");
   launch_batch_topk({a.scores, a.ids, a.g.nkv, a.max_nv, a.topk, a.lanes, a.drop_neg_inf,
-                     a.head_major, a.key_mask, a.id_mask},
+                     a.head_major, a.key_mask, a.id_mask, a.tie_xor},
                     rows, {a.row_req, a.row_pos, a.seq_lens, a.sb}, kCanonical, s);
 }
 
@@ -216,15 +217,24 @@ void dispatch_indexer(const IndexArgs& a, std::int64_t rows, std::size_t smem, c
   }
 }
 
+// Instantiated once, in indexer_kernels.cu (kvo_gpu); kvo_gpu_testing's selection bugs reuse them.
+extern template void dispatch_indexer<true, ReadBug::kNone>(const IndexArgs&, std::int64_t,
+                                                            std::size_t, cudaStream_t);
+extern template void dispatch_indexer<false, ReadBug::kNone>(const IndexArgs&, std::int64_t,
+                                                             std::size_t, cudaStream_t);
+
 /// launch_indexer_topk (kvo/gpu/read.hpp) with bug F planted. F = kIgnoreLocal: the score kernel
-/// leaves the local blocks unforced; a planted bug runs in the fast family only
-/// (spec::Unsupported for kCanonical).
+/// leaves the local blocks unforced; kIdsWrapAt1024: the fast selection keeps 10 bits of each id;
+/// these run in the fast family only (spec::Unsupported for kCanonical). kTiesToHigherId lives in
+/// the selection of either family (TopkArgs::tie_xor), the score kernels as in production.
 template <ReadBug F>
 void launch_indexer_topk_t(const spec::ModelConfig& c, const spec::IndexerParams& p,
                            const DeviceReadBatch& b, const DeviceIndexer& ix, ReadKernel kernel,
                            void* stream) {
-  require(F == ReadBug::kNone || kernel == ReadKernel::kFast,
-          "indexer: planted bugs live in the fast family only");
+  // The score kernels' bug: none where the bug lives in the selection alone.
+  constexpr ReadBug kScoreBug = F == ReadBug::kTiesToHigherId ? ReadBug::kNone : F;
+  require(kScoreBug == ReadBug::kNone || kernel == ReadKernel::kFast,
+          "indexer: planted score and id bugs live in the fast family only");
   const std::int64_t idim = c.geometry.index_dim;
   require(idim % 8 == 0 && idim <= kMaxHeadDim,
           "indexer: index_dim must be a multiple of 8 and <= " + std::to_string(kMaxHeadDim));
@@ -280,11 +290,14 @@ void launch_indexer_topk_t(const spec::ModelConfig& c, const spec::IndexerParams
   a.head_major = ix.form.layout == spec::TopkLayout::kHeadMajor;
   a.key_mask = ~0u << (32 - ix.form.key_bits);
   a.id_mask = F == ReadBug::kIdsWrapAt1024 ? 1023 : ~0;
+  a.tie_xor = F == ReadBug::kTiesToHigherId ? 0u : ~0u;
   const auto s = static_cast<cudaStream_t>(stream);
-  if constexpr (F == ReadBug::kNone) {  // planted bugs: the fast family only is instantiated
-    if (kernel == ReadKernel::kCanonical) return dispatch_indexer<true, F>(a, b.num_rows, smem, s);
+  if constexpr (kScoreBug == ReadBug::kNone) {  // score bugs: the fast family only is instantiated
+    if (kernel == ReadKernel::kCanonical) {
+      return dispatch_indexer<true, kScoreBug>(a, b.num_rows, smem, s);
+    }
   }
-  dispatch_indexer<false, F>(a, b.num_rows, smem, s);
+  dispatch_indexer<false, kScoreBug>(a, b.num_rows, smem, s);
 }
 
 }  // namespace kvo::gpu::detail

@@ -35,6 +35,7 @@ enum class WriteBug : std::uint8_t {
   kFp8FlushToZero,        ///< fp8 K/V: a subnormal code flushed to signed zero
   kRoundHalfAway,         ///< fp8 K/V: a tie rounded away from zero, not to even
   kVectorTailOverrun,     ///< a head row of 8 (mod 16) bytes stored with 16-byte vectors
+  kTornWrapRace,          ///< a slot several tokens write: even bytes the first's, odd the last's
 };
 
 /// How the index-K row of a sparse layer is stored.
@@ -106,7 +107,10 @@ using FusedLaunch = int (*)(const spec::ModelConfig&, spec::LayerKind, const Dev
                             const DeviceLayerCaches&, void*, bool);
 
 /// write_layer_host (kvo/gpu/write.hpp) with `fused` as the fused path's launcher.
+/// `resolve_collisions` false hands a legacy_wrap mapping whose tokens collide to the kernel as it
+/// is (WriteBug::kTornWrapRace, whose planted kernel settles the race itself).
 void write_layer_host_via(FusedLaunch fused, WritePath path, const spec::ModelConfig& config,
-                          const spec::LayerWrite& write, spec::LayerCaches& caches);
+                          const spec::LayerWrite& write, spec::LayerCaches& caches,
+                          bool resolve_collisions = true);
 
 }  // namespace kvo::gpu::detail

@@ -22,12 +22,14 @@
 
 namespace kvo::gpu::detail {
 
-/// A bug planted in the fast read family (kvo_gpu_testing's ReadFault); kNone in production.
+/// A bug planted in the read kernels (kvo_gpu_testing's ReadFault); kNone in production. All but
+/// kTiesToHigherId live in the fast family; that one in the canonical selection.
 enum class ReadBug : std::uint8_t {
   kNone,
-  kIgnoreLocal,    ///< indexer: the local (current) block is not forced
-  kExpNoLog2e,     ///< attention: exp2(s) where exp2(s * log2(e)) is meant (a base-2 softmax)
-  kIdsWrapAt1024,  ///< top-k: ids stored in 10 bits (a short path applied past 1024 blocks)
+  kIgnoreLocal,     ///< indexer: the local (current) block is not forced
+  kExpNoLog2e,      ///< attention: exp2(s) where exp2(s * log2(e)) is meant (a base-2 softmax)
+  kIdsWrapAt1024,   ///< top-k: ids stored in 10 bits (a short path applied past 1024 blocks)
+  kTiesToHigherId,  ///< top-k: an exact tie won by the higher block id (TopkArgs::tie_xor 0)
 };
 
 inline constexpr int kReadThreads = 256;   // attention chunk kernel: 8 warps

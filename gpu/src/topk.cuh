@@ -37,6 +37,8 @@ struct TopkArgs {
   bool head_major = false;  // ids [heads, rows, width] (spec::TopkLayout), else [rows, heads, ..]
   unsigned key_mask = ~0u;  // the score keys' kept bits (spec::TopkForm::key_bits; fast only)
   int id_mask = ~0;         // ids stored & id_mask: all bits (ReadBug::kIdsWrapAt1024 plants 1023)
+  unsigned tie_xor = ~0u;   // a key's low word is id ^ tie_xor: ~id, the lower id wins a tie
+                            // (SPEC 5); ReadBug::kTiesToHigherId plants 0
 };
 
 /// n_valid of an indexer query row: 0 for a padded request, else pos / sparse_block + 1.
@@ -57,14 +59,24 @@ struct ListNValid {
   __device__ long long operator()(long long row) const { return n_valid[row]; }
 };
 
+/// How a selection turns a (score, id) into its key: TopkArgs::key_mask and TopkArgs::tie_xor.
+struct KeyForm {
+  unsigned key_mask = ~0u, tie_xor = ~0u;
+};
+
 /// (score descending, id ascending) as one unsigned key, larger is better. Scores are never NaN
 /// here (a NaN block scores -1e30); -0 and +0 are one score.
-/// `key_mask` keeps the top bits of the order-preserving image (spec::topk_score_key's keys; all
-/// of them in the canonical family).
-__device__ inline unsigned long long rank_key(float s, long long id, unsigned key_mask) {
+/// `f.key_mask` keeps the top bits of the order-preserving image (spec::topk_score_key's keys; all
+/// of them in the canonical family); the low word is id ^ f.tie_xor (~id: the lower id wins).
+__device__ inline unsigned long long rank_key(float s, long long id, KeyForm f) {
   unsigned bits = __float_as_uint(s == 0.0f ? 0.0f : s);
-  bits = ((bits & 0x80000000u) ? ~bits : bits | 0x80000000u) & key_mask;
-  return (static_cast<unsigned long long>(bits) << 32) | (0xFFFFFFFFu - static_cast<unsigned>(id));
+  bits = ((bits & 0x80000000u) ? ~bits : bits | 0x80000000u) & f.key_mask;
+  return (static_cast<unsigned long long>(bits) << 32) | (static_cast<unsigned>(id) ^ f.tie_xor);
+}
+
+/// The block id of a key made by rank_key with the same form.
+__device__ inline int key_id(unsigned long long key, KeyForm f) {
+  return static_cast<int>(static_cast<unsigned>(key) ^ f.tie_xor);
 }
 
 /// Sorts one key per lane descending across the warp (a bitonic network of xor shuffles).
@@ -86,7 +98,7 @@ __device__ inline unsigned long long warp_sort_desc(unsigned long long v, int la
 /// kKeyTile blocks: a bitonic sort of the keys in shared memory. More: each block's rank is counted
 /// against every other, tile by tile (quadratic, for small sparse blocks over long sequences).
 __device__ inline void select_best(const float* sc, long long n, long long k_eff,
-                                   unsigned long long* keys, int* best, unsigned key_mask) {
+                                   unsigned long long* keys, int* best, KeyForm f) {
   if (n == 0) return;  // a padded row: nothing to select
   if (k_eff <= kTourney && n <= kKeyTile) {
     // Tournament: each warp sorts 32 candidates (a bitonic network in registers) and keeps the
@@ -101,7 +113,7 @@ __device__ inline void select_best(const float* sc, long long n, long long k_eff
       for (long long c = warp; c < chunks; c += warps) {
         const long long at = c * 32 + lane;
         unsigned long long v = 0;  // below every real key
-        if (at < field) v = in == nullptr ? rank_key(sc[at], at, key_mask) : in[at];
+        if (at < field) v = in == nullptr ? rank_key(sc[at], at, f) : in[at];
         v = warp_sort_desc(v, lane);
         if (lane < kTourney) out[c * kTourney + lane] = v;
       }
@@ -111,14 +123,13 @@ __device__ inline void select_best(const float* sc, long long n, long long k_eff
       in = out;
       out = out == keys ? keys + kKeyTile / 2 : keys;
     }
-    for (int e = threadIdx.x; e < k_eff; e += blockDim.x)
-      best[e] = static_cast<int>(0xFFFFFFFFu - static_cast<unsigned>(out[e]));
+    for (int e = threadIdx.x; e < k_eff; e += blockDim.x) best[e] = key_id(out[e], f);
     return;
   }
   if (n <= kKeyTile) {
     const int width = next_pow2(n);
     for (int e = threadIdx.x; e < width; e += blockDim.x)
-      keys[e] = e < n ? rank_key(sc[e], e, key_mask) : 0;
+      keys[e] = e < n ? rank_key(sc[e], e, f) : 0;
     __syncthreads();
     for (int k = 2; k <= width; k *= 2) {
       for (int j = k / 2; j > 0; j /= 2) {
@@ -131,8 +142,7 @@ __device__ inline void select_best(const float* sc, long long n, long long k_eff
         __syncthreads();
       }
     }
-    for (int e = threadIdx.x; e < k_eff; e += blockDim.x)
-      best[e] = static_cast<int>(0xFFFFFFFFu - static_cast<unsigned>(keys[e]));
+    for (int e = threadIdx.x; e < k_eff; e += blockDim.x) best[e] = key_id(keys[e], f);
     return;
   }
   int rank[kRanksPerThread];
@@ -140,12 +150,12 @@ __device__ inline void select_best(const float* sc, long long n, long long k_eff
   for (int u = 0; u < kRanksPerThread; ++u) {
     const long long jj = threadIdx.x + static_cast<long long>(u) * blockDim.x;
     rank[u] = 0;
-    mine[u] = jj < n ? rank_key(sc[jj], jj, key_mask) : 0;
+    mine[u] = jj < n ? rank_key(sc[jj], jj, f) : 0;
   }
   for (long long t0 = 0; t0 < n; t0 += kKeyTile) {
     __syncthreads();
     for (long long e = threadIdx.x; e < kKeyTile && t0 + e < n; e += blockDim.x)
-      keys[e] = rank_key(sc[t0 + e], t0 + e, key_mask);
+      keys[e] = rank_key(sc[t0 + e], t0 + e, f);
     __syncthreads();
     const int m = static_cast<int>(n - t0 < kKeyTile ? n - t0 : kKeyTile);
     for (int u = 0; u < kRanksPerThread; ++u) {
@@ -175,7 +185,7 @@ __device__ inline void select_union(const TopkArgs& a, long long row, long long 
   for (long long l = 0; l < a.lanes; ++l) {
     const float* sc = a.scores + ((row * a.heads + grp) * a.lanes + l) * a.stride;
     __syncthreads();  // best and keys are reused lane after lane
-    select_best(sc, n_valid, k_eff, keys, best, a.key_mask);
+    select_best(sc, n_valid, k_eff, keys, best, {a.key_mask, a.tie_xor});
     __syncthreads();
     for (int e = threadIdx.x; e < k_eff; e += blockDim.x) {
       const int id = best[e];
@@ -213,7 +223,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkArgs a, NValid n
     return;
   }
   const float* sc = a.scores + (row * a.heads + grp) * a.stride;
-  select_best(sc, n_valid, k_eff, keys, best, a.key_mask);
+  select_best(sc, n_valid, k_eff, keys, best, {a.key_mask, a.tie_xor});
   __syncthreads();
   if (!kCanonical && a.drop_neg_inf) {
     // Best first: the -inf blocks are the last chosen, so dropping them shortens the row.

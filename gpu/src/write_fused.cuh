@@ -190,6 +190,9 @@ __global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
   __shared__ std::int64_t s_kv[kMaxTileTokens];
   __shared__ std::int64_t s_ix[kMaxTileTokens];
   __shared__ std::int64_t s_sc[kMaxTileTokens];
+  // kTornWrapRace: per token, bit 0 set when no earlier token writes its K/V slot, bit 1 when no
+  // later one does (a slot's only writer has both).
+  __shared__ std::uint8_t s_role[F == WriteBug::kTornWrapRace ? kMaxTileTokens : 1];
 
   // Programmatic dependent launch: wait for the previous kernel of the stream (whose outputs may be
   // this layer's inputs) before the first read; let the next one start launching early when this
@@ -272,6 +275,16 @@ __global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
           kv_base = page * p.st.block + off * p.st.token;
         }
         s_kv[threadIdx.x] = kv_base;
+        if constexpr (F == WriteBug::kTornWrapRace) {
+          // Every other token's slot, resolved as this one's (quadratic: a planted bug only).
+          std::uint8_t role = 3;
+          for (std::int64_t t2 = 0; slot >= 0 && t2 < p.num_tokens; ++t2) {
+            std::int64_t s2 = load_slot(p.slots, p.slots_i64, t2);
+            if (wrap && s2 < 0) s2 += p.capacity;
+            if (t2 != t && s2 == slot) role &= t2 < t ? 2 : 1;
+          }
+          s_role[threadIdx.x] = role;
+        }
         std::int64_t ix = kSkip, sc = kSkip;
         if (p.index_mode != IndexMode::kNone) {
           std::int64_t islot =
@@ -342,6 +355,17 @@ __global__ void __launch_bounds__(kThreads, A == DType::kF32 ? 3 : 4)
           w[i / 4] |= planted_fp8_code<C, F>(y[i], p.sat) << (8 * (i % 4));
         *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
         continue;
+      }
+      if constexpr (F == WriteBug::kTornWrapRace) {
+        const std::uint8_t role = s_role[info[u].tt];
+        if (role != 3) {  // a shared slot: the first writer's even bytes, the last writer's odd
+          alignas(16) std::uint8_t whole[kVec * kBytes<C>];
+          store8<kStored>(whole, y, p.sat);
+          for (int b = 0; b < kVec * kBytes<C>; ++b) {
+            if ((role >> (b % 2)) & 1) dst[b] = whole[b];
+          }
+          continue;
+        }
       }
       store8<kStored>(dst, y, p.sat);
       if constexpr (F == WriteBug::kVectorTailOverrun) {

@@ -214,7 +214,8 @@ void write_layer_host(WritePath path, const spec::ModelConfig& c, const spec::La
 }
 
 void detail::write_layer_host_via(FusedLaunch fused, WritePath path, const spec::ModelConfig& c,
-                                  const spec::LayerWrite& w, spec::LayerCaches& caches) {
+                                  const spec::LayerWrite& w, spec::LayerCaches& caches,
+                                  bool resolve_collisions) {
   // 1. Everything is validated before any byte moves (SPEC principle 5).
   spec::validate(c);
   spec::validate_write(c, w);
@@ -229,7 +230,7 @@ void detail::write_layer_host_via(FusedLaunch fused, WritePath path, const spec:
   spec::SlotMapping main_slots = w.slots;
   spec::SlotMapping idx_slots = separate ? w.index_slots : spec::SlotMapping{};
   const std::int64_t cap = c.geometry.capacity();
-  if (c.slot_mode == spec::SlotMode::kLegacyWrap &&
+  if (resolve_collisions && c.slot_mode == spec::SlotMode::kLegacyWrap &&
       (wrap_collides(w.slots, cap) || (separate && wrap_collides(w.index_slots, cap)))) {
     cfg.slot_mode = spec::SlotMode::kStrict;
     main_slots = resolve_wrap(w.slots, cap);

@@ -173,18 +173,20 @@ CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int6
   for (const spec::CacheBuffer& eb : expected.buffers) {
     const spec::CacheBuffer* ab = actual.find(eb.kind);
     BufferDiffCount count{layer, eb.kind, 0, 0};
-    diff.compared_bytes += eb.storage.size();
     if (ab == nullptr || ab->storage.size() != eb.storage.size()) {
+      diff.compared_bytes += eb.storage.size();
       count.differing_bytes = eb.storage.size();
       diff.differing_bytes += count.differing_bytes;
       diff.buffers.push_back(count);
       continue;
     }
+    // A huge (lazy) buffer is read where either side holds pages; every other byte is poison on
+    // both sides (spec::ByteStorage), known equal unread, so not counted as compared.
+    const std::vector<spec::ByteRange> read = eb.storage.compare_ranges(ab->storage);
+    for (const auto& [from, to] : read) diff.compared_bytes += to - from;
     if (eb.storage.same_as(ab->storage)) continue;  // the common case, at memcmp speed
     const std::int64_t body_end = eb.guard_bytes + eb.body_bytes();
-    // A huge (lazy) buffer is read where either side holds pages; every other byte is poison on
-    // both sides (spec::ByteStorage).
-    for (const auto& [from, to] : eb.storage.compare_ranges(ab->storage))
+    for (const auto& [from, to] : read)
       for (std::int64_t i = from; i < to; ++i) {
         const std::uint8_t e = eb.storage.byte(i);
         const std::uint8_t a = ab->storage.byte(i);

@@ -47,8 +47,9 @@ class CudaWriteSubject final : public Subject {
 
 /// The read kernels of kvo/gpu/read.hpp. cuda-canonical is diffed bit for bit against the
 /// reference; cuda-fast (its own order, ids by descending score) against the float64 truth and the
-/// tie-aware top-k rules; `fault` plants a bug in the fast family. `written` is the top-k form the
-/// kernel is asked for; `declared` what the subject says it wrote (differing only in a mutant).
+/// tie-aware top-k rules; `fault` plants a bug (in the fast family, or the canonical selection's).
+/// `written` is the top-k form the kernel is asked for; `declared` what the subject says it wrote
+/// (differing only in a mutant).
 class CudaReadSubject final : public Subject {
  public:
   CudaReadSubject(std::string name, gpu::ReadKernel kernel,
@@ -194,10 +195,12 @@ std::unique_ptr<Subject> make_cuda_dense_fault_subject(const std::string& name,
   return std::make_unique<CudaDenseSubject>(engine, name, fault);
 }
 
-/// The fast read kernels with a planted bug (for the mutation catalogue).
+/// The fast (or canonical) read kernels with a planted bug (for the mutation catalogue).
 std::unique_ptr<Subject> make_cuda_read_fault_subject(const std::string& name,
-                                                      gpu::testing::ReadFault fault) {
-  return std::make_unique<CudaReadSubject>(name, gpu::ReadKernel::kFast, fault);
+                                                      gpu::testing::ReadFault fault,
+                                                      bool canonical) {
+  return std::make_unique<CudaReadSubject>(
+      name, canonical ? gpu::ReadKernel::kCanonical : gpu::ReadKernel::kFast, fault);
 }
 
 /// The flash family with a planted bug (for the mutation catalogue).

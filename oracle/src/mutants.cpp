@@ -298,6 +298,15 @@ std::vector<Mutant> build_catalogue() {
                           "top-k: block ids kept in 12 bits, a path sized for 4096 blocks applied "
                           "to a longer row",
                           spec::Op::kIndexer, {}, {.id_bits = 12}, false));
+  // Offsets in 32 bits (the huge-cache theme reaches past 2^32 bytes of every read buffer).
+  c.push_back(read_mutant("indexer-uint32-offset",
+                          "indexer: index-K byte offsets in uint32 (vllm#50427's class): a read "
+                          "past byte 2^32 of a huge cache lands 4 GiB early",
+                          spec::Op::kIndexer, {}, {.offset_bits = 32}, false));
+  c.push_back(read_mutant("attention-uint32-offset",
+                          "attention: K/V byte offsets in uint32 (vllm#50427's class): a read past "
+                          "byte 2^32 of a huge cache lands 4 GiB early",
+                          spec::Op::kAttention, {}, {.offset_bits = 32}, false));
   c.push_back(
       mutant("head-major-as-token-major", spec::Op::kIndexer,
              "vllm#48604: an indexer's head-major [H, T, K] ids read as token-major "
@@ -434,6 +443,10 @@ std::vector<Mutant> build_catalogue() {
              "16-byte vector stores with no tail case, in the fused kernel: a head row of 8 (mod "
              "16) bytes zeroes the 8 bytes past its end",
              WriteFault::kVectorTailOverrun);
+  cuda_write("cuda-legacy-wrap-torn-element",
+             "a wrapped-slot race settled per byte, in the fused kernel: a K/V element with the "
+             "first writer's even bytes and the last writer's odd ones",
+             WriteFault::kTornWrapRace);
   // The real kernels' findings, planted in the CUDA write kernels (peer_findings.md).
   const auto cuda_finding = [&](const char* name, const char* models, CaseOverrides o,
                                 std::unique_ptr<Subject> (*make)(const std::string&)) {
@@ -465,6 +478,13 @@ std::vector<Mutant> build_catalogue() {
   cuda_read("cuda-fast-ids-wrap-at-1024", spec::Op::kIndexer,
             "the fast top-k stores block ids in 10 bits (a short path applied past 1024 blocks)",
             ReadFault::kIdsWrapAt1024);
+  // The tie rule in the canonical selection: the fast family's foreign judge admits any order of
+  // tied blocks (SPEC 7), the canonical one is judged bit for bit.
+  c.push_back(mutant("cuda-ties-to-higher-id", spec::Op::kIndexer,
+                     "top-k: an exact tie won by the higher block id, in the canonical selection",
+                     {}, [](const std::string& n) {
+                       return make_cuda_read_fault_subject(n, ReadFault::kTiesToHigherId, true);
+                     }));
   const auto cuda_flash = [&](const char* name, const char* models, ReadFault fault) {
     c.push_back(mutant(name, spec::Op::kAttention, models, {}, [fault](const std::string& n) {
       return make_cuda_flash_fault_subject(n, fault);

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "kvo/oracle/read_judge.hpp"
+#include "kvo/reference/paged_cache.hpp"
 #include "op_drivers.hpp"
 
 namespace kvo::oracle {
@@ -220,6 +221,77 @@ bool any_attended_row(const ReadPrepared& c, F&& f) {
   return false;
 }
 
+/// The physical pages a read of the case touches. The indexer: every block of a request with query
+/// rows (its last row reads [0, n_valid) of them all). Attention: the pages of the logical blocks
+/// its selection names below n_valid (dense attention: those of the indexer).
+std::vector<std::int64_t> pages_read(const ReadPrepared& c, spec::Op op) {
+  const spec::ReadBatch& b = c.rc.batch;
+  const std::int64_t bs = c.rc.config.geometry.block_size;
+  const reference::TopkSelection* s =
+      op == spec::Op::kAttention ? c.expectation.attended() : nullptr;
+  std::vector<std::int64_t> pages;
+  const auto page = [&](std::int64_t r, std::int64_t token) {
+    pages.push_back(b.block_table[static_cast<std::size_t>(r * b.max_blocks + token / bs)]);
+  };
+  for (std::int64_t r = 0; r < b.num_requests(); ++r) {
+    const auto first = static_cast<std::size_t>(r);
+    const std::int64_t seq = b.seq_lens[first];
+    if (seq == 0 || b.query_start_loc[first + 1] == b.query_start_loc[first]) continue;
+    if (s == nullptr) {
+      for (std::int64_t t = 0; t < seq; t += bs) page(r, t);
+      continue;
+    }
+    const std::int64_t sb = c.rc.indexer.sparse_block;
+    for (std::int64_t q = b.query_start_loc[first]; q < b.query_start_loc[first + 1]; ++q) {
+      const std::int64_t n_valid = s->n_valid[static_cast<std::size_t>(q)];
+      const std::int64_t pos_end = std::min(seq, n_valid * sb);  // tokens the row may see
+      for (std::int64_t k = 0; k < s->num_kv_heads * s->topk; ++k) {
+        const std::int32_t id = s->ids[static_cast<std::size_t>(q * s->num_kv_heads * s->topk + k)];
+        if (id < 0 || id >= n_valid) continue;
+        const std::int64_t last = std::min(pos_end, (id + std::int64_t{1}) * sb) - 1;
+        for (std::int64_t t = id * sb; t <= last; t += bs) page(r, t);
+        page(r, last);
+      }
+    }
+  }
+  return pages;
+}
+
+/// One past the last K/V element a read of the case touches, and the byte after it.
+std::pair<std::int64_t, std::int64_t> kv_read_end(const ReadPrepared& c) {
+  const spec::ModelConfig& cfg = c.rc.config;
+  const spec::CacheGeometry& g = cfg.geometry;
+  std::int64_t end = 0;
+  for (const std::int64_t p : pages_read(c, spec::Op::kAttention)) {
+    for (int kv = 0; kv < 2; ++kv) {
+      end = std::max(end, reference::kv_element(cfg, kv, p, g.block_size - 1, g.num_kv_heads - 1,
+                                                g.head_dim - 1) +
+                              1);
+    }
+  }
+  return {end, end * static_cast<std::int64_t>(spec::dtype_bytes(cfg.kv.cache_dtype))};
+}
+
+/// One past the last index-K byte (value or scale) the indexer reads.
+std::int64_t index_read_end(const ReadPrepared& c) {
+  const spec::ModelConfig& cfg = c.rc.config;
+  const spec::CacheGeometry& g = cfg.geometry;
+  const bool block_scale = cfg.index.layout == spec::IndexLayout::kBlockScale;
+  const std::int64_t value_bytes =
+      block_scale ? 1 : static_cast<std::int64_t>(spec::dtype_bytes(cfg.index.flat_dtype));
+  std::int64_t end = 0;
+  for (const std::int64_t p : pages_read(c, spec::Op::kIndexer)) {
+    end = std::max(
+        end, reference::index_value_byte(cfg, p, g.block_size - 1, g.index_dim - 1) + value_bytes);
+    if (block_scale) {
+      end = std::max(end, reference::index_scale_byte(cfg, p, g.block_size - 1,
+                                                      g.index_dim / spec::kScaleGroup - 1) +
+                              4);
+    }
+  }
+  return end;
+}
+
 /// The read side's rare conditions (issue 14): the one table conditions() and reached() read.
 struct ReadCondition {
   CaseCondition info;
@@ -227,7 +299,20 @@ struct ReadCondition {
   ReadOps ops = ReadOps::kIndexer;
 };
 
-const std::array<ReadCondition, 16> kReadConditions{{
+const std::array<ReadCondition, 21> kReadConditions{{
+    {{"kv_bytes_past_2_31", "a K/V read past byte 2^31 of its buffer (int32 byte offsets wrap)"},
+     [](const ReadPrepared& c) { return kv_read_end(c).second > (std::int64_t{1} << 31); },
+     ReadOps::kAttention},
+    {{"kv_bytes_past_2_32", "a K/V read past byte 2^32 of its buffer (uint32 byte offsets wrap)"},
+     [](const ReadPrepared& c) { return kv_read_end(c).second > (std::int64_t{1} << 32); },
+     ReadOps::kAttention},
+    {{"kv_elements_past_2_31", "a K/V read past element 2^31 (int32 element offsets wrap)"},
+     [](const ReadPrepared& c) { return kv_read_end(c).first > (std::int64_t{1} << 31); },
+     ReadOps::kAttention},
+    {{"index_bytes_past_2_31", "an index-K read past byte 2^31 of its buffer"},
+     [](const ReadPrepared& c) { return index_read_end(c) > (std::int64_t{1} << 31); }},
+    {{"index_bytes_past_2_32", "an index-K read past byte 2^32 of its buffer"},
+     [](const ReadPrepared& c) { return index_read_end(c) > (std::int64_t{1} << 32); }},
     {{"strided_cache", "K/V caches read as strided views (padding between blocks, tokens, heads)"},
      [](const ReadPrepared& c) { return !c.rc.config.kv_strides.dense(); },
      ReadOps::kAttention},

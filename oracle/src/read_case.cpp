@@ -201,8 +201,20 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
         theme == kThemeLongContext ? long_block
                                    : std::min<std::int64_t>(rc.indexer.sparse_block, 16);
   }
+  // The huge-cache theme (write_case.hpp): K, V and index-K all past 2^32 bytes (one index_dim,
+  // head rows of at least 64 dims, pages of at least 64 slots: a few million blocks at most, and
+  // every buffer within a few times the smallest), every block the rows read near the end. (Not
+  // over a fixed view of one allocation: its kv_part is fixed, so blocks would not fit.)
+  const bool huge = theme == kThemeHugeCache && !o.kv_strides && !o.index_strides;
+  if (huge) {
+    if (!o.block_size) c.geometry.block_size = std::max<std::int64_t>(c.geometry.block_size, 64);
+    if (!o.head_dim) c.geometry.head_dim = std::max<std::int64_t>(c.geometry.head_dim, 64);
+    if (!o.index_dim) c.geometry.index_dim = 128;
+  }
+  // Ties and huge caches over rows of up to 16 blocks: more blocks than topk, so that what the
+  // indexer reads decides what it keeps.
   const std::int64_t max_seq =
-      o.max_seq_len.value_or((theme == kThemeTies ? 16 : 4) * rc.indexer.sparse_block + 7);
+      o.max_seq_len.value_or((theme == kThemeTies || huge ? 16 : 4) * rc.indexer.sparse_block + 7);
   const bool long_row = theme == kThemeLongContext && !o.max_seq_len && !o.seq_len;
   const std::int64_t nreq = o.requests.value_or(rng.uniform(1, 3));
   spec::ReadBatch& b = rc.batch;
@@ -227,11 +239,16 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
     blocks_needed += (seq + c.geometry.block_size - 1) / c.geometry.block_size;
   }
   c.geometry.num_blocks = blocks_needed + rng.uniform(1, 4);
+  // The blocks handed out: all of them, or a huge cache's last ones (as many), every one of them
+  // past 2^32 bytes into each buffer.
+  const std::int64_t handed = c.geometry.num_blocks;
+  if (huge) c.geometry.num_blocks = draw_huge_blocks(seed, c, HugeReach::kEveryBuffer) + handed;
   b.max_blocks = 1;
   for (std::int64_t s : b.seq_lens)
     b.max_blocks = std::max(b.max_blocks, (s + c.geometry.block_size - 1) / c.geometry.block_size);
-  std::vector<std::int32_t> free_blocks(static_cast<std::size_t>(c.geometry.num_blocks));
-  std::iota(free_blocks.begin(), free_blocks.end(), 0);
+  std::vector<std::int32_t> free_blocks(static_cast<std::size_t>(handed));
+  std::iota(free_blocks.begin(), free_blocks.end(),
+            static_cast<std::int32_t>(c.geometry.num_blocks - handed));
   rng.shuffle(free_blocks);
   b.block_table.assign(static_cast<std::size_t>(nreq * b.max_blocks), -1);
   std::size_t next = 0;

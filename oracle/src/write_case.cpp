@@ -192,26 +192,31 @@ spec::KvStrides draw_kv_strides(std::uint64_t seed, const spec::ModelConfig& c) 
   return s;
 }
 
-std::int64_t draw_huge_blocks(std::uint64_t seed, const spec::ModelConfig& c) {
+std::int64_t draw_huge_blocks(std::uint64_t seed, const spec::ModelConfig& c, HugeReach reach) {
   SplitMix64 rng(reference::mix64(seed ^ 0x4A6E5ull));
-  // Bytes per block and the fixed part (a view's offset) of the larger K/V buffer.
+  // Past 2^32 (so past 2^31 too), by up to 2^28 bytes.
+  const std::int64_t target = (std::int64_t{1} << 32) + rng.uniform(1, std::int64_t{1} << 28);
+  // Per buffer: bytes per block and the fixed part (a view's offset), so the blocks it needs.
   spec::ModelConfig probe = c;
   probe.geometry.num_blocks = 1;
   const reference::PagedCacheLayout one(probe);
   probe.geometry.num_blocks = 2;
   const reference::PagedCacheLayout two(probe);
-  std::int64_t per_block = 1, fixed = 0;
-  for (int kv = 0; kv < 2; ++kv) {
-    const spec::BufferKind b = one.kv_buffer(kv);
-    const std::int64_t per = two.buffer_bytes(b) - one.buffer_bytes(b);
-    if (per > per_block) {
-      per_block = per;
-      fixed = one.buffer_bytes(b) - per;
-    }
+  std::vector<spec::BufferKind> buffers{one.kv_buffer(0), one.kv_buffer(1)};
+  const bool sparse =
+      std::find(c.layers.begin(), c.layers.end(), spec::LayerKind::kSparse) != c.layers.end();
+  if (reach == HugeReach::kEveryBuffer && sparse) buffers.push_back(spec::BufferKind::kIndexK);
+  std::int64_t blocks = -1;
+  for (const spec::BufferKind b : buffers) {
+    const std::int64_t per = std::max<std::int64_t>(two.buffer_bytes(b) - one.buffer_bytes(b), 1);
+    const std::int64_t fixed = one.buffer_bytes(b) - per;
+    const std::int64_t need = (target - fixed + per - 1) / per;
+    // kLargestKv: the first buffer past the target; kEveryBuffer: the last.
+    blocks = blocks < 0                       ? need
+             : reach == HugeReach::kLargestKv ? std::min(blocks, need)
+                                              : std::max(blocks, need);
   }
-  // Past 2^32 (so past 2^31 too), by up to 2^28 bytes.
-  const std::int64_t target = (std::int64_t{1} << 32) + rng.uniform(1, std::int64_t{1} << 28);
-  return (target - fixed + per_block - 1) / per_block;
+  return blocks;
 }
 
 spec::IndexStrides draw_index_strides(std::uint64_t seed, const spec::ModelConfig& c) {

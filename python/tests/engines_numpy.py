@@ -83,8 +83,9 @@ def attention(call, *, include_own_token=True):
     cfg, p = call.config, call.params
     assert call.dtype("q") == "bf16" and call.dtype("k_view") == "bf16"
     q = bf16_to_float32(call.q).astype(np.float64)
-    k = bf16_to_float32(call.k_view)
-    v = bf16_to_float32(call.v_view)
+    # The caches are read where the rows' pages are, never converted whole: a huge one (past 2^32
+    # bytes) is a view of mostly unbacked memory.
+    k, v = call.k_view, call.v_view
     tq, nq, hd = q.shape
     nkv, bs, sb = cfg["num_kv_heads"], cfg["block_size"], p["sparse_block"]
     group = nq // nkv
@@ -110,8 +111,9 @@ def attention(call, *, include_own_token=True):
             if tokens.size == 0:
                 continue
             pages = call.block_table[r, tokens // bs]
-            kk = k[pages, tokens % bs, g].astype(np.float64) * scale(call.k_scale, g)
-            vv = v[pages, tokens % bs, g].astype(np.float64) * scale(call.v_scale, g)
+            kk = bf16_to_float32(k[pages, tokens % bs, g]).astype(np.float64)
+            vv = bf16_to_float32(v[pages, tokens % bs, g]).astype(np.float64)
+            kk, vv = kk * scale(call.k_scale, g), vv * scale(call.v_scale, g)
             for h in range(g * group, (g + 1) * group):
                 s = kk @ q[row, h] * sm_scale
                 w = np.exp(s - s.max())
@@ -131,7 +133,7 @@ def block_topk_head_major(call):
     cfg, p = call.config, call.params
     assert call.dtype("index_q") == "bf16" and call.dtype("index_cache") == "bf16"
     iq = bf16_to_float32(call.index_q).astype(np.float64)
-    ik = bf16_to_float32(call.index_cache).astype(np.float64)
+    ik = call.index_cache  # read where the rows' pages are, as attention's caches
     tq, nh, _ = iq.shape
     nkv, bs, sb, topk = cfg["num_kv_heads"], cfg["block_size"], p["sparse_block"], p["topk"]
     ids = np.full((nkv, tq, topk), -1, dtype=np.int32)
@@ -141,7 +143,7 @@ def block_topk_head_major(call):
             continue
         n_valid = pos // sb + 1
         t = np.arange(pos + 1)
-        keys = ik[call.block_table[r, t // bs], t % bs]  # [tokens, idim]
+        keys = bf16_to_float32(ik[call.block_table[r, t // bs], t % bs]).astype(np.float64)
         s = iq[row] @ keys.T  # [nh, tokens]
         for g in range(nkv):
             group = s[g * (nh // nkv):(g + 1) * (nh // nkv)].max(axis=0)

@@ -58,13 +58,9 @@ std::vector<float> row_of(const spec::HostTensor& t, std::int64_t row, std::int6
 
 }  // namespace
 
-std::vector<float> read_index_k(const spec::ModelConfig& c, const spec::ReadBatch& b,
-                                const spec::LayerCaches& caches, std::int64_t r, std::int64_t t) {
-  const auto [block, offset] = locate_token(c, b, r, t);
-  const std::uint8_t* body = buffer(caches, BufferKind::kIndexK).body();
+std::vector<float> dequantize_index_row(const spec::ModelConfig& c, const std::uint8_t* row,
+                                        const std::uint8_t* scales) {
   const std::int64_t dim = c.geometry.index_dim;
-  // The row is contiguous in both index layouts (SPEC 3: d is the innermost term of the offset).
-  const std::uint8_t* row = body + index_value_byte(c, block, offset, 0);
   std::vector<float> k(static_cast<std::size_t>(dim));
   if (c.index.layout == spec::IndexLayout::kFlat) {
     const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.index.flat_dtype));
@@ -76,12 +72,23 @@ std::vector<float> read_index_k(const spec::ModelConfig& c, const spec::ReadBatc
   }
   // Block scale: each 128-element group's values dequantized with the group's fp32 scale.
   for (std::int64_t g = 0; g < dim / spec::kScaleGroup; ++g) {
-    const float s =
-        float_of(load_code(body + index_scale_byte(c, block, offset, g), spec::DType::kF32));
+    const float s = float_of(load_code(scales + 4 * g, spec::DType::kF32));
     for (std::int64_t d = g * spec::kScaleGroup; d < (g + 1) * spec::kScaleGroup; ++d)
       k[static_cast<std::size_t>(d)] = dequantize(row[d], spec::DType::kFp8E4M3, s);
   }
   return k;
+}
+
+std::vector<float> read_index_k(const spec::ModelConfig& c, const spec::ReadBatch& b,
+                                const spec::LayerCaches& caches, std::int64_t r, std::int64_t t) {
+  const auto [block, offset] = locate_token(c, b, r, t);
+  const std::uint8_t* body = buffer(caches, BufferKind::kIndexK).body();
+  // The row and its group scales are contiguous in both index layouts (SPEC 3: d and g are the
+  // innermost terms of their offsets).
+  const std::uint8_t* scales = c.index.layout == spec::IndexLayout::kBlockScale
+                                   ? body + index_scale_byte(c, block, offset, 0)
+                                   : nullptr;
+  return dequantize_index_row(c, body + index_value_byte(c, block, offset, 0), scales);
 }
 
 TopkSelection indexer_topk(const spec::ModelConfig& c, const spec::IndexerParams& p,
@@ -173,23 +180,28 @@ TopkSelection indexer_topk(const spec::ModelConfig& c, const spec::IndexerParams
   return sel;
 }
 
+std::vector<float> dequantize_kv_row(const spec::ModelConfig& c, const std::uint8_t* row,
+                                     float scale) {
+  const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+  std::vector<float> x(static_cast<std::size_t>(c.geometry.head_dim));
+  for (std::int64_t d = 0; d < c.geometry.head_dim; ++d) {
+    const std::uint32_t code = load_code(row + d * eb, c.kv.cache_dtype);
+    x[static_cast<std::size_t>(d)] = c.kv.scale_mode == spec::ScaleMode::kNone
+                                         ? decode(code, c.kv.cache_dtype)
+                                         : dequantize(code, c.kv.cache_dtype, scale);
+  }
+  return x;
+}
+
 std::vector<float> read_kv(const spec::ModelConfig& c, const spec::ReadBatch& b,
                            const spec::LayerCaches& caches, const std::vector<float>& scales,
                            int kv, std::int64_t r, std::int64_t t, std::int64_t h) {
   const auto [block, offset] = locate_token(c, b, r, t);
   const std::uint8_t* body = buffer(caches, kv_buffer(c, kv)).body();
   const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
-  const float s = scales[c.kv.per_head_scale ? static_cast<std::size_t>(h) : 0];
   // The head's row is contiguous in every layout (SPEC 3: d is the innermost term of the offset).
-  const std::int64_t row = kv_element(c, kv, block, offset, h, 0);
-  std::vector<float> x(static_cast<std::size_t>(c.geometry.head_dim));
-  for (std::int64_t d = 0; d < c.geometry.head_dim; ++d) {
-    const std::uint32_t code = load_code(body + (row + d) * eb, c.kv.cache_dtype);
-    x[static_cast<std::size_t>(d)] = c.kv.scale_mode == spec::ScaleMode::kNone
-                                         ? decode(code, c.kv.cache_dtype)
-                                         : dequantize(code, c.kv.cache_dtype, s);
-  }
-  return x;
+  return dequantize_kv_row(c, body + kv_element(c, kv, block, offset, h, 0) * eb,
+                           scales[c.kv.per_head_scale ? static_cast<std::size_t>(h) : 0]);
 }
 
 std::vector<std::int64_t> attention_chunks(const TopkSelection* selection, std::int64_t q,

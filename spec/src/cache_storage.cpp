@@ -201,13 +201,30 @@ void ByteStorage::adopt_stray_pages() const {
   if (mincore(base_, static_cast<std::size_t>(size_), resident.data()) != 0) {
     throw std::runtime_error("mincore failed on a lazy cache buffer");
   }
-  std::vector<std::int64_t> pages;  // resident, not materialised
+  std::vector<std::int64_t> pages;   // resident, not materialised
+  std::vector<ByteRange> unwritten;  // resident host pages of zeros, none of them materialised
   for_each_set(resident, 1, [&](std::int64_t hp) {
-    for (std::int64_t p = hp * host_page / kPageBytes;
-         p * kPageBytes < std::min((hp + 1) * host_page, size_); ++p) {
+    const std::int64_t at = hp * host_page, end = std::min(at + host_page, size_);
+    const std::int64_t first = at / kPageBytes, last = (end - 1) / kPageBytes;
+    bool held = false;
+    for (std::int64_t p = first; p <= last; ++p) held |= page_materialised(p);
+    // A host page of zeros only was read, not written (a reader of the whole view maps the zero
+    // page; a stray zero is the blind spot anyway): it still means poison, and is given back so
+    // that neither this look nor the next one pays for it.
+    if (!held && std::all_of(base_ + at, base_ + end, [](std::uint8_t b) { return b == 0; })) {
+      if (!unwritten.empty() && unwritten.back().second == at) {
+        unwritten.back().second = end;
+      } else {
+        unwritten.emplace_back(at, end);
+      }
+      return;
+    }
+    for (std::int64_t p = first; p <= last; ++p) {
       if (!page_materialised(p)) pages.push_back(p);
     }
   });
+  for (const auto& [at, end] : unwritten)
+    madvise(base_ + at, static_cast<std::size_t>(end - at), MADV_DONTNEED);
   for (const std::int64_t p : pages) {
     const std::int64_t at = p * kPageBytes;
     const std::int64_t end = std::min(at + kPageBytes, size_);

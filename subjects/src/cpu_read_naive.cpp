@@ -5,6 +5,8 @@
 
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/numbers.hpp"
+#include "kvo/reference/paged_cache.hpp"
+#include "kvo/reference/read_path.hpp"
 #include "kvo/reference/read_rules.hpp"
 #include "kvo/subjects/cpu_read.hpp"
 
@@ -26,6 +28,47 @@ float naive_dot(const std::vector<float>& a, const std::vector<float>& b) {
     acc = acc + prod;
   }
   return acc;
+}
+
+/// A cache byte offset as a reader with m.offset_bits-bit offsets computes it (0: all bits).
+std::int64_t offset_as(const ReadMutation& m, std::int64_t byte) {
+  return m.offset_bits == 0 ? byte : byte & ((std::int64_t{1} << m.offset_bits) - 1);
+}
+
+/// The physical (block, offset) of token t of request r.
+std::pair<std::int64_t, std::int64_t> slot_of(const spec::ModelConfig& c, const spec::ReadBatch& b,
+                                              std::int64_t r, std::int64_t t) {
+  const std::int64_t bs = c.geometry.block_size;
+  return {b.block_table[static_cast<std::size_t>(r * b.max_blocks + t / bs)], t % bs};
+}
+
+/// reference::read_index_k, its byte offsets computed as m says.
+std::vector<float> read_index_k_as(const ReadMutation& m, const spec::ModelConfig& c,
+                                   const spec::ReadBatch& b, const spec::LayerCaches& caches,
+                                   std::int64_t r, std::int64_t t) {
+  if (m.offset_bits == 0) return reference::read_index_k(c, b, caches, r, t);
+  const auto [block, offset] = slot_of(c, b, r, t);
+  const std::uint8_t* body = caches.find(spec::BufferKind::kIndexK)->body();
+  const std::uint8_t* scales =
+      c.index.layout == spec::IndexLayout::kBlockScale
+          ? body + offset_as(m, reference::index_scale_byte(c, block, offset, 0))
+          : nullptr;
+  return reference::dequantize_index_row(
+      c, body + offset_as(m, reference::index_value_byte(c, block, offset, 0)), scales);
+}
+
+/// reference::read_kv, its byte offsets computed as m says.
+std::vector<float> read_kv_as(const ReadMutation& m, const spec::ModelConfig& c,
+                              const spec::ReadBatch& b, const spec::LayerCaches& caches,
+                              const std::vector<float>& scales, int kv, std::int64_t r,
+                              std::int64_t t, std::int64_t h) {
+  if (m.offset_bits == 0) return reference::read_kv(c, b, caches, scales, kv, r, t, h);
+  const auto [block, offset] = slot_of(c, b, r, t);
+  const std::uint8_t* body = caches.find(reference::kv_buffer(c, kv))->body();
+  const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+  return reference::dequantize_kv_row(
+      c, body + offset_as(m, reference::kv_element(c, kv, block, offset, h, 0) * eb),
+      scales[c.kv.per_head_scale ? static_cast<std::size_t>(h) : 0]);
 }
 
 }  // namespace
@@ -70,7 +113,7 @@ std::vector<std::int32_t> naive_indexer(const spec::ModelConfig& config,
                : std::min(row.position + 1, std::max<std::int64_t>(n_valid, 0) * p.sparse_block);
     std::vector<std::vector<float>> ik;
     for (std::int64_t t = 0; t < visible; ++t)
-      ik.push_back(reference::read_index_k(config, batch, caches, row.request, t));
+      ik.push_back(read_index_k_as(m, config, batch, caches, row.request, t));
     for (std::int64_t g = 0; g < nkv; ++g) {
       const auto blocks = static_cast<std::size_t>(std::max<std::int64_t>(n_valid, 0));
       // One row of scores per lane: the group's max (index_group max) or each head's (union).
@@ -171,8 +214,7 @@ spec::HostTensor naive_attention(const spec::ModelConfig& config, const spec::At
       std::vector<float> s;
       for (std::int64_t t : tokens) {
         float x =
-            naive_dot(q, reference::read_kv(config, batch, caches, k_scale, 0, row.request, t, g)) *
-            sm;
+            naive_dot(q, read_kv_as(m, config, batch, caches, k_scale, 0, row.request, t, g)) * sm;
         if (m.scale_twice) x = x * sm;
         s.push_back(x);
       }
@@ -183,8 +225,7 @@ spec::HostTensor naive_attention(const spec::ModelConfig& config, const spec::At
       for (std::size_t i = 0; i < tokens.size(); ++i) {
         const float w = std::exp(s[i] - mx);
         denom = denom + w;
-        const auto v =
-            reference::read_kv(config, batch, caches, v_scale, 1, row.request, tokens[i], g);
+        const auto v = read_kv_as(m, config, batch, caches, v_scale, 1, row.request, tokens[i], g);
         for (std::int64_t d = 0; d < hd; ++d) {
           const float prod = w * v[static_cast<std::size_t>(d)];
           acc[static_cast<std::size_t>(d)] = acc[static_cast<std::size_t>(d)] + prod;

@@ -205,7 +205,7 @@ TEST(CaseFile, HandBrokenResultsAreInvalidInputNamingWhat) {
 }
 
 TEST(CaseFile, ProducerFailureIsFailedToRun) {
-  Fixture f = emit(Op::kAttention, 4);
+  Fixture f = emit(Op::kAttention, 19);
   oracle::SubjectFunctions fns;
   fns.attention = [](const oracle::ReadCase&, const reference::TopkSelection*) -> spec::HostTensor {
     throw spec::FailedToRun("out of device memory");
@@ -217,7 +217,7 @@ TEST(CaseFile, ProducerFailureIsFailedToRun) {
 }
 
 TEST(CaseFile, JudgeFlagsOverrideTheDeclaredOrdering) {
-  Fixture f = emit(Op::kAttention, 6);
+  Fixture f = emit(Op::kAttention, 19);
   const std::vector<std::uint8_t> result = run(f.c, "cpu-naive-f32");
   EXPECT_EQ(judge_result(f.c, result, {}).outcome, Outcome::kPass);
   const Judgement exact = judge_result(f.c, result, {spec::Ordering::kCanonical, {}, {}});

@@ -18,6 +18,7 @@
 #include "kvo/oracle/read_case.hpp"
 #include "kvo/oracle/read_diff.hpp"
 #include "kvo/oracle/read_judge.hpp"
+#include "kvo/oracle/write_case.hpp"
 #include "kvo/reference/read_path.hpp"
 #include "kvo/spec/outcome.hpp"
 #include "kvo/truth/truth.hpp"
@@ -202,6 +203,55 @@ TEST(GpuReadFast, PlantedBugsRejectedInForeignMode) {
       "[gpu-fast] local block unforced caught at case %d; exp2 without log2(e) at case %d\n",
       topk_case, softmax_case);
   std::printf("%s\n%s\n", topk_report.c_str(), softmax_report.c_str());
+}
+
+// Huge caches on the read side (issue 14): K, V and index-K each past 2^32 bytes (lazy on the
+// host, whole on the device), every block the rows read past byte 2^32 of each: the canonical
+// kernels bit for bit, the fast family in foreign mode.
+TEST(GpuHugeRead, ReadsPast2To32BytesOfEveryBufferMatch) {
+  std::string why;
+  if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    const oracle::ReadCase rc = oracle::make_read_case(
+        oracle::case_seed(0x4B16EAull, i * oracle::kThemeSlots + oracle::kThemeHugeCache), {});
+    ASSERT_TRUE(rc.caches.find(spec::BufferKind::kIndexK)->storage.is_lazy()) << tag(rc);
+    ASSERT_GT(rc.caches.find(spec::BufferKind::kIndexK)->storage.size(), std::int64_t{1} << 32);
+    ASSERT_NO_FATAL_FAILURE(check_case(rc, true));
+  }
+  std::printf("[gpu-cases] huge read cases diffed: 4\n");
+}
+
+// The canonical family's tie rule (SPEC 5: the lower block id wins an exact tie) planted wrong in
+// its selection: on cases with wide exact ties the canonical judge (bit for bit) names the row and
+// the ids; the production canonical kernel matches the reference on every one of them.
+TEST(GpuRead, CanonicalTieBugCaughtBitForBit) {
+  std::string why;
+  if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  int caught = -1, cases = 0;
+  for (int i = 0; i < 40 && caught < 0; ++i, ++cases) {
+    oracle::ReadOverrides o;
+    o.tied_scores = true;
+    const oracle::ReadCase rc = oracle::make_read_case(0x71E50000ull + i, o);
+    SCOPED_TRACE(tag(rc));
+    const reference::TopkSelection sel =
+        reference::indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+    const auto good = gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches,
+                                             gpu::ReadKernel::kCanonical);
+    ASSERT_EQ(good, sel.ids);
+    const auto tied = gpu::testing::indexer_topk_host_faulty(
+        gpu::testing::ReadFault::kTiesToHigherId, rc.config, rc.indexer, rc.batch, rc.index_q,
+        rc.caches, gpu::ReadKernel::kCanonical);
+    ASSERT_EQ(tied.size(), sel.ids.size());
+    for (std::size_t k = 0; k < tied.size() && caught < 0; ++k) {
+      if (tied[k] == sel.ids[k]) continue;
+      caught = i;
+      std::printf(
+          "[gpu-cases] tie won by the higher id caught at case %d: id slot %zu holds %d, "
+          "the reference %d\n",
+          i, k, tied[k], sel.ids[k]);
+    }
+  }
+  ASSERT_GE(caught, 0) << "ties to the higher id never caught in " << cases << " tied cases";
 }
 
 // The fast indexer in the engines' declared forms (SPEC 5): head-major ids are the token-major ones

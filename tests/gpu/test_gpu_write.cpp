@@ -657,6 +657,23 @@ TEST(PlantedBug, VectorTailOverrunZeroesPastTheRow) {
   EXPECT_TRUE(planted_diff(c, {9}, WriteFault::kVectorTailOverrun).equal());
 }
 
+TEST(PlantedBug, TornWrapRaceMixesTwoWritersBytes) {
+  KVO_REQUIRE_GPU();
+  // legacy_wrap: token 1's -1 wraps onto slot 31 (block 7, offset 3), which token 2 writes too.
+  // Either writer's element is admissible (SPEC 3); the planted race keeps token 1's even bytes
+  // and token 2's odd ones, an element of neither. Slot 5's only writer is stored whole.
+  spec::ModelConfig c = small_config(spec::KvLayout::kNhd);
+  c.slot_mode = spec::SlotMode::kLegacyWrap;
+  EXPECT_TRUE(planted_diff(c, {5, -1, 31}, std::nullopt).equal());
+  const oracle::CacheDiff diff = planted_diff(c, {5, -1, 31}, WriteFault::kTornWrapRace);
+  ASSERT_TRUE(diff.first.has_value()) << diff.report();
+  EXPECT_EQ(diff.first->layer, 1);
+  EXPECT_EQ(diff.first->coord.block, 7) << diff.first->describe();
+  EXPECT_EQ(diff.first->coord.offset, 3) << diff.first->describe();
+  // Without a collision the same fault writes every byte.
+  EXPECT_TRUE(planted_diff(c, {5, -1}, WriteFault::kTornWrapRace).equal());
+}
+
 TEST(PlantedBug, WithoutTheFaultTheSameCasesPass) {
   KVO_REQUIRE_GPU();
   for (const std::vector<std::int64_t>& slots :

@@ -10,9 +10,12 @@
 
 #include "kvo/oracle/cache_diff.hpp"
 #include "kvo/oracle/harness.hpp"
+#include "kvo/oracle/read_case.hpp"
 #include "kvo/oracle/write_case.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/paged_cache.hpp"
+#include "kvo/reference/read_path.hpp"
+#include "kvo/subjects/cpu_read.hpp"
 #include "kvo/subjects/cpu_write.hpp"
 
 namespace kvo::oracle {
@@ -82,6 +85,26 @@ TEST(ByteStorage, AStrayWriteIntoAPageNobodyMaterialisedIsSeen) {
                std::invalid_argument);
 }
 
+TEST(ByteStorage, AReaderOfTheWholeBufferHoldsNothing) {
+  // A reader handed the writable view (a user's NumPy function converting a whole huge cache)
+  // maps zero pages everywhere; they are not writes, so a look adopts none of them and gives them
+  // back. A page written among them still is adopted.
+  const std::int64_t pages = 4096;  // 16 MiB
+  spec::ByteStorage s = spec::ByteStorage::lazy(pages * kPage, 5);
+  s.materialise(0, kPage);
+  const std::uint8_t* raw = s.data();
+  std::uint64_t sum = 0;
+  for (std::int64_t i = 0; i < s.size(); i += 512) sum += raw[i];
+  s.data()[100 * kPage + 3] = static_cast<std::uint8_t>(spec::poison_byte(5, 100 * kPage + 3) ^ 1);
+  const std::int64_t rss_read = rss_bytes();
+  EXPECT_EQ(s.materialised(),
+            (std::vector<spec::ByteRange>{{0, kPage}, {100 * kPage, 101 * kPage}}));
+  EXPECT_NE(sum, std::uint64_t{1});  // the reads are not optimised away
+  // Looking poisons two pages, not 4096.
+  EXPECT_LT(rss_bytes() - rss_read, std::int64_t{1} << 20);
+  EXPECT_EQ(s.byte(2000 * kPage), spec::poison_byte(5, 2000 * kPage));
+}
+
 /// A one-layer dense-mix configuration whose K buffer passes 2^32 bytes (bf16: element offsets
 /// past 2^31 as well).
 spec::ModelConfig huge_config() {
@@ -130,6 +153,9 @@ TEST(HugeCache, AWritePast2To32BytesIsJudgedWithinAFewPages) {
   subjects::write_layer_fused(c, w, actual);
   const CacheDiff same = diff_layer_caches(layout, 0, expected, actual, &w);
   EXPECT_TRUE(same.equal()) << same.report();
+  // The diff reads the pages either side holds, not 2 x 8.6 GB.
+  EXPECT_GT(same.compared_bytes, 0);
+  EXPECT_LT(same.compared_bytes, std::int64_t{1} << 20) << same.report();
   // Two 8.6 GB buffers, three copies: the host holds a few pages of each.
   EXPECT_LT(rss_bytes() - rss_before, std::int64_t{64} << 20);
 
@@ -199,6 +225,63 @@ RC_GTEST_PROP(HugeCache, TheHugeThemeWritesPast2To32AndTheFusedWriterMatches, ()
         diff_layer_caches(layout, static_cast<std::int64_t>(l), expected, actual, &wc.writes[l]);
     RC_ASSERT(d.equal());
   }
+}
+
+// Property: every read case of the huge theme reads K, V and index-K, each a lazy buffer past 2^32
+// bytes, only from blocks past byte 2^32 of every buffer, and holds a few pages of them.
+RC_GTEST_PROP(HugeCache, TheHugeReadThemeReadsPast2To32OfEveryBuffer, ()) {
+  const auto index = *rc::gen::inRange<std::uint64_t>(0, 1000);
+  const std::uint64_t seed =
+      case_seed(*rc::gen::arbitrary<std::uint64_t>(), index * kThemeSlots + kThemeHugeCache);
+  const std::int64_t rss_before = rss_bytes();
+  const ReadCase rc = make_read_case(seed, {});
+  const spec::ModelConfig& c = rc.config;
+  const reference::PagedCacheLayout layout(c);
+  const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+  constexpr std::int64_t k2To32 = std::int64_t{1} << 32;
+  for (const spec::BufferKind kind :
+       {layout.kv_buffer(0), layout.kv_buffer(1), spec::BufferKind::kIndexK}) {
+    RC_ASSERT(rc.caches.find(kind)->storage.is_lazy());
+    RC_ASSERT(layout.buffer_bytes(kind) > k2To32);
+  }
+  for (const std::int32_t b : rc.batch.block_table) {
+    if (b < 0) continue;
+    RC_ASSERT(reference::kv_element(c, 0, b, 0, 0, 0) * eb > k2To32);
+    RC_ASSERT(reference::kv_element(c, 1, b, 0, 0, 0) * eb > k2To32);
+    RC_ASSERT(reference::index_value_byte(c, b, 0, 0) > k2To32);
+  }
+  RC_ASSERT(rss_bytes() - rss_before < (std::int64_t{256} << 20));
+}
+
+// A read with byte offsets in uint32 (the naive subjects' offset_bits 32, the catalogue's
+// indexer- and attention-uint32-offset) is exactly the subject on a cache below 2^32 bytes, and
+// reads other pages on a huge one: the bug is gated by the size alone, which the theme reaches.
+TEST(HugeCache, Uint32OffsetsChangeOnlyAHugeCasesReads) {
+  const subjects::ReadMutation uint32{.offset_bits = 32};
+  int huge_differ = 0;
+  for (std::uint64_t i = 0; i < 8; ++i) {
+    for (const std::uint64_t slot : {std::uint64_t{0}, kThemeHugeCache}) {
+      const ReadCase rc = make_read_case(case_seed(0x0FF5E7ull, i * kThemeSlots + slot), {});
+      const reference::TopkSelection sel =
+          reference::indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+      const auto attend = [&](const subjects::ReadMutation& m) {
+        return subjects::naive_attention(rc.config, rc.attention, rc.batch, rc.q, rc.caches,
+                                         rc.k_scale, rc.v_scale, &sel, m)
+            .bytes;
+      };
+      const auto select = [&](const subjects::ReadMutation& m) {
+        return subjects::naive_indexer(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches, m);
+      };
+      if (slot == 0) {
+        EXPECT_EQ(attend(uint32), attend({})) << "seed " << rc.seed;
+        EXPECT_EQ(select(uint32), select({})) << "seed " << rc.seed;
+      } else {
+        huge_differ += attend(uint32) != attend({});
+      }
+    }
+  }
+  // A huge case whose rows attend some token reads another page for it (all but padded ones).
+  EXPECT_GE(huge_differ, 6);
 }
 
 }  // namespace

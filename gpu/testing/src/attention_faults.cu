@@ -24,6 +24,7 @@ std::optional<detail::FlashLaunch> flash_launch(ReadFault fault) {
     case ReadFault::kFlashMaskedChunkNan:
       return detail::launch_flash_attention_t<spec::AttentionBug::kMaskedChunkNan>;
     case ReadFault::kIgnoreLocal:
+    case ReadFault::kTiesToHigherId:
     case ReadFault::kExpNoLog2e:
     case ReadFault::kIdsWrapAt1024:
       break;
@@ -38,12 +39,15 @@ spec::HostTensor attention_host_faulty(
     const spec::ReadBatch& batch, const spec::HostTensor& q, const spec::LayerCaches& caches,
     const std::vector<float>& k_scale, const std::vector<float>& v_scale,
     const std::vector<std::int32_t>& selection, std::int64_t topk, ReadKernel kernel) {
-  if (kernel != ReadKernel::kFast || flash_launch(fault).has_value())
-    throw spec::Unsupported("planted read bugs of the fast family live in the fast family only");
-  const detail::AttentionLaunch launch =
-      fault == ReadFault::kExpNoLog2e
-          ? detail::launch_attention_t<detail::ReadBug::kExpNoLog2e>
-          : launch_attention;  // the indexer's bugs: attention as in production
+  if (flash_launch(fault).has_value())
+    throw spec::Unsupported("planted flash bugs run through flash_attention_host_faulty");
+  if (fault != ReadFault::kExpNoLog2e) {  // the indexer's bugs: attention as in production
+    return detail::attention_host_via(launch_attention, config, params, batch, q, caches, k_scale,
+                                      v_scale, selection, topk, kernel);
+  }
+  if (kernel != ReadKernel::kFast)
+    throw spec::Unsupported("planted attention bugs live in the fast family only");
+  const detail::AttentionLaunch launch = detail::launch_attention_t<detail::ReadBug::kExpNoLog2e>;
   return detail::attention_host_via(launch, config, params, batch, q, caches, k_scale, v_scale,
                                     selection, topk, kernel);
 }

@@ -37,6 +37,7 @@ void write_layer_host_faulty(WriteFault fault, WritePath path, const spec::Model
       {WriteFault::kFp8FlushToZero, detail::launch_fused_write_t<WriteBug::kFp8FlushToZero>},
       {WriteFault::kRoundHalfAway, detail::launch_fused_write_t<WriteBug::kRoundHalfAway>},
       {WriteFault::kVectorTailOverrun, detail::launch_fused_write_t<WriteBug::kVectorTailOverrun>},
+      {WriteFault::kTornWrapRace, detail::launch_fused_write_t<WriteBug::kTornWrapRace>},
   };
   if (fault == WriteFault::kMinusOneStopsWrite) {
     // A bug of the host's token loop: the mapping cut at its first -1, production's kernel.
@@ -58,7 +59,9 @@ void write_layer_host_faulty(WriteFault fault, WritePath path, const spec::Model
     throw spec::InvalidInput("fault", -1, std::to_string(static_cast<int>(fault)),
                              "not a WriteFault");
   }
-  detail::write_layer_host_via(launch, path, config, write, caches);
+  // The torn race is the kernel's own: the colliding mapping reaches it unresolved.
+  detail::write_layer_host_via(launch, path, config, write, caches,
+                               fault != WriteFault::kTornWrapRace);
 }
 
 }  // namespace kvo::gpu::testing

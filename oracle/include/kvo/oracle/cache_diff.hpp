@@ -51,6 +51,8 @@ struct BufferDiffCount {
 
 struct CacheDiff {
   std::int64_t differing_bytes = 0;
+  /// Bytes the diff read: whole buffers, but a huge (lazy) one's pages that either side holds
+  /// (the rest is poison on both sides).
   std::int64_t compared_bytes = 0;
   /// Elements whose bytes differ from the reference's pick but lie in their admissible set.
   std::int64_t admitted_elements = 0;

@@ -56,9 +56,11 @@ std::unique_ptr<Subject> make_cuda_trunc_div_negative_slot_subject(const std::st
 std::unique_ptr<Subject> make_cuda_dense_fault_subject(const std::string& name,
                                                        gpu::testing::DenseFault fault, bool engine);
 
-/// cuda-fast (indexer and attention) with `fault` planted in the fast family.
+/// cuda-fast (indexer and attention) with `fault` planted in the fast family, or cuda-canonical
+/// (judged bit for bit) with `canonical` and a selection fault (ReadFault::kTiesToHigherId).
 std::unique_ptr<Subject> make_cuda_read_fault_subject(const std::string& name,
-                                                      gpu::testing::ReadFault fault);
+                                                      gpu::testing::ReadFault fault,
+                                                      bool canonical = false);
 
 /// cuda-flash-bf16 (attention, foreign, profile bf16_p) with a kFlash `fault` planted.
 std::unique_ptr<Subject> make_cuda_flash_fault_subject(const std::string& name,

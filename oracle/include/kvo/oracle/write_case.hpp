@@ -62,11 +62,18 @@ struct CaseOverrides {
   std::string to_flags() const;
 };
 
-/// Reach (issue 14): the number of blocks that makes the larger K/V buffer of `c` pass 2^32 bytes
-/// by up to 2^28, so that byte offsets near its end pass int32's and uint32's range (and, for 1-
-/// and 2-byte caches, element offsets int32's). Only the pages a case touches exist
-/// (spec::ByteStorage), so the size costs the host nothing.
-std::int64_t draw_huge_blocks(std::uint64_t seed, const spec::ModelConfig& c);
+/// Which buffers a huge cache (draw_huge_blocks) takes past 2^32 bytes.
+enum class HugeReach : std::uint8_t {
+  kLargestKv,    ///< the larger K/V buffer (a write: its stores near the end)
+  kEveryBuffer,  ///< K, V and the index-K of a sparse layer, all of them (a read case)
+};
+
+/// Reach (issue 14): the number of blocks that makes the buffers `reach` names pass 2^32 bytes
+/// (the first of them by up to 2^28), so that byte offsets near their end pass int32's and
+/// uint32's range (and, for 1- and 2-byte caches, element offsets int32's). Only the pages a case
+/// touches exist (spec::ByteStorage), so the size costs the host nothing.
+std::int64_t draw_huge_blocks(std::uint64_t seed, const spec::ModelConfig& c,
+                              HugeReach reach = HugeReach::kLargestKv);
 
 /// One request's part of the step: its new tokens' positions and its block table.
 struct StepRequest {
@@ -117,6 +124,8 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& overrides);
 ///           the index-K cache of every mix with sparse layers (draw_index_strides; a write
 ///           case's mix of dense layers only gets a sparse last layer).
 ///   write:  kThemeHugeCache (slot 6): a huge cache (draw_huge_blocks), written near its end.
+///   read:   kThemeHugeCache (slot 6): K, V and index-K all past 2^32 bytes, every block a row
+///           reads near their end.
 /// An override of the dimension a theme sets wins over the theme.
 inline constexpr std::uint64_t kThemeSlots = 8;
 inline constexpr std::uint64_t kThemeMinusOneInside = 1, kThemeTies = 1, kThemeFp8Identity = 1;

@@ -44,6 +44,12 @@ std::vector<float> read_index_k(const spec::ModelConfig& config, const spec::Rea
                                 const spec::LayerCaches& caches, std::int64_t request,
                                 std::int64_t t);
 
+/// The dequantized index-K row whose index_dim values start at `row` (flat: codes of the flat
+/// dtype; blockscale: e4m3 codes, their group scales fp32 from `scales`, unused when flat):
+/// read_index_k's arithmetic, for a reader that addresses the cache itself.
+std::vector<float> dequantize_index_row(const spec::ModelConfig& config, const std::uint8_t* row,
+                                        const std::uint8_t* scales);
+
 /// SPEC 5: index_q [Tq, num_index_heads, index_dim] in spec::index_q_dtype (the activation dtype,
 /// or e4m3 read unscaled); the layer's caches hold the index-K written by the write path.
 TopkSelection indexer_topk(const spec::ModelConfig& config, const spec::IndexerParams& params,
@@ -56,6 +62,12 @@ TopkSelection indexer_topk(const spec::ModelConfig& config, const spec::IndexerP
 std::vector<float> read_kv(const spec::ModelConfig& config, const spec::ReadBatch& batch,
                            const spec::LayerCaches& caches, const std::vector<float>& scales,
                            int kv, std::int64_t request, std::int64_t t, std::int64_t h);
+
+/// The dequantized head row whose head_dim codes start at `row` (SPEC 2: fl(decode(code) * scale),
+/// the plain decode with scale mode none): read_kv's arithmetic, for a reader that addresses the
+/// cache itself.
+std::vector<float> dequantize_kv_row(const spec::ModelConfig& config, const std::uint8_t* row,
+                                     float scale);
 
 struct AttentionResult {
   std::vector<float> out_f32;  ///< [Tq, nq, hd]: fl(O / L) before the output rounding

@@ -34,6 +34,10 @@ struct ReadMutation {
   /// Ids kept in this many bits (0: all): a top-k whose block index wraps past 2^id_bits, as a
   /// kernel's short path (<= 1024 blocks) applied to a longer row does
   int id_bits = 0;
+  /// Cache byte offsets kept in this many bits (0: all): a K/V or index-K read past byte
+  /// 2^offset_bits of a huge cache lands 2^offset_bits bytes early (32: uint32 offsets, the class
+  /// of vllm#50427's int32 slot * stride)
+  int offset_bits = 0;
 };
 
 /// Top-k ids [Tq, nkv, spec::selection_width] of the batch's query rows, each row best first

@@ -63,12 +63,20 @@ enum class WriteFault : std::uint8_t {
   /// "vector_tail_overrun": a head row stored with 16-byte vectors and no tail case: a row whose
   /// bytes are 8 modulo 16 (fp8, head_dim 8 modulo 16) also stores 8 zero bytes past its end.
   kVectorTailOverrun,
+  /// "torn_wrap_race": a K/V slot that several tokens write (legacy_wrap's -1 onto a real slot) is
+  /// settled per byte, not per element: its even bytes the first writer's (token order), its odd
+  /// bytes the last writer's. SPEC 3 admits any one writer per element; a 16-bit or f32 element
+  /// with bytes of two writers is none of them. (Production resolves a colliding mapping on the
+  /// host, write_host.cu; this fault hands it to the kernel unresolved.)
+  kTornWrapRace,
 };
 
 /// Bugs planted in the fast read family (ReadKernel::kFast) and in the flash family
-/// (flash_attention_host), which the foreign mode must reject.
+/// (flash_attention_host), which the foreign mode must reject, and in the selection of either
+/// family (kTiesToHigherId: the canonical one is judged bit for bit).
 enum class ReadFault : std::uint8_t {
   kIgnoreLocal,          ///< indexer: the local (current) block is not forced
+  kTiesToHigherId,       ///< top-k: an exact tie won by the higher block id (SPEC 5: the lower)
   kExpNoLog2e,           ///< attention: exp2(s) where exp2(s * log2(e)) is meant (a base-2 softmax)
   kIdsWrapAt1024,        ///< indexer: ids stored in 10 bits (a short path past 1024 blocks)
   kFlashDropChunkLast,   ///< flash: spec::AttentionBug::kDropChunkLast
@@ -97,7 +105,8 @@ spec::HostTensor dense_insert_host_faulty(DenseFault fault, bool engine,
 void write_layer_host_faulty(WriteFault fault, WritePath path, const spec::ModelConfig& config,
                              const spec::LayerWrite& write, spec::LayerCaches& caches);
 
-/// indexer_topk_host with `fault` planted; `kernel` must be kFast (else spec::Unsupported).
+/// indexer_topk_host with `fault` planted; `kernel` must be kFast (else spec::Unsupported) but for
+/// kTiesToHigherId.
 std::vector<std::int32_t> indexer_topk_host_faulty(ReadFault fault, const spec::ModelConfig& config,
                                                    const spec::IndexerParams& params,
                                                    const spec::ReadBatch& batch,
@@ -105,8 +114,9 @@ std::vector<std::int32_t> indexer_topk_host_faulty(ReadFault fault, const spec::
                                                    const spec::LayerCaches& caches,
                                                    ReadKernel kernel = ReadKernel::kFast);
 
-/// attention_host with `fault` planted; `kernel` must be kFast and the fault not a flash one (else
-/// spec::Unsupported).
+/// attention_host with `fault` planted: an attention bug of the fast family (`kernel` must be
+/// kFast) or, for the indexer's bugs, attention as in production; a flash fault is
+/// spec::Unsupported.
 spec::HostTensor attention_host_faulty(ReadFault fault, const spec::ModelConfig& config,
                                        const spec::AttentionParams& params,
                                        const spec::ReadBatch& batch, const spec::HostTensor& q,
