@@ -194,13 +194,6 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
         c.index.flat_dtype = spec::DType::kFp8E4M3;
     }
   }
-  if (!o.sparse_block && (theme == kThemeLongContext || theme == kThemeTies)) {
-    // The long theme's blocks: 4 tokens (past 1024 blocks) or, in half its cases, 1 (past 4096).
-    const std::int64_t long_block = (reference::mix64(seed ^ 0x4096B10Cull) & 1) != 0 ? 1 : 4;
-    rc.indexer.sparse_block = rc.attention.sparse_block =
-        theme == kThemeLongContext ? long_block
-                                   : std::min<std::int64_t>(rc.indexer.sparse_block, 16);
-  }
   // The huge-cache theme (write_case.hpp): K, V and index-K all past 2^32 bytes (one index_dim,
   // head rows of at least 64 dims, pages of at least 64 slots: a few million blocks at most, and
   // every buffer within a few times the smallest), every block the rows read near the end. (Not
@@ -211,8 +204,15 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
     if (!o.head_dim) c.geometry.head_dim = std::max<std::int64_t>(c.geometry.head_dim, 64);
     if (!o.index_dim) c.geometry.index_dim = 128;
   }
-  // Ties and huge caches over rows of up to 16 blocks: more blocks than topk, so that what the
-  // indexer reads decides what it keeps.
+  // Ties and huge caches over small blocks (at most 16 tokens) in rows of up to 16 blocks: more
+  // blocks than topk, so that what the indexer reads decides what it keeps, and cheap rows.
+  if (!o.sparse_block && (theme == kThemeLongContext || theme == kThemeTies || huge)) {
+    // The long theme's blocks: 4 tokens (past 1024 blocks) or, in half its cases, 1 (past 4096).
+    const std::int64_t long_block = (reference::mix64(seed ^ 0x4096B10Cull) & 1) != 0 ? 1 : 4;
+    rc.indexer.sparse_block = rc.attention.sparse_block =
+        theme == kThemeLongContext ? long_block
+                                   : std::min<std::int64_t>(rc.indexer.sparse_block, 16);
+  }
   const std::int64_t max_seq =
       o.max_seq_len.value_or((theme == kThemeTies || huge ? 16 : 4) * rc.indexer.sparse_block + 7);
   const bool long_row = theme == kThemeLongContext && !o.max_seq_len && !o.seq_len;
