@@ -108,14 +108,13 @@ int run_check_verb(CheckFlags& f) {
     }
   }
   if (f.detect_modes) return detect_modes(f, subjects);
-  oracle::apply_shard_environment(o);
-  if (f.total_shards) o.total_shards = *f.total_shards;
-  if (f.shard_index) o.shard_index = *f.shard_index;
+  oracle::apply_shard_environment(o, f.total_shards, f.shard_index);
   std::string why_no_gpu;
   const int gpus = gpu::device_count(&why_no_gpu);
-  std::printf("kvoracle check: seed 0x%016llX, %s, GPU: %s\n",
+  std::printf("kvoracle check: seed 0x%016llX, %s, %lld jobs, GPU: %s\n",
               static_cast<unsigned long long>(o.seed),
               o.case_seed ? "1 case (--case-seed)" : (std::to_string(o.cases) + " cases").c_str(),
+              static_cast<long long>(oracle::campaign_jobs(o.jobs)),
               gpus > 0 ? gpu::device_description().c_str() : ("none (" + why_no_gpu + ")").c_str());
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr)) != 0;
@@ -179,6 +178,9 @@ void add_check(CLI::App& app, int& status) {
       "run this shard, 0-based (also GTEST_SHARD_INDEX)");
   cmd->add_flag("--fail-fast", flags->options.fail_fast,
                 "stop at the first case that does not pass");
+  cmd->add_option("--jobs,-j", flags->options.jobs,
+                  "cases worked on at once on the CPU (0: one per hardware thread); the report is "
+                  "the same for any number");
   cmd->add_option("--junit", flags->junit,
                   "write a JUnit XML report (one testcase per subject and op)");
   cmd->add_option("--json", flags->json, "write the report as JSON");

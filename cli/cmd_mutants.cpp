@@ -19,6 +19,7 @@ struct MutantFlags {
   std::string seed = "0x6D757461";
   std::vector<std::string> names;
   std::int64_t seeds = 20;
+  std::int64_t jobs = 0;
   bool targeted = false;
   bool list = false;
 };
@@ -47,6 +48,7 @@ int run_mutants_verb(const MutantFlags& f) {
   run.max_cases = f.cases;
   run.names = f.names;
   run.seeds = f.seeds;
+  run.jobs = f.jobs;
   run.targeted = f.targeted;
   const auto results = oracle::run_mutants(run);
   std::vector<double> medians;
@@ -90,6 +92,10 @@ void add_mutants(CLI::App& app, int& status) {
   cmd->add_option("--seeds", f->seeds,
                   "campaign seeds for each mutant's median cases-to-kill (the first is --seed)")
       ->capture_default_str();
+  cmd->add_option(
+      "--jobs,-j", f->jobs,
+      "mutants run at once on the CPU (0: one per hardware thread); the results are the "
+      "same for any number");
   cmd->add_flag("--targeted", f->targeted,
                 "run each mutant under its own conditions instead of the default distribution");
   cmd->add_flag("--list", f->list, "list the catalogue and the bug each models");

@@ -17,5 +17,6 @@ void add_mutants(CLI::App& app, int& status);
 void add_explain(CLI::App& app, int& status);
 void add_case(CLI::App& app, int& status);
 void add_judge(CLI::App& app, int& status);
+void add_report(CLI::App& app, int& status);
 
 }  // namespace kvo::cli

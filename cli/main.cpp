@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   kvo::cli::add_explain(app, status);
   kvo::cli::add_case(app, status);
   kvo::cli::add_judge(app, status);
+  kvo::cli::add_report(app, status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -1,15 +1,21 @@
 #include "kvo/oracle/campaign.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <future>
+#include <exception>
 #include <iomanip>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <sstream>
+#include <thread>
+#include <variant>
 
 namespace kvo::oracle {
 namespace {
@@ -24,24 +30,94 @@ std::string hex64(std::uint64_t v) {
 
 }  // namespace
 
-void apply_shard_environment(CheckOptions& o) {
-  const char* total = std::getenv("GTEST_TOTAL_SHARDS");
-  const char* index = std::getenv("GTEST_SHARD_INDEX");
-  if (total == nullptr || index == nullptr) return;
-  auto parse = [](const char* text, const char* field) {
-    char* end = nullptr;
-    const long long v = std::strtoll(text, &end, 10);
-    if (*text == '\0' || end == nullptr || *end != '\0') {
-      throw spec::InvalidInput(field, -1, std::string("\"") + text + "\"", "expected an integer");
+std::int64_t campaign_jobs(std::int64_t jobs) {
+  if (jobs < 0) throw spec::InvalidInput("jobs", -1, std::to_string(jobs), "must be >= 0");
+  if (jobs > 0) return jobs;
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::thread::hardware_concurrency()));
+}
+
+namespace {
+
+/// Where a scheduler puts a shard's index and the shard count (issue 15: shards on engines people
+/// already run). The index is (id - first) / step; a scheduler without a count variable (a
+/// Kubernetes Indexed Job: its completions are in the Job's spec only) takes the count from
+/// --total-shards or GTEST_TOTAL_SHARDS.
+struct ShardSource {
+  const char* scheduler;
+  const char* id;     ///< the shard's id variable
+  const char* count;  ///< the shard count's variable, or nullptr
+  const char* first;  ///< the first id's variable (nullptr: ids start at 0)
+  const char* step;   ///< the ids' step variable (nullptr: 1)
+};
+constexpr std::array<ShardSource, 3> kShardSources{{
+    {"GoogleTest", "GTEST_SHARD_INDEX", "GTEST_TOTAL_SHARDS", nullptr, nullptr},
+    {"a Slurm job array", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN",
+     "SLURM_ARRAY_TASK_STEP"},
+    {"a Kubernetes Indexed Job", "JOB_COMPLETION_INDEX", nullptr, nullptr, nullptr},
+}};
+
+/// The integer in environment variable `name`, if set; InvalidInput naming it when malformed.
+std::optional<std::int64_t> env_integer(const char* name) {
+  const char* text = name == nullptr ? nullptr : std::getenv(name);
+  if (text == nullptr) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text, &end, 10);
+  if (*text == '\0' || end == nullptr || *end != '\0' || errno == ERANGE) {
+    throw spec::InvalidInput(name, -1, std::string("\"") + text + "\"", "expected an integer");
+  }
+  return static_cast<std::int64_t>(v);
+}
+
+}  // namespace
+
+void apply_shard_environment(CheckOptions& o, std::optional<std::int64_t> total_flag,
+                             std::optional<std::int64_t> index_flag) {
+  std::optional<std::int64_t> total = total_flag, index = index_flag;
+  std::string from = "--shard-index", count_from = "--total-shards";
+  for (const ShardSource& s : kShardSources) {
+    const std::optional<std::int64_t> id = env_integer(s.id);
+    if (!id) continue;
+    const std::int64_t first = env_integer(s.first).value_or(0);
+    const std::int64_t step = env_integer(s.step).value_or(1);
+    if (step < 1) {
+      throw spec::InvalidInput(s.step, -1, std::to_string(step),
+                               std::string("must be >= 1 (") + s.scheduler + ")");
     }
-    return static_cast<std::int64_t>(v);
-  };
-  o.total_shards = parse(total, "GTEST_TOTAL_SHARDS");
-  o.shard_index = parse(index, "GTEST_SHARD_INDEX");
-  if (o.total_shards < 1 || o.shard_index < 0 || o.shard_index >= o.total_shards) {
+    if (*id < first || (*id - first) % step != 0) {
+      throw spec::InvalidInput(s.id, -1, std::to_string(*id),
+                               "not one of " + std::string(s.scheduler) + "'s ids " +
+                                   std::to_string(first) + ", " + std::to_string(first + step) +
+                                   ", ...");
+    }
+    if (!index) index = (*id - first) / step, from = s.id;
+    if (!total && s.count != nullptr) {
+      total = env_integer(s.count);
+      if (total) count_from = s.count;
+    }
+    if (!total) {
+      total = env_integer("GTEST_TOTAL_SHARDS");
+      if (total) count_from = "GTEST_TOTAL_SHARDS";
+    }
+    if (!total) {
+      throw spec::InvalidInput(s.id, -1, std::to_string(*id),
+                               std::string(s.scheduler) +
+                                   " gives the shard's index, not the shard count: pass "
+                                   "--total-shards or set GTEST_TOTAL_SHARDS");
+    }
+    break;
+  }
+  if (!total && !index) return;  // no shards
+  o.total_shards = total.value_or(1);
+  o.shard_index = index.value_or(0);
+  if (o.total_shards < 1) {
+    throw spec::InvalidInput(count_from.c_str(), -1, std::to_string(o.total_shards),
+                             "must be >= 1");
+  }
+  if (o.shard_index < 0 || o.shard_index >= o.total_shards) {
     throw spec::InvalidInput(
-        "GTEST_SHARD_INDEX", -1, std::to_string(o.shard_index),
-        "must be in [0, GTEST_TOTAL_SHARDS = " + std::to_string(o.total_shards) + ")");
+        from.c_str(), -1, std::to_string(o.shard_index),
+        "must be in [0, " + count_from + " = " + std::to_string(o.total_shards) + ")");
   }
 }
 
@@ -108,6 +184,10 @@ std::string CheckReport::summary() const {
     if (!sub.first_failure.empty())
       s << "\nfirst failure of " << sub.name << " (" << spec::name_of(sub.op) << "):\n"
         << sub.first_failure << "\n";
+    for (const std::string& f : sub.more_failures)
+      s << "\nlater failure of " << sub.name << " (" << spec::name_of(sub.op)
+        << "), another shard's first:\n"
+        << f << "\n";
   }
   s << "result: " << spec::name_of(worst);
   return s.str();
@@ -174,6 +254,8 @@ Campaign::Campaign(CheckOptions options, SubjectList& subjects) : o_(std::move(o
         "must be in [0, total_shards = " + std::to_string(o_.total_shards) + ")");
   }
   report_.seed = o_.seed;
+  report_.total_shards = o_.total_shards;
+  report_.shard_index = o_.shard_index;
   for (const SubjectOp& so : select_subject_ops(subjects, o_.subjects, o_.ops)) {
     SubjectSummary sum;
     sum.name = so.subject->name();
@@ -245,56 +327,126 @@ CheckReport Campaign::run(const Progress& progress) {
   const auto seed_of = [&](std::int64_t i) {
     return o_.case_seed ? *o_.case_seed : case_seed(o_.seed, static_cast<std::uint64_t>(i));
   };
-  // One prepared case per case kind (the read ops judge the same case). Drawing a case and the
-  // reference's answer depend on nothing a subject does, so the next case is prepared on a second
-  // thread while this one's subjects run here, one after another in row order (a subject need not
-  // be thread-safe). At most one prepared case is wasted when the campaign stops early.
-  using Prepared = std::map<std::string_view, std::unique_ptr<PreparedCase>>;
-  const auto prepare = [this](std::uint64_t seed) {
-    Prepared cases;
+  // One case's work off the main thread: the case drawn once per case kind (the read ops judge
+  // the same case) with the reference's answer, the coverage flags, and the verdicts of the rows
+  // whose subjects are concurrent (pure CPU functions), judged in row order on the worker's
+  // thread. The other rows (a GPU, a device or a Python subject: not thread-safe) are judged here,
+  // on the main thread, one case after another. A case's rows never run on two threads at once,
+  // and everything is recorded in case order, so the report is the same for any number of jobs.
+  struct CaseWork {
+    std::map<std::string_view, std::unique_ptr<PreparedCase>> cases;
+    std::vector<std::vector<bool>> hits;         // per coverage op group, its driver's flags
+    std::vector<std::optional<Verdict>> judged;  // per row: set when judged on the worker
+  };
+  const auto work = [this](std::uint64_t seed) {
+    CaseWork w;
     for (const Row& row : rows_) {
       const OpDriver& driver = driver_of(row.op);
-      std::unique_ptr<PreparedCase>& c = cases[driver.case_kind()];
+      std::unique_ptr<PreparedCase>& c = w.cases[driver.case_kind()];
       if (!c) c = driver.prepare(seed, o_.overrides);
     }
-    return cases;
-  };
-  const auto launch = [&](std::int64_t i) {
-    return std::async(std::launch::async, prepare, seed_of(i));
-  };
-  std::int64_t i = next_index(0);
-  std::future<Prepared> ahead;
-  if (i < total) ahead = launch(i);
-  while (i < total) {
-    if (o_.time_budget_s > 0.0 && report_.cases_run > 0 && elapsed() > o_.time_budget_s) break;
-    if (o_.fail_fast && failed()) break;
-    const Prepared cases = ahead.get();
-    const std::int64_t next = next_index(i + 1);
-    if (next < total) ahead = launch(next);
-    const std::uint64_t seed = seed_of(i);
-    for (CoverageRow& cov : report_.coverage) {
-      // Once per op and case (reached() returns the op's flags; cov rows are grouped by op).
-      if (&cov != &report_.coverage.front() && (&cov - 1)->op == cov.op) continue;
+    for (std::size_t k = 0; k < report_.coverage.size(); ++k) {
+      const CoverageRow& cov = report_.coverage[k];
+      if (k > 0 && report_.coverage[k - 1].op == cov.op) continue;  // once per op
       const OpDriver& driver = driver_of(cov.op);
-      const std::vector<bool> hit = driver.reached(*cases.at(driver.case_kind()));
-      for (std::size_t k = 0; k < hit.size(); ++k) {
-        CoverageRow& r = (&cov)[k];
-        ++r.cases;
-        if (!hit[k]) continue;
-        ++r.reached;
-        if (r.first_case < 0) r.first_case = i;
+      w.hits.push_back(driver.reached(*w.cases.at(driver.case_kind())));
+    }
+    w.judged.resize(rows_.size());
+    for (std::size_t r = 0; r < rows_.size(); ++r) {
+      if (!rows_[r].subject->concurrent()) continue;
+      const OpDriver& driver = driver_of(rows_[r].op);
+      w.judged[r] = driver.judge(*rows_[r].subject, *w.cases.at(driver.case_kind()));
+    }
+    return w;
+  };
+  // `jobs` worker threads take the case indices in order and work on them; this thread consumes
+  // the results in case order, judging the non-concurrent rows. A worker runs ahead of the oldest
+  // unconsumed case by at most `window` cases (memory stays bounded; a slow case does not idle the
+  // others). With non-concurrent rows one more worker works ahead while they run here. At most
+  // `window` cases are wasted when the campaign stops early.
+  const bool serial_rows = std::any_of(rows_.begin(), rows_.end(),
+                                       [](const Row& r) { return !r.subject->concurrent(); });
+  const std::int64_t workers = campaign_jobs(o_.jobs) + (serial_rows ? 1 : 0);
+  const std::int64_t window = 2 * workers;
+  std::mutex mu;
+  std::condition_variable changed;
+  std::map<std::int64_t, std::variant<CaseWork, std::exception_ptr>> done;  // by case index
+  std::int64_t next = next_index(0), taken = 0, consumed = 0;
+  bool stop = false;
+  const auto worker = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      changed.wait(lock, [&] { return stop || next >= total || taken - consumed < window; });
+      if (stop || next >= total) return;
+      const std::int64_t i = next;
+      next = next_index(next + 1);
+      ++taken;
+      lock.unlock();
+      std::variant<CaseWork, std::exception_ptr> result;
+      try {
+        result = work(seed_of(i));
+      } catch (...) {
+        result = std::current_exception();
       }
+      lock.lock();
+      done.emplace(i, std::move(result));
+      changed.notify_all();
     }
-    for (const Row& row : rows_) {
-      const OpDriver& driver = driver_of(row.op);
-      PreparedCase& c = *cases.at(driver.case_kind());
-      record(row, driver.judge(*row.subject, c), i, seed, c.describe());
+  };
+  std::vector<std::thread> pool;
+  for (std::int64_t t = 0; t < workers; ++t) pool.emplace_back(worker);
+  const auto finish = [&] {
+    {
+      const std::lock_guard<std::mutex> lock(mu);
+      stop = true;
     }
-    ++report_.cases_run;
-    if (progress) progress(report_.cases_run, total);
-    i = next;
+    changed.notify_all();
+    for (std::thread& t : pool) t.join();
+  };
+  try {
+    for (std::int64_t i = next_index(0); i < total; i = next_index(i + 1)) {
+      if (o_.time_budget_s > 0.0 && report_.cases_run > 0 && elapsed() > o_.time_budget_s) break;
+      if (o_.fail_fast && failed()) break;
+      std::variant<CaseWork, std::exception_ptr> result;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        changed.wait(lock, [&] { return done.contains(i); });
+        result = std::move(done.at(i));
+        done.erase(i);
+        ++consumed;
+      }
+      changed.notify_all();
+      if (std::holds_alternative<std::exception_ptr>(result))
+        std::rethrow_exception(std::get<std::exception_ptr>(result));
+      CaseWork& w = std::get<CaseWork>(result);
+      const std::uint64_t seed = seed_of(i);
+      std::size_t group = 0;
+      for (std::size_t k = 0; k < report_.coverage.size(); ++k) {
+        if (k > 0 && report_.coverage[k - 1].op == report_.coverage[k].op) continue;
+        const std::vector<bool>& hit = w.hits[group++];
+        for (std::size_t j = 0; j < hit.size(); ++j) {
+          CoverageRow& r = report_.coverage[k + j];
+          ++r.cases;
+          if (!hit[j]) continue;
+          ++r.reached;
+          if (r.first_case < 0) r.first_case = i;
+        }
+      }
+      for (std::size_t r = 0; r < rows_.size(); ++r) {
+        const Row& row = rows_[r];
+        const OpDriver& driver = driver_of(row.op);
+        PreparedCase& c = *w.cases.at(driver.case_kind());
+        record(row, w.judged[r] ? *w.judged[r] : driver.judge(*row.subject, c), i, seed,
+               c.describe());
+      }
+      ++report_.cases_run;
+      if (progress) progress(report_.cases_run, total);
+    }
+  } catch (...) {
+    finish();
+    throw;
   }
-  if (ahead.valid()) ahead.wait();
+  finish();
   report_.seconds = elapsed();
   return report_;
 }

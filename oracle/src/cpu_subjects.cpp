@@ -14,6 +14,7 @@ class NaiveSubject final : public Subject {
   NaiveSubject(ReadMutation m, std::string name, NaiveTopk topk = {})
       : m_(m), name_(std::move(name)), topk_(topk) {}
   std::string name() const override { return name_; }
+  bool concurrent() const override { return true; }  // a pure CPU function
   bool implements(spec::Op op) const override {
     return op == spec::Op::kIndexer || (op == spec::Op::kAttention && !topk_.indexer_only);
   }
@@ -53,6 +54,7 @@ class FlashSubject final : public Subject {
   FlashSubject(std::string name, spec::AttentionProfile profile, spec::AttentionBug bug)
       : name_(std::move(name)), profile_(profile), bug_(bug) {}
   std::string name() const override { return name_; }
+  bool concurrent() const override { return true; }  // a pure CPU function
   bool implements(spec::Op op) const override { return op == spec::Op::kAttention; }
   spec::Ordering ordering() const override { return spec::Ordering::kForeign; }
   spec::AttentionProfile attention_profile() const override { return profile_; }
@@ -72,6 +74,7 @@ class DenseSubject final : public Subject {
   DenseSubject(DenseMutation m, std::string name, subjects::DenseArithmetic arithmetic)
       : m_(m), name_(std::move(name)), arithmetic_(arithmetic) {}
   std::string name() const override { return name_; }
+  bool concurrent() const override { return true; }  // a pure CPU function
   bool implements(spec::Op op) const override { return op == spec::Op::kDense; }
   spec::Ordering ordering() const override {
     return arithmetic_ == subjects::DenseArithmetic::kCanonical ? spec::Ordering::kCanonical
@@ -94,6 +97,7 @@ class CanonicalMutant final : public Subject {
  public:
   CanonicalMutant(ReadMutation m, std::string name) : m_(m), name_(std::move(name)) {}
   std::string name() const override { return name_; }
+  bool concurrent() const override { return true; }  // a pure CPU function
   bool implements(spec::Op op) const override {
     return op == spec::Op::kIndexer || op == spec::Op::kAttention;
   }
@@ -165,12 +169,13 @@ std::unique_ptr<Subject> make_cpu_dense_subject(DenseMutation mutation, std::str
 
 SubjectList make_cpu_subjects() {
   SubjectList out;
-  out.push_back(make_function_subject("cpu-fused", subjects::write_layer_fused));
+  out.push_back(make_function_subject("cpu-fused", subjects::write_layer_fused, true));
   out.push_back(make_function_subject(
       "cpu-unfused",
       [](const spec::ModelConfig& c, const spec::LayerWrite& w, spec::LayerCaches& caches) {
         subjects::write_layer_unfused(c, w, caches);
-      }));
+      },
+      true));
   out.push_back(make_cpu_dense_subject());
   out.push_back(make_cpu_dense_subject({}, "cpu-dense-engine", subjects::DenseArithmetic::kEngine));
   out.push_back(make_cpu_naive_subject());

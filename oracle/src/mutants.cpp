@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <deque>
+#include <future>
 
 #include "kvo/oracle/cpu_subjects.hpp"
 #include "kvo/reference/layer_write.hpp"
@@ -55,7 +57,7 @@ spec::LayerWrite reversed_tokens(const spec::LayerWrite& w) {
 
 Mutant write_mutant(std::string name, std::string models, CaseOverrides o, WriteFunction fn) {
   return mutant(std::move(name), spec::Op::kWrite, std::move(models), write_part(std::move(o)),
-                [fn](const std::string& n) { return make_function_subject(n, fn); });
+                [fn](const std::string& n) { return make_function_subject(n, fn, true); });
 }
 
 Mutant read_mutant(std::string name, std::string models, spec::Op op, ReadOverrides o,
@@ -561,21 +563,17 @@ std::vector<MutantResult> run_mutants(const MutantRun& run) {
   }
   if (run.seeds < 1)
     throw spec::InvalidInput("seeds", -1, std::to_string(run.seeds), "must be >= 1");
-  std::vector<MutantResult> results;
-  for (const Mutant& m : cat) {
-    if (!names.empty() && std::find(names.begin(), names.end(), m.name) == names.end()) continue;
+  // One mutant's campaigns, from each seed, with `jobs` campaign jobs.
+  const auto run_one = [&run](const Mutant& m, std::unique_ptr<Subject> subject,
+                              std::int64_t jobs) {
     SubjectList subjects;
-    subjects.push_back(m.make());
-    const std::string unavailable = subjects.front()->unavailable_reason();
+    subjects.push_back(std::move(subject));
     MutantResult res;
     res.name = m.name;
     res.op = m.op;
     res.models = m.models;
-    if (!unavailable.empty()) {
-      res.skipped = unavailable;
-      results.push_back(std::move(res));
-      continue;
-    }
+    res.skipped = subjects.front()->unavailable_reason();
+    if (!res.skipped.empty()) return res;
     std::vector<std::int64_t> to_kill;
     for (std::int64_t i = 0; i < run.seeds; ++i) {
       CheckOptions o;
@@ -584,6 +582,7 @@ std::vector<MutantResult> run_mutants(const MutantRun& run) {
       if (run.targeted) o.overrides = m.overrides;
       o.ops = {m.op};
       o.fail_fast = true;
+      o.jobs = jobs;
       const CheckReport r = run_check(o, subjects);
       const bool killed = r.worst != spec::Outcome::kPass;
       to_kill.push_back(killed ? r.cases_run : run.max_cases + 1);
@@ -601,8 +600,40 @@ std::vector<MutantResult> run_mutants(const MutantRun& run) {
     res.median_cases = n % 2 == 1 ? static_cast<double>(to_kill[n / 2])
                                   : 0.5 * static_cast<double>(to_kill[n / 2 - 1] + to_kill[n / 2]);
     res.worst_cases = to_kill.back();
-    results.push_back(std::move(res));
+    return res;
+  };
+  // Concurrent mutants on up to `jobs` worker threads (a campaign each, stopping at its first
+  // kill, so one job apiece wastes nothing); the rest here, with the campaign's own jobs. Results
+  // in catalogue order.
+  const std::int64_t jobs = campaign_jobs(run.jobs);
+  std::vector<std::future<MutantResult>> results_ahead;
+  std::deque<std::future<MutantResult>*> running;
+  std::vector<const Mutant*> chosen;
+  for (const Mutant& m : cat) {
+    if (names.empty() || std::find(names.begin(), names.end(), m.name) != names.end())
+      chosen.push_back(&m);
   }
+  results_ahead.reserve(chosen.size());
+  for (const Mutant* m : chosen) {
+    std::unique_ptr<Subject> subject = m->make();
+    if (subject->concurrent()) {
+      while (static_cast<std::int64_t>(running.size()) >= jobs) {
+        running.front()->wait();
+        running.pop_front();
+      }
+      results_ahead.push_back(
+          std::async(std::launch::async, [&run_one, m, s = std::move(subject)]() mutable {
+            return run_one(*m, std::move(s), 1);
+          }));
+      running.push_back(&results_ahead.back());
+    } else {
+      std::promise<MutantResult> here;
+      here.set_value(run_one(*m, std::move(subject), run.jobs));
+      results_ahead.push_back(here.get_future());
+    }
+  }
+  std::vector<MutantResult> results;
+  for (auto& f : results_ahead) results.push_back(f.get());
   return results;
 }
 

@@ -82,6 +82,13 @@ std::string hex64(std::uint64_t v) {
   return buf;
 }
 
+/// A subject's failures as one text: the first, then a merged report's later ones.
+std::string failures_text(const SubjectSummary& s) {
+  std::string text = s.first_failure;
+  for (const std::string& f : s.more_failures) text += "\n\n" + f;
+  return text;
+}
+
 }  // namespace
 
 std::string junit_xml(const CheckReport& r) {
@@ -115,10 +122,10 @@ std::string junit_xml(const CheckReport& r) {
     } else if (s.count(Outcome::kFailedToRun) || s.count(Outcome::kInvalidInput)) {
       x << "      <error type=\""
         << (s.count(Outcome::kFailedToRun) ? "failed-to-run" : "invalid-input") << "\" message=\""
-        << xml_escape(counts) << "\">" << xml_escape(s.first_failure) << "</error>\n";
+        << xml_escape(counts) << "\">" << xml_escape(failures_text(s)) << "</error>\n";
     } else if (s.count(Outcome::kMismatch)) {
       x << "      <failure type=\"mismatch\" message=\"" << xml_escape(counts) << "\">"
-        << xml_escape(s.first_failure) << "</failure>\n";
+        << xml_escape(failures_text(s)) << "</failure>\n";
     }
     x << "    </testcase>\n";
   }
@@ -128,8 +135,10 @@ std::string junit_xml(const CheckReport& r) {
 
 std::string report_json(const CheckReport& r) {
   std::ostringstream j;
-  j << "{\n  \"seed\": " << json_escape(hex64(r.seed)) << ",\n  \"cases_run\": " << r.cases_run
-    << ",\n  \"seconds\": " << r.seconds << ",\n  \"cache_bytes_compared\": " << r.bytes_compared
+  j << "{\n  \"seed\": " << json_escape(hex64(r.seed))
+    << ",\n  \"total_shards\": " << r.total_shards << ",\n  \"shard_index\": " << r.shard_index
+    << ",\n  \"cases_run\": " << r.cases_run << ",\n  \"seconds\": " << r.seconds
+    << ",\n  \"cache_bytes_compared\": " << r.bytes_compared
     << ",\n  \"result\": " << json_escape(std::string(spec::name_of(r.worst)))
     << ",\n  \"subjects\": [";
   for (std::size_t i = 0; i < r.subjects.size(); ++i) {
@@ -142,14 +151,18 @@ std::string report_json(const CheckReport& r) {
       for (char& c : key) c = c == '-' ? '_' : c;
       j << ", \"" << key << "\": " << s.count(f.outcome);
     }
-    j << ", \"first_failure\": " << json_escape(s.first_failure) << "}";
+    j << ", \"first_failure\": " << json_escape(s.first_failure) << ", \"more_failures\": [";
+    for (std::size_t k = 0; k < s.more_failures.size(); ++k)
+      j << (k ? ", " : "") << json_escape(s.more_failures[k]);
+    j << "]}";
   }
   j << "\n  ],\n  \"coverage\": [";
   for (std::size_t i = 0; i < r.coverage.size(); ++i) {
     const CoverageRow& c = r.coverage[i];
     j << (i ? "," : "") << "\n    {\"op\": " << json_escape(std::string(spec::name_of(c.op)))
-      << ", \"condition\": " << json_escape(c.condition) << ", \"cases\": " << c.cases
-      << ", \"reached\": " << c.reached << ", \"first_case\": " << c.first_case << "}";
+      << ", \"condition\": " << json_escape(c.condition) << ", \"means\": " << json_escape(c.means)
+      << ", \"cases\": " << c.cases << ", \"reached\": " << c.reached
+      << ", \"first_case\": " << c.first_case << "}";
   }
   j << "\n  ]\n}\n";
   return j.str();

@@ -37,6 +37,7 @@ class FunctionSubject final : public Subject {
   spec::Ordering ordering() const override { return fns_.ordering; }
   TopkForm topk_form() const override { return fns_.topk_form; }
   spec::AttentionProfile attention_profile() const override { return fns_.attention_profile; }
+  bool concurrent() const override { return fns_.concurrent; }
   void write_layer(const spec::ModelConfig& c, const spec::LayerWrite& w,
                    spec::LayerCaches& caches) override {
     if (!fns_.write) not_implemented(*this, spec::Op::kWrite);
@@ -81,9 +82,11 @@ std::unique_ptr<Subject> make_function_subject(std::string name, SubjectFunction
   return std::make_unique<FunctionSubject>(std::move(name), std::move(functions));
 }
 
-std::unique_ptr<Subject> make_function_subject(std::string name, WriteFunction write) {
+std::unique_ptr<Subject> make_function_subject(std::string name, WriteFunction write,
+                                               bool concurrent) {
   SubjectFunctions fns;
   fns.write = std::move(write);
+  fns.concurrent = concurrent;
   return make_function_subject(std::move(name), std::move(fns));
 }
 

@@ -262,9 +262,9 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
         }
         const std::int64_t tail = g.head_dim * eb % 16;
         if (mutation == WriteMutation::kVectorTailOverrun && tail != 0) {
-          for (auto [b, at] : {std::pair{k_or_kv, kd}, std::pair{v_or_kv, vd}}) {
-            put(b, at + g.head_dim * eb, 16 - tail,
-                [&] { std::fill_n(at + g.head_dim * eb, 16 - tail, std::uint8_t{0}); });
+          for (const auto& row : {std::pair{k_or_kv, kd}, std::pair{v_or_kv, vd}}) {
+            std::uint8_t* past = row.second + g.head_dim * eb;  // (a lambda captures no binding)
+            put(row.first, past, 16 - tail, [&] { std::fill_n(past, 16 - tail, std::uint8_t{0}); });
           }
         }
       }

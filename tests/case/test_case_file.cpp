@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/invalid_input.hpp"
 #include "kvo/oracle/mutants.hpp"
 #include "kvo/oracle/op_driver.hpp"
 #include "kvo/spec/outcome.hpp"
@@ -65,16 +66,7 @@ StTensorOut& tensor(std::vector<StTensorOut>& tensors, const std::string& prefix
   throw std::logic_error("no tensor " + prefix);
 }
 
-/// The message of the InvalidInput that `fn` throws ("" when it throws none).
-template <class Fn>
-std::string invalid_input(Fn&& fn) {
-  try {
-    fn();
-  } catch (const spec::InvalidInput& e) {
-    return e.what();
-  }
-  return "";
-}
+using kvo::testing::invalid_input;
 
 TEST(CaseFile, EveryOpRoundTripsAndItsCpuSubjectsResultPasses) {
   for (Op op : oracle::all_ops()) {

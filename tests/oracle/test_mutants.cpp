@@ -3,18 +3,26 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
+#include "../common/invalid_input.hpp"
 #include "kvo/oracle/mutants.hpp"
 #include "kvo/oracle/report_files.hpp"
 #include "kvo/oracle/shrink.hpp"
 #include "kvo/spec/outcome.hpp"
+#include "kvo/subjects/cpu_write.hpp"
 
 namespace kvo::oracle {
 namespace {
+
+using kvo::testing::invalid_input;
 
 TEST(Mutants, CatalogueHasAtLeastTwelveDistinctBugsOverEveryOp) {
   const auto& cat = mutant_catalogue();
@@ -106,6 +114,124 @@ TEST(Shards, GoogleTestEnvironmentIsHonoured) {
   EXPECT_THROW(apply_shard_environment(o), spec::InvalidInput);
   ::unsetenv("GTEST_TOTAL_SHARDS");
   ::unsetenv("GTEST_SHARD_INDEX");
+}
+
+// Shards from the schedulers people run (issue 15): a Slurm job array (ids from MIN by STEP) and a
+// Kubernetes Indexed Job (an index, its count from the flag or GTEST_TOTAL_SHARDS); flags win.
+TEST(Shards, SlurmArraysAndKubernetesIndexedJobsAreHonoured) {
+  const auto shard = [](std::optional<std::int64_t> total = {},
+                        std::optional<std::int64_t> index = {}) {
+    CheckOptions o;
+    apply_shard_environment(o, total, index);
+    return std::pair{o.shard_index, o.total_shards};
+  };
+  EXPECT_EQ(shard(), (std::pair<std::int64_t, std::int64_t>{0, 1}));  // nothing set
+  ::setenv("SLURM_ARRAY_TASK_ID", "5", 1);
+  ::setenv("SLURM_ARRAY_TASK_MIN", "1", 1);
+  ::setenv("SLURM_ARRAY_TASK_STEP", "2", 1);
+  ::setenv("SLURM_ARRAY_TASK_COUNT", "4", 1);
+  EXPECT_EQ(shard(), (std::pair<std::int64_t, std::int64_t>{2, 4}));      // ids 1, 3, 5, 7
+  EXPECT_EQ(shard(8, 6), (std::pair<std::int64_t, std::int64_t>{6, 8}));  // the flags win
+  ::setenv("SLURM_ARRAY_TASK_ID", "4", 1);  // not an id of 1, 3, 5, ...
+  EXPECT_NE(invalid_input([&] { shard(); }).find("SLURM_ARRAY_TASK_ID = 4"), std::string::npos);
+  ::setenv("SLURM_ARRAY_TASK_ID", "9", 1);  // id 9 is index 4 of 4
+  EXPECT_NE(invalid_input([&] { shard(); }).find("SLURM_ARRAY_TASK_COUNT = 4"), std::string::npos);
+  for (const char* v : {"SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP",
+                        "SLURM_ARRAY_TASK_COUNT"})
+    ::unsetenv(v);
+  ::setenv("JOB_COMPLETION_INDEX", "3", 1);
+  EXPECT_NE(invalid_input([&] { shard(); }).find("--total-shards"), std::string::npos);
+  EXPECT_EQ(shard(8), (std::pair<std::int64_t, std::int64_t>{3, 8}));
+  ::setenv("GTEST_TOTAL_SHARDS", "5", 1);
+  EXPECT_EQ(shard(), (std::pair<std::int64_t, std::int64_t>{3, 5}));
+  ::setenv("JOB_COMPLETION_INDEX", "-1", 1);
+  EXPECT_THROW(shard(), spec::InvalidInput);
+  ::unsetenv("JOB_COMPLETION_INDEX");
+  ::unsetenv("GTEST_TOTAL_SHARDS");
+}
+
+/// A report as text, its timing left out.
+std::string untimed(CheckReport r) {
+  r.seconds = 0.0;
+  return report_json(r) + r.summary() + r.coverage_table();
+}
+
+// Issue 15: the campaign spread over jobs gives the same report (verdicts, first failures with
+// their reproduce lines, coverage, bytes compared) as one job, fail-fast included.
+TEST(Jobs, TheReportIsTheSameForAnyNumberOfJobs) {
+  for (const bool fail_fast : {false, true}) {
+    std::string one;
+    for (const std::int64_t jobs : {1, 2, 5}) {
+      CheckOptions o;
+      o.seed = 0x10B5;
+      o.cases = 24;
+      o.jobs = jobs;
+      o.fail_fast = fail_fast;
+      o.subjects = {"cpu-fused", "cpu-naive-f32", "cpu-dense", "legacy-wrap-torn-element",
+                    "reversed-tie-order"};
+      auto subjects = make_subjects();
+      add_named_mutants(o.subjects, subjects);
+      const std::string text = untimed(run_check(o, subjects));
+      EXPECT_NE(text.find("reproduce: kvoracle check --case-seed"), std::string::npos) << text;
+      if (jobs == 1) {
+        one = text;
+      } else {
+        EXPECT_EQ(text, one) << jobs << " jobs, fail_fast " << fail_fast;
+      }
+    }
+  }
+  EXPECT_THROW(campaign_jobs(-1), spec::InvalidInput);
+  EXPECT_GE(campaign_jobs(0), 1);
+  EXPECT_EQ(campaign_jobs(3), 3);
+}
+
+// A subject that is not concurrent (a GPU, device or Python one) is called from one thread, one
+// case after another, whatever the jobs; a concurrent one may be called on the workers.
+TEST(Jobs, ANonConcurrentSubjectIsCalledFromOneThreadAtATime) {
+  std::atomic<int> inside{0}, overlaps{0};
+  std::set<std::thread::id> threads;
+  std::mutex m;
+  const auto record = [&](const spec::ModelConfig& c, const spec::LayerWrite& w,
+                          spec::LayerCaches& caches) {
+    if (inside.fetch_add(1) != 0) ++overlaps;
+    {
+      const std::lock_guard<std::mutex> lock(m);
+      threads.insert(std::this_thread::get_id());
+    }
+    subjects::write_layer_fused(c, w, caches);
+    inside.fetch_sub(1);
+  };
+  CheckOptions o;
+  o.cases = 16;
+  o.jobs = 4;
+  o.ops = {spec::Op::kWrite};
+  SubjectList subjects;
+  subjects.push_back(make_function_subject("one-at-a-time", record));
+  EXPECT_EQ(run_check(o, subjects).worst, spec::Outcome::kPass);
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(threads, (std::set<std::thread::id>{std::this_thread::get_id()}));
+}
+
+TEST(Jobs, MutantResultsAreTheSameForAnyNumberOfJobs) {
+  MutantRun run;
+  run.names = {"minus-one-stops-write", "reversed-tie-order", "dense-gptj-rope",
+               "attention-uint32-offset"};
+  run.seeds = 3;
+  std::vector<std::string> one;
+  for (const std::int64_t jobs : {1, 3}) {
+    run.jobs = jobs;
+    std::vector<std::string> got;
+    for (const MutantResult& r : run_mutants(run)) {
+      got.push_back(r.name + " " + std::to_string(r.cases) + " " + std::to_string(r.median_cases) +
+                    " " + std::to_string(r.worst_cases) + " " + r.first_failure);
+    }
+    if (jobs == 1) {
+      one = got;
+    } else {
+      EXPECT_EQ(got, one);
+    }
+  }
+  ASSERT_EQ(one.size(), 4u);
 }
 
 TEST(ReportFiles, JunitAndJsonCarryTheOutcomes) {

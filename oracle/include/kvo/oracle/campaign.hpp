@@ -31,11 +31,26 @@ struct CheckOptions {
   /// Sharding (GoogleTest's convention): case i runs when i % total_shards == shard_index.
   std::int64_t total_shards = 1, shard_index = 0;
   bool fail_fast = false;  ///< stop at the first case that does not pass
+  /// Cases worked on at once (0: one per hardware thread): drawn, answered by the reference and
+  /// judged by the concurrent subjects (Subject::concurrent) on worker threads; the report is the
+  /// same for any number.
+  std::int64_t jobs = 0;
 };
 
-/// Reads GTEST_TOTAL_SHARDS and GTEST_SHARD_INDEX into the options (when both are set); throws
-/// InvalidInput when either is malformed or the index is out of range.
-void apply_shard_environment(CheckOptions& options);
+/// The number of jobs `jobs` asks for: itself when positive, one per hardware thread for 0 (at
+/// least 1); InvalidInput naming "jobs" when negative.
+std::int64_t campaign_jobs(std::int64_t jobs);
+
+/// The campaign's shard (GoogleTest's convention: case i runs when i % total == index): the flags'
+/// values when given, else the first scheduler's variables that are set: GTEST_SHARD_INDEX and
+/// GTEST_TOTAL_SHARDS; a Slurm job array's SLURM_ARRAY_TASK_ID (less SLURM_ARRAY_TASK_MIN, over
+/// SLURM_ARRAY_TASK_STEP) of SLURM_ARRAY_TASK_COUNT; a Kubernetes Indexed Job's
+/// JOB_COMPLETION_INDEX, its count from the flag or GTEST_TOTAL_SHARDS. Nothing set: no change.
+/// InvalidInput names the variable (or flag) when one is malformed, out of range, or a count is
+/// missing.
+void apply_shard_environment(CheckOptions& options,
+                             std::optional<std::int64_t> total_flag = std::nullopt,
+                             std::optional<std::int64_t> index_flag = std::nullopt);
 
 /// A 64-bit seed as a user writes it, decimal or 0x-hex, every character a digit of its base (the
 /// one rule for the command line's seeds and the test helper's KVO_* variables); anything else,
@@ -72,6 +87,9 @@ struct SubjectSummary {
   std::int64_t counts[5] = {0, 0, 0, 0, 0};   ///< per spec::Outcome
   std::string first_failure;                  ///< full report of the first non-pass case
   std::optional<std::uint64_t> failing_seed;  ///< the seed of that case
+  /// A merged report's later failures (kvoracle report merge): the first failure of each other
+  /// shard that failed, in case order.
+  std::vector<std::string> more_failures;
 
   std::int64_t count(spec::Outcome o) const { return counts[static_cast<int>(o)]; }
 };
@@ -87,6 +105,7 @@ struct CoverageRow {
 
 struct CheckReport {
   std::uint64_t seed = 0;
+  std::int64_t total_shards = 1, shard_index = 0;  ///< the shard run (a merged report: 1, 0)
   std::int64_t cases_run = 0;
   std::int64_t bytes_compared = 0;
   double seconds = 0.0;

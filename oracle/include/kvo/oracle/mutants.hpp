@@ -54,6 +54,10 @@ struct MutantRun {
   std::vector<std::string> names;  ///< empty: every mutant
   std::int64_t seeds = 1;          ///< campaign seeds for the median cases-to-kill
   bool targeted = false;           ///< each mutant's own overrides, not the default distribution
+  /// Mutants run at once (0: one per hardware thread): a concurrent mutant (Subject::concurrent)
+  /// on a worker thread, one campaign job each; the others on the calling thread, one after
+  /// another. The results are the same for any number.
+  std::int64_t jobs = 0;
 };
 
 /// Runs each mutant (all, or those named) under the default case distribution (or, targeted, its

@@ -39,6 +39,10 @@ class Subject {
   virtual TopkForm topk_form() const { return {}; }
   /// The arithmetic profile of a foreign attention (SPEC principle 4): the bound it is judged by.
   virtual spec::AttentionProfile attention_profile() const { return spec::AttentionProfile::kFp32; }
+  /// Whether the subject may judge several cases at once on different threads (a pure CPU
+  /// function of its arguments). A GPU, device or Python subject is not: the campaign calls it
+  /// from one thread, one case after another.
+  virtual bool concurrent() const { return false; }
 
   // One signature per op. Each throws spec::InvalidInput on rejected input, spec::FailedToRun on a
   // runtime error and spec::Unsupported for a configuration it does not implement; the default
@@ -77,10 +81,13 @@ struct SubjectFunctions {
   TopkForm topk_form;
   spec::AttentionProfile attention_profile = spec::AttentionProfile::kFp32;
   std::function<std::string()> unavailable_reason;  ///< empty: always available
+  bool concurrent = false;  ///< Subject::concurrent: the functions are pure and thread-safe
 };
 std::unique_ptr<Subject> make_function_subject(std::string name, SubjectFunctions functions);
-/// A write-only subject (a user's kernel wrapper, or a test's planted bug).
-std::unique_ptr<Subject> make_function_subject(std::string name, WriteFunction write);
+/// A write-only subject (a user's kernel wrapper, or a test's planted bug); `concurrent` when
+/// `write` is a pure, thread-safe CPU function (Subject::concurrent).
+std::unique_ptr<Subject> make_function_subject(std::string name, WriteFunction write,
+                                               bool concurrent = false);
 
 /// Every subject this build knows, available here or not, in a fixed order: the CPU subjects, then
 /// (built with CUDA) the CUDA ones.
