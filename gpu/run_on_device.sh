@@ -174,10 +174,10 @@ fi
 # ones judged on the main thread), each report identical to one job's.
 if want scaling; then
 cpu_subjects=$("$BIN/kvoracle" check --list-subjects | awk '$1 ~ /^cpu-/ {print $1}' | paste -sd,)
-KVO_BIN="$BIN/kvoracle" timeout $(budget 150) bash "$ROOT/scripts/campaign_scaling.sh" 1000 \
+KVO_BIN="$BIN/kvoracle" timeout $(budget 150) bash "$ROOT/scripts/campaign_scaling.sh" 300 \
   --subject "$cpu_subjects" >"$LOGS/campaign_scaling.txt" 2>&1
 echo "exit $? (CPU subjects)" >>"$LOGS/campaign_scaling.txt"
-KVO_BIN="$BIN/kvoracle" timeout $(budget 150) bash "$ROOT/scripts/campaign_scaling.sh" 1000 \
+KVO_BIN="$BIN/kvoracle" timeout $(budget 150) bash "$ROOT/scripts/campaign_scaling.sh" 300 \
   >>"$LOGS/campaign_scaling.txt" 2>&1
 echo "exit $? (every subject)" >>"$LOGS/campaign_scaling.txt"
 T_SCALE=$(($(date +%s) - START))
@@ -255,7 +255,7 @@ T_MODES=$(($(date +%s) - START))
     grep -E '^exit|result' "$LOGS/kvoracle_replay.txt"
   fi
   if want scaling; then
-    echo "kvoracle check over jobs (1000 cases; CPU subjects, then every subject):"
+    echo "kvoracle check over jobs (300 cases; CPU subjects, then every subject):"
     cat "$LOGS/campaign_scaling.txt"
   fi
   if want mutants; then
