@@ -111,10 +111,14 @@ int run_check_verb(CheckFlags& f) {
   oracle::apply_shard_environment(o, f.total_shards, f.shard_index);
   std::string why_no_gpu;
   const int gpus = gpu::device_count(&why_no_gpu);
-  std::printf("kvoracle check: seed 0x%016llX, %s, %lld jobs, GPU: %s\n",
+  // A shard says so (the scheduler's variables may have set it without a flag).
+  const std::string shard = o.total_shards > 1 ? ", shard " + std::to_string(o.shard_index) +
+                                                     " of " + std::to_string(o.total_shards)
+                                               : "";
+  std::printf("kvoracle check: seed 0x%016llX, %s%s, %lld jobs, GPU: %s\n",
               static_cast<unsigned long long>(o.seed),
               o.case_seed ? "1 case (--case-seed)" : (std::to_string(o.cases) + " cases").c_str(),
-              static_cast<long long>(oracle::campaign_jobs(o.jobs)),
+              shard.c_str(), static_cast<long long>(oracle::campaign_jobs(o.jobs)),
               gpus > 0 ? gpu::device_description().c_str() : ("none (" + why_no_gpu + ")").c_str());
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr)) != 0;
