@@ -1,5 +1,6 @@
 #include "kvo/oracle/report_files.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -91,6 +92,12 @@ std::string failures_text(const SubjectSummary& s) {
 
 }  // namespace
 
+std::string outcome_count_key(spec::Outcome outcome) {
+  std::string key(spec::name_of(outcome));
+  std::replace(key.begin(), key.end(), '-', '_');
+  return key;
+}
+
 std::string junit_xml(const CheckReport& r) {
   std::int64_t failures = 0, errors = 0, skipped = 0;
   for (const auto& s : r.subjects) {
@@ -146,11 +153,8 @@ std::string report_json(const CheckReport& r) {
     j << (i ? "," : "") << "\n    {\"name\": " << json_escape(s.name)
       << ", \"op\": " << json_escape(std::string(spec::name_of(s.op)))
       << ", \"skipped\": " << json_escape(s.skipped) << ", \"cases\": " << s.cases;
-    for (const auto& f : spec::kOutcomeFacts) {
-      std::string key(f.name);
-      for (char& c : key) c = c == '-' ? '_' : c;
-      j << ", \"" << key << "\": " << s.count(f.outcome);
-    }
+    for (const auto& f : spec::kOutcomeFacts)
+      j << ", \"" << outcome_count_key(f.outcome) << "\": " << s.count(f.outcome);
     j << ", \"first_failure\": " << json_escape(s.first_failure) << ", \"more_failures\": [";
     for (std::size_t k = 0; k < s.more_failures.size(); ++k)
       j << (k ? ", " : "") << json_escape(s.more_failures[k]);

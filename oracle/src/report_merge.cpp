@@ -86,13 +86,6 @@ class Fields {
   std::string source_, where_;
 };
 
-/// The JSON key of an outcome's count: its name with '_' for '-' ("failed_to_run").
-std::string count_key(spec::Outcome o) {
-  std::string key(spec::name_of(o));
-  std::replace(key.begin(), key.end(), '-', '_');
-  return key;
-}
-
 /// The case index a failure report starts with ("case 17 seed ..."); none when it does not.
 std::optional<std::int64_t> failure_case(const std::string& failure) {
   if (failure.rfind("case ", 0) != 0) return std::nullopt;
@@ -134,7 +127,7 @@ CheckReport read_report_json(const std::string& text, const std::string& source)
     s.cases = f.integer("cases", 0);
     std::int64_t sum = 0;
     for (const auto& o : spec::kOutcomeFacts) {
-      const std::string key = count_key(o.outcome);
+      const std::string key = outcome_count_key(o.outcome);
       sum += s.counts[static_cast<int>(o.outcome)] = f.integer(key.c_str(), 0, s.cases);
       if (s.counts[static_cast<int>(o.outcome)] > 0) r.worst = spec::worst(r.worst, o.outcome);
     }

@@ -17,15 +17,6 @@ namespace {
 
 using spec::BufferKind;
 
-/// Physical (block, offset) of token t of request r: the block table maps pages of block_size.
-std::pair<std::int64_t, std::int64_t> locate_token(const spec::ModelConfig& c,
-                                                   const spec::ReadBatch& b, std::int64_t r,
-                                                   std::int64_t t) {
-  const std::int64_t bs = c.geometry.block_size;
-  const std::int32_t block = b.block_table[static_cast<std::size_t>(r * b.max_blocks + t / bs)];
-  return {block, t % bs};
-}
-
 const spec::CacheBuffer& buffer(const spec::LayerCaches& caches, BufferKind kind) {
   const spec::CacheBuffer* buf = caches.find(kind);
   if (buf == nullptr) {
@@ -57,6 +48,14 @@ std::vector<float> row_of(const spec::HostTensor& t, std::int64_t row, std::int6
 }
 
 }  // namespace
+
+std::pair<std::int64_t, std::int64_t> locate_token(const spec::ModelConfig& c,
+                                                   const spec::ReadBatch& b, std::int64_t r,
+                                                   std::int64_t t) {
+  const std::int64_t bs = c.geometry.block_size;
+  const std::int32_t block = b.block_table[static_cast<std::size_t>(r * b.max_blocks + t / bs)];
+  return {block, t % bs};
+}
 
 std::vector<float> dequantize_index_row(const spec::ModelConfig& c, const std::uint8_t* row,
                                         const std::uint8_t* scales) {

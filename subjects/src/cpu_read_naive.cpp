@@ -35,19 +35,12 @@ std::int64_t offset_as(const ReadMutation& m, std::int64_t byte) {
   return m.offset_bits == 0 ? byte : byte & ((std::int64_t{1} << m.offset_bits) - 1);
 }
 
-/// The physical (block, offset) of token t of request r.
-std::pair<std::int64_t, std::int64_t> slot_of(const spec::ModelConfig& c, const spec::ReadBatch& b,
-                                              std::int64_t r, std::int64_t t) {
-  const std::int64_t bs = c.geometry.block_size;
-  return {b.block_table[static_cast<std::size_t>(r * b.max_blocks + t / bs)], t % bs};
-}
-
 /// reference::read_index_k, its byte offsets computed as m says.
 std::vector<float> read_index_k_as(const ReadMutation& m, const spec::ModelConfig& c,
                                    const spec::ReadBatch& b, const spec::LayerCaches& caches,
                                    std::int64_t r, std::int64_t t) {
   if (m.offset_bits == 0) return reference::read_index_k(c, b, caches, r, t);
-  const auto [block, offset] = slot_of(c, b, r, t);
+  const auto [block, offset] = reference::locate_token(c, b, r, t);
   const std::uint8_t* body = caches.find(spec::BufferKind::kIndexK)->body();
   const std::uint8_t* scales =
       c.index.layout == spec::IndexLayout::kBlockScale
@@ -63,7 +56,7 @@ std::vector<float> read_kv_as(const ReadMutation& m, const spec::ModelConfig& c,
                               const std::vector<float>& scales, int kv, std::int64_t r,
                               std::int64_t t, std::int64_t h) {
   if (m.offset_bits == 0) return reference::read_kv(c, b, caches, scales, kv, r, t, h);
-  const auto [block, offset] = slot_of(c, b, r, t);
+  const auto [block, offset] = reference::locate_token(c, b, r, t);
   const std::uint8_t* body = caches.find(reference::kv_buffer(c, kv))->body();
   const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
   return reference::dequantize_kv_row(

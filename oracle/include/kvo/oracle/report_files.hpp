@@ -11,6 +11,9 @@
 
 namespace kvo::oracle {
 
+/// The JSON key of an outcome's count in a subject's row: its name, '_' for '-' ("failed_to_run").
+std::string outcome_count_key(spec::Outcome outcome);
+
 std::string junit_xml(const CheckReport& report);
 std::string report_json(const CheckReport& report);
 

@@ -8,6 +8,7 @@
 /// per-head NaN rule, the group reduce, row and score addressing) are in read_rules.hpp.
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kvo/reference/read_rules.hpp"
@@ -43,6 +44,11 @@ struct TopkSelection {
 std::vector<float> read_index_k(const spec::ModelConfig& config, const spec::ReadBatch& batch,
                                 const spec::LayerCaches& caches, std::int64_t request,
                                 std::int64_t t);
+
+/// Physical (block, offset) of token t of request r: the block table maps pages of block_size.
+std::pair<std::int64_t, std::int64_t> locate_token(const spec::ModelConfig& config,
+                                                   const spec::ReadBatch& batch,
+                                                   std::int64_t request, std::int64_t t);
 
 /// The dequantized index-K row whose index_dim values start at `row` (flat: codes of the flat
 /// dtype; blockscale: e4m3 codes, their group scales fp32 from `scales`, unused when flat):
