@@ -91,11 +91,13 @@ int run_replay(ReplayFlags& f) {
   oracle::add_named_mutants(o.subjects, subjects);
   std::string why_no_gpu;
   const int gpus = gpu::device_count(&why_no_gpu);
-  std::printf("kvoracle replay: %s, %zu steps, %zu layers (%s), value seed 0x%016llX, GPU: %s\n",
-              f.path.c_str(), trace.steps.size(), trace.config.layers.size(),
-              spec::format_layer_mix(trace.config.layers).c_str(),
-              static_cast<unsigned long long>(o.value_seed),
-              gpus > 0 ? gpu::device_description().c_str() : ("none (" + why_no_gpu + ")").c_str());
+  std::printf(
+      "kvoracle replay: %s, %zu steps, %zu layers (%s), value seed 0x%016llX, %lld jobs, GPU: %s\n",
+      f.path.c_str(), trace.steps.size(), trace.config.layers.size(),
+      spec::format_layer_mix(trace.config.layers).c_str(),
+      static_cast<unsigned long long>(o.value_seed),
+      static_cast<long long>(oracle::campaign_jobs(o.jobs)),
+      gpus > 0 ? gpu::device_description().c_str() : ("none (" + why_no_gpu + ")").c_str());
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr)) != 0;
   const auto progress = [tty](std::int64_t done, std::int64_t total) {
@@ -132,6 +134,10 @@ void add_replay(CLI::App& app, int& status) {
   cmd->add_option("--full-diff-every", flags->options.full_diff_every,
                   "compare whole caches every N steps (between them: the pages each step names, "
                   "and the guards); 1 compares everything every step")
+      ->capture_default_str();
+  cmd->add_option("--jobs,-j", flags->options.jobs,
+                  "layers worked on at once on the CPU (0: one per hardware thread); the report is "
+                  "the same for any number")
       ->capture_default_str();
   cmd->add_option("--steps", flags->steps, "step range a:b (b exclusive; a: or :b)");
   cmd->add_option("--layers", flags->layers, "layer indices, e.g. 0,3,5-7 (default all)");

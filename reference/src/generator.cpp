@@ -44,12 +44,6 @@ constexpr std::array<std::uint32_t, 6> kNonFiniteEdges{0x7F800000u, 0xFF800000u,
 
 }  // namespace
 
-std::uint64_t mix64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 std::uint64_t SplitMix64::next() { return mix64(state_ += kGamma); }
 
 std::int64_t SplitMix64::uniform(std::int64_t lo, std::int64_t hi) {
@@ -94,13 +88,21 @@ void ValueGenerator::fill_row(std::uint64_t key, std::int64_t heads, std::int64_
     for (std::size_t d = 0; d < t.size(); ++d) t[d] = mix64(d + 1);
     return t;
   }();
+  const auto dim_mix = [&](std::int64_t d) {
+    const auto du = static_cast<std::uint64_t>(d);
+    return du < kDimMix.size() ? kDimMix[du] : mix64(du + 1);
+  };
   for (std::int64_t h = 0; h < heads; ++h) {
     const std::uint64_t head_key = chain(key, h);
-    for (std::int64_t d = 0; d < dim; ++d) {
-      const auto du = static_cast<std::uint64_t>(d);
-      const std::uint64_t m = du < kDimMix.size() ? kDimMix[du] : mix64(du + 1);
-      *out++ = value_of_key(mix64(head_key ^ m));
+    if (edge_values) {
+      for (std::int64_t d = 0; d < dim; ++d) *out++ = value_of_key(mix64(head_key ^ dim_mix(d)));
+      continue;
     }
+    // value_of_key without the edge table, in two passes over the row: the hashes, then one
+    // rounding loop over it (a loop without calls, which the compiler vectorises).
+    for (std::int64_t d = 0; d < dim; ++d) out[d] = ordinary_value(mix64(head_key ^ dim_mix(d)));
+    for (std::int64_t d = 0; d < dim; ++d) out[d] = round_to(out[d], act);
+    out += dim;
   }
 }
 
@@ -119,9 +121,7 @@ float ValueGenerator::value_of_key(std::uint64_t key) const {
     const float edge = round_to(float_of(bits), act);
     if (allow_nonfinite || std::isfinite(edge)) return edge;
   }
-  const auto u24 = static_cast<float>(key >> 40);  // exact: 24 bits
-  const float unit = u24 * 0x1p-23f - 1.0f;        // exact: in [-1, 1)
-  return round_to(unit * range, act);
+  return round_to(ordinary_value(key), act);
 }
 
 }  // namespace kvo::reference

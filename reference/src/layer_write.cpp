@@ -31,11 +31,6 @@ spec::CacheBuffer& buffer(spec::LayerCaches& caches, BufferKind kind) {
 
 }  // namespace
 
-float source_value(const spec::HostTensor& t, std::int64_t i) {
-  const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(t.dtype));
-  return decode(load_code(t.bytes.data() + i * eb, t.dtype), t.dtype);
-}
-
 spec::HostTensor cast_tensor(const spec::HostTensor& t, spec::DType dtype) {
   spec::HostTensor out;
   out.dtype = dtype;
@@ -72,10 +67,13 @@ void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& w,
         std::uint8_t* dst = buffer(caches, layout.kv_buffer(kv)).body();
         for (std::int64_t h = 0; h < g.num_kv_heads; ++h) {
           const float s = scales[config.kv.per_head_scale ? static_cast<std::size_t>(h) : 0];
+          // SPEC 3: d is the innermost, contiguous dimension of every layout and strided view,
+          // so element d of the head row is kv_element(kv, b, o, h, 0) + d.
+          std::uint8_t* row = dst + layout.kv_element(kv, b, o, h, 0) * kv_bytes;
           for (std::int64_t d = 0; d < g.head_dim; ++d) {
             const float x = source_value(src, (t * g.num_kv_heads + h) * g.head_dim + d);
             const std::uint32_t code = quantize_kv(x, s, config.kv, config.act_dtype);
-            store_code(code, kv_dtype, dst + layout.kv_element(kv, b, o, h, d) * kv_bytes);
+            store_code(code, kv_dtype, row + d * kv_bytes);
           }
         }
       }

@@ -38,20 +38,6 @@ const Fp8Format& fp8_format(DType t) { return t == DType::kFp8E5M2 ? kE5M2 : kE4
 
 }  // namespace
 
-std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
-float float_of(std::uint32_t bits) { return std::bit_cast<float>(bits); }
-
-std::uint16_t f32_to_bf16(float x) {
-  const std::uint32_t u = bits_of(x);
-  if ((u & kAbsMask) > kInfBits) return 0x7FFF;
-  std::uint32_t r = u >> 16;
-  const std::uint32_t rem = u & 0xFFFFu;
-  if (rem > 0x8000u || (rem == 0x8000u && (r & 1u))) ++r;  // a carry into the exponent is correct
-  return static_cast<std::uint16_t>(r);
-}
-
-float bf16_to_f32(std::uint16_t b) { return float_of(static_cast<std::uint32_t>(b) << 16); }
-
 std::uint16_t f32_to_f16(float x) {
   const std::uint32_t u = bits_of(x);
   const std::uint32_t a = u & kAbsMask;
@@ -125,79 +111,6 @@ float fp8_to_f32(std::uint8_t code, DType format) {
     }
   }
   return negative ? -mag : mag;
-}
-
-std::uint32_t encode(float x, DType dtype, Saturation sat) {
-  switch (dtype) {
-    case DType::kF32:
-      return bits_of(x);
-    case DType::kBF16:
-      return f32_to_bf16(x);
-    case DType::kF16:
-      return f32_to_f16(x);
-    case DType::kFp8E4M3:
-    case DType::kFp8E5M2:
-      return f32_to_fp8(x, dtype, sat);
-  }
-  return 0;
-}
-
-float decode(std::uint32_t code, DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return float_of(code);
-    case DType::kBF16:
-      return bf16_to_f32(static_cast<std::uint16_t>(code));
-    case DType::kF16:
-      return f16_to_f32(static_cast<std::uint16_t>(code));
-    case DType::kFp8E4M3:
-    case DType::kFp8E5M2:
-      return fp8_to_f32(static_cast<std::uint8_t>(code), dtype);
-  }
-  return 0.0f;
-}
-
-void store_code(std::uint32_t code, DType dtype, std::uint8_t* out) {
-  for (std::size_t i = 0; i < spec::dtype_bytes(dtype); ++i) {
-    out[i] = static_cast<std::uint8_t>(code >> (8 * i));
-  }
-}
-
-std::uint32_t load_code(const std::uint8_t* in, DType dtype) {
-  std::uint32_t code = 0;
-  for (std::size_t i = 0; i < spec::dtype_bytes(dtype); ++i) {
-    code |= static_cast<std::uint32_t>(in[i]) << (8 * i);
-  }
-  return code;
-}
-
-float round_to(float x, DType act) { return decode(encode(x, act, Saturation::kSatFinite), act); }
-
-float arithmetic_result(float y) { return std::isnan(y) ? float_of(0x7FFFFFFFu) : y; }
-
-float effective_scale(float s, const spec::KvQuant& q, DType act) {
-  return q.scale_in_model_dtype ? round_to(s, act) : s;
-}
-
-float apply_scale(float x, float s, spec::ScaleMode mode) {
-  switch (mode) {
-    case spec::ScaleMode::kDivide:
-    case spec::ScaleMode::kDivApprox:
-      return arithmetic_result(x / s);
-    case spec::ScaleMode::kMulRecip: {
-      const float recip = 1.0f / s;
-      return arithmetic_result(x * recip);
-    }
-    case spec::ScaleMode::kNone:
-      return x;
-  }
-  return x;
-}
-
-std::uint32_t quantize_kv(float x, float s, const spec::KvQuant& q, DType act) {
-  float v = apply_scale(x, effective_scale(s, q, act), q.scale_mode);
-  if (q.via_model_dtype) v = round_to(v, act);
-  return encode(v, q.cache_dtype, q.saturation);
 }
 
 std::vector<std::uint32_t> admissible_kv_codes(float x, float s, const spec::KvQuant& q,

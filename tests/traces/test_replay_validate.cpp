@@ -238,6 +238,49 @@ TEST(TraceReplay, KeepGoingCollectsAndResyncs) {
   EXPECT_EQ(r.subjects[0].mismatching_steps, 1);
 }
 
+/// The report of a replay does not depend on how many layers are worked on at once: the
+/// concurrent subjects (the CPU ones and a pure planted bug) write on the workers, the others
+/// (a stateful planted bug counting its calls) on the calling thread, in layer order.
+TEST(TraceReplay, TheReportIsTheSameForAnyNumberOfJobs) {
+  const Trace t = small_trace();
+  // Pure, so concurrent: a wrong first byte of K wherever the slot mapping names slot 5.
+  const oracle::WriteFunction pure_bug = [](const spec::ModelConfig& c, const spec::LayerWrite& w,
+                                            spec::LayerCaches& out) {
+    reference::write_layer(c, w, out);
+    const auto& slots = w.slots.slots;
+    if (std::find(slots.begin(), slots.end(), 5) != slots.end()) {
+      const reference::PagedCacheLayout layout(c);
+      spec::CacheBuffer* k = out.find(layout.kv_buffer(0));
+      const std::int64_t bs = c.geometry.block_size;
+      k->body()[layout.kv_element(0, 5 / bs, 5 % bs, 0, 0) *
+                static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype))] ^= 0x40;
+    }
+  };
+  for (const bool keep_going : {false, true}) {
+    std::vector<ReplayReport> reports;
+    for (const std::int64_t jobs : {1, 2, 5}) {
+      SCOPED_TRACE("keep_going " + std::to_string(keep_going) + ", jobs " + std::to_string(jobs));
+      oracle::SubjectList subjects = cpu_subjects();
+      subjects.push_back(oracle::make_function_subject("pure-bug", pure_bug, true));
+      subjects.push_back(drops_token_at(9, static_cast<std::int64_t>(t.config.layers.size())));
+      ASSERT_TRUE(subjects.front()->concurrent());
+      ReplayOptions o;
+      o.keep_going = keep_going;
+      o.full_diff_every = 4;
+      o.jobs = jobs;
+      reports.push_back(replay_trace(t, o, subjects));
+      const ReplayReport& r = reports.back();
+      EXPECT_EQ(r.worst, spec::Outcome::kMismatch);
+      ASSERT_FALSE(r.mismatches.empty());
+      const ReplayReport& first = reports.front();
+      EXPECT_EQ(r.summary(), first.summary());
+      EXPECT_EQ(r.mismatches, first.mismatches);
+      EXPECT_EQ(r.steps_run, first.steps_run);
+      EXPECT_EQ(r.compared_bytes, first.compared_bytes);
+    }
+  }
+}
+
 /// What step n wrote is compared at step n+k: a subject that, from step 6 on, starts every layer
 /// from freshly poisoned caches (forgetting earlier steps) must be caught at step 6.
 TEST(TraceReplay, EarlierStepsAreReadBackLater) {

@@ -4,9 +4,12 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <exception>
 #include <future>
 #include <limits>
 #include <optional>
+#include <semaphore>
 #include <sstream>
 
 #include "kvo/oracle/cache_diff.hpp"
@@ -361,8 +364,25 @@ class Replayer {
   bool runs(const WriteRow& w, std::size_t li) const {
     return (w.op == spec::Op::kDense) == fused_dense(li);
   }
-  bool write_layer(WriteRow& w, std::size_t li, std::int64_t step, const LayerInput& in,
-                   const std::vector<std::int64_t>& blocks, std::vector<bool>& mismatched);
+  /// A subject's write of one layer: its q_out (a fused dense insert) or what it threw. Run on a
+  /// worker for a concurrent subject, else on the calling thread; judged by judge_write.
+  struct SubjectWrite {
+    spec::HostTensor q_got;
+    std::exception_ptr error;
+  };
+  /// One layer of one step as the workers leave it: its inputs, the reference's write of them
+  /// into expected_[li], and the concurrent rows' writes into their caches (per write row; empty
+  /// for a row written on the calling thread).
+  struct LayerWork {
+    LayerInput in;
+    std::vector<std::optional<SubjectWrite>> writes;
+  };
+  SubjectWrite run_write(WriteRow& w, std::size_t li, const LayerInput& in);
+  /// Judges row w's write of layer li (the pages the step names, or the dense judgement); true
+  /// when the replay must stop.
+  bool judge_write(WriteRow& w, std::size_t li, std::int64_t step, const LayerInput& in,
+                   SubjectWrite run, const std::vector<std::int64_t>& blocks,
+                   std::vector<bool>& mismatched);
   bool read_layer(std::size_t li, std::int64_t step, std::vector<bool>& mismatched);
   bool sweep(std::int64_t first_step, std::int64_t step, std::vector<bool>& mismatched);
 
@@ -454,21 +474,33 @@ void Replayer::reference_layer(std::size_t li, LayerInput& in) {
   }
 }
 
-bool Replayer::write_layer(WriteRow& w, std::size_t li, std::int64_t s, const LayerInput& in,
-                           const std::vector<std::int64_t>& blocks, std::vector<bool>& mismatched) {
+Replayer::SubjectWrite Replayer::run_write(WriteRow& w, std::size_t li, const LayerInput& in) {
+  SubjectWrite out;
+  spec::LayerCaches& got = w.caches[li];
+  try {
+    oracle::materialise_write(layout_, got, in.write);
+    if (w.op == spec::Op::kDense) {
+      out.q_got = w.subject->dense_insert(c_, *in.dense, got);
+    } else {
+      w.subject->write_layer(c_, in.write, got);
+    }
+  } catch (...) {
+    out.error = std::current_exception();
+  }
+  return out;
+}
+
+bool Replayer::judge_write(WriteRow& w, std::size_t li, std::int64_t s, const LayerInput& in,
+                           SubjectWrite run, const std::vector<std::int64_t>& blocks,
+                           std::vector<bool>& mismatched) {
   ReplaySubjectResult& r = report_.subjects[w.row];
   const std::int64_t l = layers_[li];
   spec::LayerCaches& got = w.caches[li];
   const spec::LayerWrite& lw = in.write;
-  oracle::materialise_write(layout_, got, lw);
   std::string rejected;
-  spec::HostTensor q_got;
+  spec::HostTensor q_got = std::move(run.q_got);
   try {
-    if (w.op == spec::Op::kDense) {
-      q_got = w.subject->dense_insert(c_, *in.dense, got);
-    } else {
-      w.subject->write_layer(c_, in.write, got);
-    }
+    if (run.error) std::rethrow_exception(run.error);
     ++r.layer_writes;
   } catch (const spec::Unsupported& e) {
     r.outcome = spec::worst(r.outcome, spec::Outcome::kUnsupported);
@@ -598,62 +630,106 @@ void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress
     expected_.push_back(
         oracle::make_layer_caches(layout_, l, c_.layers[static_cast<std::size_t>(l)]));
   }
-  // Steps before the range: the reference alone builds the caches the range starts from.
-  for (std::int64_t s = 0; s < o_.step_begin; ++s) {
+  const auto workers = static_cast<std::size_t>(oracle::campaign_jobs(o_.jobs));
+  // Steps before the range: the reference alone builds the caches the range starts from, each
+  // layer on its own worker (layers share nothing).
+  if (o_.step_begin > 0) {
+    std::deque<std::future<void>> built;
     for (std::size_t li = 0; li < layers_.size(); ++li) {
-      LayerInput in = generate_layer(s, li);
-      reference_layer(li, in);
+      if (built.size() >= workers) {
+        built.front().get();
+        built.pop_front();
+      }
+      built.push_back(std::async(std::launch::async, [this, li] {
+        for (std::int64_t s = 0; s < o_.step_begin; ++s) {
+          LayerInput in = generate_layer(s, li);
+          reference_layer(li, in);
+        }
+      }));
     }
+    for (auto& f : built) f.get();
   }
   for (WriteRow& w : write_rows_) w.caches = expected_;
 
-  // Generating a layer's K/V/index-K and the reference's write of it depend on nothing a subject
-  // does: the next layer's are done on a second thread while the subjects (all on this thread, in
-  // call order, so a subject need not be thread-safe) write and are compared. The reference
-  // writes ahead only into another layer's caches than the one this thread is comparing.
-  const bool ahead = layers_.size() > 1;
+  // Work on one layer of one step (generating its K/V/index-K, the reference's write of them, the
+  // concurrent subjects' writes) depends on nothing but that layer's caches: workers do it for
+  // the layers ahead while this thread, in (step, layer) order, runs the other subjects (never
+  // two calls at once, so they need not be thread-safe), the reads and every comparison. A
+  // layer's work for step s + 1 starts only once this thread has judged the layer at step s (and
+  // made the whole-cache comparison when one is due after step s), so no worker writes a cache
+  // being compared; the report is the same for any number of workers.
+  // At most `workers` layers are worked on at once; twice as many may be started, so that a layer
+  // finished ahead of the one this thread waits for never leaves a worker idle.
+  std::counting_semaphore<> running(static_cast<std::ptrdiff_t>(workers));
   const auto make = [&](std::int64_t step, std::size_t li) {
-    return std::async(std::launch::async, [this, step, li, ahead] {
-      LayerInput in = generate_layer(step, li);
-      if (ahead) reference_layer(li, in);
-      return in;
+    std::vector<bool> ahead(write_rows_.size());
+    for (std::size_t i = 0; i < write_rows_.size(); ++i) {
+      const WriteRow& w = write_rows_[i];
+      ahead[i] = w.running && runs(w, li) && w.subject->concurrent();
+    }
+    return std::async(std::launch::async, [this, step, li, ahead = std::move(ahead), &running] {
+      running.acquire();
+      struct Release {
+        std::counting_semaphore<>& s;
+        ~Release() { s.release(); }
+      } const release{running};
+      LayerWork work;
+      work.in = generate_layer(step, li);
+      reference_layer(li, work.in);
+      work.writes.resize(write_rows_.size());
+      for (std::size_t i = 0; i < write_rows_.size(); ++i) {
+        if (ahead[i]) work.writes[i] = run_write(write_rows_[i], li, work.in);
+      }
+      return work;
     });
   };
   const std::int64_t first = o_.step_begin;
+  const auto sweep_due = [&](std::int64_t s) {
+    return (s - first + 1) % o_.full_diff_every == 0 || s + 1 == end_;
+  };
+  std::deque<std::future<LayerWork>> pending;  // in (step, layer) order
+  std::int64_t next_step = first;              // the next layer work to start
+  std::size_t next_li = 0;
+  // Starts layer work while fewer than 2 * workers are started and not yet judged: of step `s`, or
+  // of step s + 1 for a layer this thread has judged at step s (`judged` layers of it) when no
+  // whole-cache comparison is due after s.
+  const auto start_ready = [&](std::int64_t s, std::size_t judged) {
+    while (pending.size() < 2 * workers && next_step < end_ && !layers_.empty()) {
+      if (next_step > s && (next_step > s + 1 || sweep_due(s) || next_li >= judged)) break;
+      pending.push_back(make(next_step, next_li));
+      if (++next_li == layers_.size()) {
+        next_li = 0;
+        ++next_step;
+      }
+    }
+  };
   std::int64_t last_sweep = first - 1;
-  std::future<LayerInput> next;
-  if (first < end_ && !layers_.empty()) next = make(first, 0);
   bool stop = false;
   for (std::int64_t s = first; s < end_ && !stop; ++s) {
     std::vector<bool> mismatched(report_.subjects.size(), false);
     const std::vector<std::int64_t> blocks =
         touched_blocks(c_, trace_.steps[static_cast<std::size_t>(s)]);
-    const bool sweep_due = (s - first + 1) % o_.full_diff_every == 0 || s + 1 == end_;
+    start_ready(s, 0);
     for (std::size_t li = 0; li < layers_.size() && !stop; ++li) {
-      LayerInput w = next.get();
-      // The next step's reference writes wait for this step's whole-cache comparison.
-      if (li + 1 < layers_.size()) {
-        next = make(s, li + 1);
-      } else if (s + 1 < end_ && !sweep_due) {
-        next = make(s + 1, 0);
-      }
-      if (!ahead) reference_layer(li, w);
-      for (WriteRow& wr : write_rows_) {
-        if (!stop && wr.running && runs(wr, li))
-          stop = write_layer(wr, li, s, w, blocks, mismatched);
+      LayerWork work = pending.front().get();
+      pending.pop_front();
+      for (std::size_t i = 0; i < write_rows_.size() && !stop; ++i) {
+        WriteRow& wr = write_rows_[i];
+        if (!wr.running || !runs(wr, li)) continue;
+        SubjectWrite run = work.writes[i] ? std::move(*work.writes[i]) : run_write(wr, li, work.in);
+        stop = judge_write(wr, li, s, work.in, std::move(run), blocks, mismatched);
       }
       if (!stop && !read_rows_.empty()) stop = read_layer(li, s, mismatched);
+      if (!stop) start_ready(s, li + 1);
     }
-    if (next.valid() && stop) next.wait();  // the worker holds references into this frame
-    if (sweep_due && !stop) {
+    if (sweep_due(s) && !stop) {
       stop = sweep(last_sweep + 1, s, mismatched);
       last_sweep = s;
-      if (s + 1 < end_ && !layers_.empty()) next = make(s + 1, 0);
     }
     ++report_.steps_run;
     if (progress) progress(s - first + 1, end_ - first);
   }
-  if (next.valid()) next.wait();
+  for (auto& f : pending) f.wait();  // the workers hold references into this frame
   for (const auto& r : report_.subjects) report_.worst = spec::worst(report_.worst, r.outcome);
 }
 

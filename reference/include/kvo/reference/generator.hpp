@@ -14,7 +14,11 @@
 namespace kvo::reference {
 
 /// SplitMix64's finaliser (Steele, Lea, Flood 2014).
-std::uint64_t mix64(std::uint64_t z);
+inline std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
 
 /// A SplitMix64 stream: next() = mix64(state += golden gamma).
 class SplitMix64 {
@@ -69,6 +73,13 @@ struct ValueGenerator {
 
  private:
   float value_of_key(std::uint64_t key) const;
+  /// An ordinary value before its rounding to `act`: uniform in [-range, range).
+  float ordinary_value(std::uint64_t key) const {
+    // Exact (24 bits); through int32, whose conversion is one instruction (uint64's is not).
+    const auto u24 = static_cast<float>(static_cast<std::int32_t>(key >> 40));
+    const float unit = u24 * 0x1p-23f - 1.0f;  // exact: in [-1, 1)
+    return unit * range;
+  }
 };
 
 }  // namespace kvo::reference

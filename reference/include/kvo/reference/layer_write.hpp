@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvo/reference/numbers.hpp"
 #include "kvo/spec/config.hpp"
 #include "kvo/spec/write.hpp"
 
@@ -41,7 +42,10 @@ std::vector<std::uint32_t> admissible_codes(const spec::ModelConfig& config,
                                             const CacheElement& element);
 
 /// Element i of a host tensor, widened to float32 (exact).
-float source_value(const spec::HostTensor& t, std::int64_t i);
+inline float source_value(const spec::HostTensor& t, std::int64_t i) {
+  const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(t.dtype));
+  return decode(load_code(t.bytes.data() + i * eb, t.dtype), t.dtype);
+}
 
 /// `t` with every element cast to `dtype` (SPEC 2: one rounding from its fp32 value, satfinite):
 /// e.g. fp8 index-Q from activation values.

@@ -5,7 +5,10 @@
 /// modes, `via_model_dtype`, and the 128-group block scale with and without ue8m0. Integer-only
 /// rounding: every narrowing rounds once, to nearest even, directly from the float32 value.
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -14,13 +17,27 @@
 
 namespace kvo::reference {
 
-std::uint32_t bits_of(float x);
-float float_of(std::uint32_t bits);
+// Element codes are stored little-endian (SPEC 3), which store_code and load_code do with plain
+// copies.
+static_assert(std::endian::native == std::endian::little, "kvoracle assumes a little-endian host");
+
+// The codecs every element goes through are defined here, inline: a replay or a campaign calls
+// them billions of times.
+
+inline std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
+inline float float_of(std::uint32_t bits) { return std::bit_cast<float>(bits); }
 
 /// float32 -> bf16 bits, RNE; overflow to infinity through the carry; any NaN -> 0x7FFF.
-std::uint16_t f32_to_bf16(float x);
+inline std::uint16_t f32_to_bf16(float x) {
+  const std::uint32_t u = bits_of(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFF;
+  std::uint32_t r = u >> 16;
+  const std::uint32_t rem = u & 0xFFFFu;
+  if (rem > 0x8000u || (rem == 0x8000u && (r & 1u))) ++r;  // a carry into the exponent is correct
+  return static_cast<std::uint16_t>(r);
+}
 /// bf16 bits -> float32, exact (NaN sign and payload preserved).
-float bf16_to_f32(std::uint16_t b);
+inline float bf16_to_f32(std::uint16_t b) { return float_of(static_cast<std::uint32_t>(b) << 16); }
 /// float32 -> fp16 bits, RNE with gradual underflow; |x| >= 65520 -> inf; any NaN -> 0x7FFF.
 std::uint16_t f32_to_f16(float x);
 /// fp16 bits -> float32, exact; any NaN -> 0x7FFFFFFF.
@@ -37,33 +54,108 @@ float fp8_to_f32(std::uint8_t code, spec::DType format);
 
 /// float32 -> one element of `dtype`, returned as its code in the low bytes (f32 bits, 16-bit or
 /// 8-bit code). `sat` applies to fp8 only.
-std::uint32_t encode(float x, spec::DType dtype, spec::Saturation sat);
+inline std::uint32_t encode(float x, spec::DType dtype, spec::Saturation sat) {
+  switch (dtype) {
+    case spec::DType::kF32:
+      return bits_of(x);
+    case spec::DType::kBF16:
+      return f32_to_bf16(x);
+    case spec::DType::kF16:
+      return f32_to_f16(x);
+    case spec::DType::kFp8E4M3:
+    case spec::DType::kFp8E5M2:
+      return f32_to_fp8(x, dtype, sat);
+  }
+  return 0;
+}
 /// The element code of `dtype` -> float32.
-float decode(std::uint32_t code, spec::DType dtype);
+inline float decode(std::uint32_t code, spec::DType dtype) {
+  switch (dtype) {
+    case spec::DType::kF32:
+      return float_of(code);
+    case spec::DType::kBF16:
+      return bf16_to_f32(static_cast<std::uint16_t>(code));
+    case spec::DType::kF16:
+      return f16_to_f32(static_cast<std::uint16_t>(code));
+    case spec::DType::kFp8E4M3:
+    case spec::DType::kFp8E5M2:
+      return fp8_to_f32(static_cast<std::uint8_t>(code), dtype);
+  }
+  return 0.0f;
+}
 /// Writes the code of `dtype` little-endian into `out` (dtype_bytes(dtype) bytes).
-void store_code(std::uint32_t code, spec::DType dtype, std::uint8_t* out);
+inline void store_code(std::uint32_t code, spec::DType dtype, std::uint8_t* out) {
+  switch (spec::dtype_bytes(dtype)) {  // a little-endian host: the code's low bytes, in order
+    case 1:
+      *out = static_cast<std::uint8_t>(code);
+      return;
+    case 2: {
+      const auto half = static_cast<std::uint16_t>(code);
+      std::memcpy(out, &half, sizeof half);
+      return;
+    }
+    default:
+      std::memcpy(out, &code, sizeof code);
+  }
+}
 /// Reads a little-endian code of `dtype` from `in`.
-std::uint32_t load_code(const std::uint8_t* in, spec::DType dtype);
+inline std::uint32_t load_code(const std::uint8_t* in, spec::DType dtype) {
+  switch (spec::dtype_bytes(dtype)) {
+    case 1:
+      return *in;
+    case 2: {
+      std::uint16_t half;
+      std::memcpy(&half, in, sizeof half);
+      return half;
+    }
+    default: {
+      std::uint32_t code;
+      std::memcpy(&code, in, sizeof code);
+      return code;
+    }
+  }
+}
 
 /// The value of x after narrowing to the activation dtype `act` and widening back (f32: x).
-float round_to(float x, spec::DType act);
+inline float round_to(float x, spec::DType act) {
+  return decode(encode(x, act, spec::Saturation::kSatFinite), act);
+}
 
 /// The canonical NaN 0x7FFFFFFF that GPU fp32 arithmetic returns for any NaN result (SPEC 2: NaN
 /// through arithmetic); any other value unchanged. The reference follows the GPU, not the host.
-float arithmetic_result(float y);
+inline float arithmetic_result(float y) { return std::isnan(y) ? float_of(0x7FFFFFFFu) : y; }
 
 /// The scale as the scaling sees it: s, or (scale_in_model_dtype) s rounded to the activation
 /// dtype first.
-float effective_scale(float s, const spec::KvQuant& q, spec::DType act);
+inline float effective_scale(float s, const spec::KvQuant& q, spec::DType act) {
+  return q.scale_in_model_dtype ? round_to(s, act) : s;
+}
 
 /// The scaled value that is cast (SPEC 2): divide x / s; mul_recip x * fl(1 / s); none x;
 /// div_approx's own pick, the correctly rounded x / s (admissible_kv_codes gives the rest). A NaN
 /// result of the arithmetic is the canonical NaN; with none, x keeps its own NaN.
-float apply_scale(float x, float s, spec::ScaleMode mode);
+inline float apply_scale(float x, float s, spec::ScaleMode mode) {
+  switch (mode) {
+    case spec::ScaleMode::kDivide:
+    case spec::ScaleMode::kDivApprox:
+      return arithmetic_result(x / s);
+    case spec::ScaleMode::kMulRecip: {
+      const float recip = 1.0f / s;
+      return arithmetic_result(x * recip);
+    }
+    case spec::ScaleMode::kNone:
+      return x;
+  }
+  return x;
+}
 
 /// One K or V element: apply the (effective) scale, optionally round to the activation dtype
 /// (via_model_dtype), then cast to the cache dtype. Returns the element code.
-std::uint32_t quantize_kv(float x, float s, const spec::KvQuant& q, spec::DType act);
+inline std::uint32_t quantize_kv(float x, float s, const spec::KvQuant& q, spec::DType act) {
+  float v = apply_scale(x, effective_scale(s, q, act), q.scale_mode);
+  if (q.via_model_dtype) v = round_to(v, act);
+  return encode(v, q.cache_dtype, q.saturation);
+}
 
 /// Every code SPEC 2 admits for one K or V element: quantize_kv's code alone, or with div_approx
 /// the codes of every fp32 y within 2 ulp of the correctly rounded quotient on its side of zero

@@ -39,6 +39,11 @@ struct ReplayOptions {
   /// Whole-cache comparison every this many replayed steps (and always after the last); between
   /// them only the pages a step's slot mappings name, and the guards, are compared. 1: every step.
   std::int64_t full_diff_every = 32;
+  /// Layers worked on at once (0: one per hardware thread): generated, written by the reference
+  /// and by the concurrent subjects (oracle::Subject::concurrent) on worker threads; the others,
+  /// the reads and every comparison on the calling thread, in layer order, so the report is the
+  /// same for any number.
+  std::int64_t jobs = 0;
 };
 
 /// The ops a trace holds cases for (`kvoracle replay --ops`). On a trace whose dense layers use the
