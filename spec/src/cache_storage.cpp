@@ -7,10 +7,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <new>
 #include <stdexcept>
 #include <string>
+
+#include "kvo/spec/outcome.hpp"
 
 namespace kvo::spec {
 namespace {
@@ -277,6 +281,53 @@ bool ByteStorage::same_as(const ByteStorage& other) const {
     }
   }
   return true;
+}
+
+namespace {
+
+/// The first whitespace-separated number of a file (or after `key` on a line of it), or nothing
+/// ("max", an unreadable file).
+std::optional<std::int64_t> read_number(const char* path, const std::string& key = {}) {
+  std::ifstream in(path);
+  std::string word;
+  if (!key.empty()) {
+    while (in >> word && word != key) {
+    }
+  }
+  std::int64_t value = 0;
+  if (!(in >> value) || value < 0) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::optional<HostMemory> host_memory_available() {
+  if (const char* forced = std::getenv("KVO_HOST_MEMORY_BYTES")) {
+    char* end = nullptr;
+    const long long v = std::strtoll(forced, &end, 10);
+    if (end == forced || *end != '\0' || v < 0) {
+      throw InvalidInput("KVO_HOST_MEMORY_BYTES", -1, forced, "expected a count of bytes");
+    }
+    return HostMemory{v, "KVO_HOST_MEMORY_BYTES"};
+  }
+  std::optional<HostMemory> best;
+  const auto consider = [&](std::optional<std::int64_t> bytes, const char* source) {
+    if (bytes && (!best || *bytes < best->bytes)) best = HostMemory{*bytes, source};
+  };
+  if (const auto kib = read_number("/proc/meminfo", "MemAvailable:"))
+    consider(*kib * 1024, "MemAvailable");
+  const auto room = [](std::optional<std::int64_t> limit,
+                       std::optional<std::int64_t> used) -> std::optional<std::int64_t> {
+    if (!limit || !used) return std::nullopt;
+    return std::max<std::int64_t>(0, *limit - *used);
+  };
+  consider(
+      room(read_number("/sys/fs/cgroup/memory.max"), read_number("/sys/fs/cgroup/memory.current")),
+      "cgroup memory.max");
+  consider(room(read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+                read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes")),
+           "cgroup memory.limit_in_bytes");
+  return best;
 }
 
 }  // namespace kvo::spec

@@ -3,6 +3,7 @@
 // carries what step n wrote into the comparison of step n+k.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -279,6 +280,32 @@ TEST(TraceReplay, TheReportIsTheSameForAnyNumberOfJobs) {
       EXPECT_EQ(r.compared_bytes, first.compared_bytes);
     }
   }
+}
+
+/// A replay whose caches cannot fit in the host memory says so, with its figures, before it
+/// allocates or runs anything (issue 15), instead of being killed by the OOM killer.
+TEST(TraceReplay, AReplayThatCannotFitSaysSoBeforeItStarts) {
+  const Trace t = small_trace();
+  oracle::SubjectList subjects = cpu_subjects();
+  ::setenv("KVO_HOST_MEMORY_BYTES", "4096", 1);
+  try {
+    replay_trace(t, ReplayOptions{}, subjects);
+    ADD_FAILURE() << "expected FailedToRun";
+  } catch (const spec::FailedToRun& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("the replay needs about"), std::string::npos) << m;
+    EXPECT_NE(m.find("copies: the reference's and " + std::to_string(subjects.size()) +
+                     " write subject(s)'"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("are available (KVO_HOST_MEMORY_BYTES)"), std::string::npos) << m;
+  }
+  ::setenv("KVO_HOST_MEMORY_BYTES", "40", 1);  // not a replay's worth, whatever the subjects
+  EXPECT_THROW(replay_trace(t, ReplayOptions{}, subjects), spec::FailedToRun);
+  ::setenv("KVO_HOST_MEMORY_BYTES", "lots", 1);
+  EXPECT_THROW(replay_trace(t, ReplayOptions{}, subjects), spec::InvalidInput);
+  ::unsetenv("KVO_HOST_MEMORY_BYTES");
+  EXPECT_EQ(replay_trace(t, ReplayOptions{}, subjects).worst, spec::Outcome::kPass);
 }
 
 /// What step n wrote is compared at step n+k: a subject that, from step 6 on, starts every layer

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -22,6 +23,7 @@
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/numbers.hpp"
 #include "kvo/reference/paged_cache.hpp"
+#include "kvo/spec/cache_storage.hpp"
 #include "kvo/traces/analysis.hpp"
 
 namespace kvo::traces {
@@ -332,6 +334,9 @@ class Replayer {
   };
 
   void check_arguments();
+  /// Throws spec::FailedToRun, with the figures, when the caches the replay would hold do not fit
+  /// in the host memory this process may take (issue 15: say so before starting, never be killed).
+  void check_host_memory() const;
   std::size_t add_row(const std::string& name, spec::Op op, const std::string& note) {
     report_.subjects.push_back(ReplaySubjectResult{.name = name, .op = op, .note = note});
     return report_.subjects.size() - 1;
@@ -450,6 +455,50 @@ void Replayer::check_arguments() {
     throw spec::InvalidInput("full_diff_every", -1, std::to_string(o_.full_diff_every),
                              "must be >= 1");
   }
+}
+
+void Replayer::check_host_memory() const {
+  const std::optional<spec::HostMemory> available = spec::host_memory_available();
+  if (!available) return;
+  // The blocks any step up to the range's end names: all a lazy (huge) buffer ever holds.
+  const spec::CacheGeometry& g = c_.geometry;
+  std::vector<bool> named(static_cast<std::size_t>(g.num_blocks), false);
+  for (std::int64_t s = 0; s < end_; ++s) {
+    for (const std::int64_t b : touched_blocks(c_, trace_.steps[static_cast<std::size_t>(s)]))
+      named[static_cast<std::size_t>(b)] = true;
+  }
+  const auto named_blocks = std::count(named.begin(), named.end(), true);
+  std::int64_t per_copy = 0;
+  for (const std::int64_t l : layers_) {
+    for (const spec::BufferKind b : layout_.buffers(c_.layers[static_cast<std::size_t>(l)])) {
+      const std::int64_t bytes = layout_.buffer_bytes(b) + 2 * spec::kGuardBytes;
+      // A lazy buffer: each named block's bytes, and a page on either side where they straddle.
+      const std::int64_t held = named_blocks * (layout_.buffer_bytes(b) / g.num_blocks +
+                                                2 * spec::ByteStorage::kPageBytes);
+      per_copy += bytes < spec::kLazyStorageBytes ? bytes : std::min(bytes, held);
+    }
+  }
+  const auto copies = static_cast<std::int64_t>(1 + write_rows_.size());
+  const std::int64_t needed = per_copy * copies;
+  if (needed <= available->bytes) return;
+  const auto gib = [](std::int64_t v) {
+    char text[32];
+    if (v < (std::int64_t{1} << 30)) {
+      std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(v) / (1 << 20));
+    } else {
+      std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(v) / (1ll << 30));
+    }
+    return std::string(text);
+  };
+  throw spec::FailedToRun("the replay needs about " + gib(needed) + " of host memory (" +
+                          std::to_string(layers_.size()) + " layers' caches, " + gib(per_copy) +
+                          " a copy, x " + std::to_string(copies) + " copies: the reference's and " +
+                          std::to_string(write_rows_.size()) + " write subject(s)'; a buffer of " +
+                          gib(spec::kLazyStorageBytes) + " or more counted by the " +
+                          std::to_string(named_blocks) + " blocks the steps name) and " +
+                          gib(available->bytes) + " are available (" + available->source +
+                          "): replay fewer layers (--layers), fewer subjects (--subject) or "
+                          "fewer steps (--steps)");
 }
 
 Replayer::LayerInput Replayer::generate_layer(std::int64_t step, std::size_t li) const {
@@ -626,6 +675,7 @@ void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress
     }
   }
 
+  check_host_memory();
   for (std::int64_t l : layers_) {
     expected_.push_back(
         oracle::make_layer_caches(layout_, l, c_.layers[static_cast<std::size_t>(l)]));

@@ -16,7 +16,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -48,6 +50,17 @@ inline constexpr std::int64_t kLazyStorageBytes = std::int64_t{1} << 26;
 
 /// A byte range [begin, end).
 using ByteRange = std::pair<std::int64_t, std::int64_t>;
+
+/// Host memory a run may still take, and where the figure comes from.
+struct HostMemory {
+  std::int64_t bytes = 0;
+  std::string source;  ///< "MemAvailable", "cgroup memory.max", "KVO_HOST_MEMORY_BYTES"
+};
+/// The host memory this process may still take (issue 15: a run that cannot fit says so before
+/// it starts): the smaller of /proc/meminfo's MemAvailable and the room under the cgroup's
+/// memory.max (v2) or memory.limit_in_bytes (v1); KVO_HOST_MEMORY_BYTES (a count of bytes)
+/// overrides both. Nothing when none of them can be read.
+std::optional<HostMemory> host_memory_available();
 
 class ByteStorage {
  public:
