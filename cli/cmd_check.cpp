@@ -30,6 +30,7 @@ struct CheckFlags {
   bool list_ops = false, list_subjects = false;
   bool detect_modes = false;
   bool coverage = false;
+  std::string tier = "cpu";
   oracle::CheckOptions options;
 };
 
@@ -111,14 +112,16 @@ int run_check_verb(CheckFlags& f) {
   oracle::apply_shard_environment(o, f.total_shards, f.shard_index);
   std::string why_no_gpu;
   const int gpus = gpu::device_count(&why_no_gpu);
+  o.tier = oracle::parse_tier(f.tier, gpus > 0);
   // A shard says so (the scheduler's variables may have set it without a flag).
   const std::string shard = o.total_shards > 1 ? ", shard " + std::to_string(o.shard_index) +
                                                      " of " + std::to_string(o.total_shards)
                                                : "";
-  std::printf("kvoracle check: seed 0x%016llX, %s%s, %lld jobs, GPU: %s\n",
+  std::printf("kvoracle check: seed 0x%016llX, %s%s, %lld jobs, %s tier, GPU: %s\n",
               static_cast<unsigned long long>(o.seed),
               o.case_seed ? "1 case (--case-seed)" : (std::to_string(o.cases) + " cases").c_str(),
               shard.c_str(), static_cast<long long>(oracle::campaign_jobs(o.jobs)),
+              std::string(oracle::name_of(o.tier)).c_str(),
               gpus > 0 ? gpu::device_description().c_str() : ("none (" + why_no_gpu + ")").c_str());
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr)) != 0;
@@ -185,6 +188,18 @@ void add_check(CLI::App& app, int& status) {
   cmd->add_option("--jobs,-j", flags->options.jobs,
                   "cases worked on at once on the CPU (0: one per hardware thread); the report is "
                   "the same for any number");
+  cmd->add_option("--tier", flags->tier,
+                  "who answers the cases: cpu (the CPU reference), gpu (the canonical CUDA writes "
+                  "answer write and dense cases, checked against the CPU reference on a sample "
+                  "and on every failure; the reads stay on the CPU) or auto (gpu when a GPU "
+                  "answers)")
+      ->capture_default_str();
+  cmd->add_option("--tier-sample-first", flags->options.tier_sample_first,
+                  "the GPU tier is checked against the CPU reference on the first N cases")
+      ->capture_default_str();
+  cmd->add_option("--tier-sample-every", flags->options.tier_sample_every,
+                  "... and then on one case in N")
+      ->capture_default_str();
   cmd->add_option("--junit", flags->junit,
                   "write a JUnit XML report (one testcase per subject and op)");
   cmd->add_option("--json", flags->json, "write the report as JSON");

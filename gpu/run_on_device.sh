@@ -13,9 +13,10 @@
 # KVO_GPU_CASES random cases per RandomCases shard (default 400; 8 shards); SAN_CASES (default
 # 40) for the sanitizer runs; KVO_DEADLINE_S (default 550) the whole run's wall-clock budget;
 # KVO_STAGES (default all) the stages to run, comma-separated: tests, sanitizers, bench, cli
-# (check and replay), scaling (the campaign over jobs), mutants, python, example, modes.
-# Everything takes about 1000 s, past one device call (600 s): run it as two calls,
-# KVO_STAGES=tests,sanitizers,bench,cli then KVO_STAGES=scaling,mutants,python,example,modes.
+# (check and replay), scaling (the campaign over jobs), tier (the GPU reference tier against the
+# CPU's), mutants, python, example, modes. Everything takes about 1000 s, past one device call
+# (600 s): run it as two calls, KVO_STAGES=tests,sanitizers,bench,cli then
+# KVO_STAGES=scaling,tier,mutants,python,example,modes.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/.device/bin
@@ -72,7 +73,7 @@ export RC_PARAMS=${RC_PARAMS:-"seed=20261129 max_success=300 verbose_progress=0"
 START=$(date +%s)
 STAGES=${KVO_STAGES:-all}
 want() { [[ ",$STAGES," == *",all,"* || ",$STAGES," == *",$1,"* ]]; }
-T_TESTS=-; T_SAN=-; T_BENCH=-; T_CLI=-; T_SCALE=-; T_MUT=-; T_PY=-; T_MODES=-
+T_TESTS=-; T_SAN=-; T_BENCH=-; T_CLI=-; T_SCALE=-; T_TIER=-; T_MUT=-; T_PY=-; T_MODES=-
 # Every stage's limit is cut to what is left before the deadline (the device tool's calls end at
 # 600 s), so that the table below is always written; a stage cut short shows exit 124 in its log.
 DEADLINE=$((START + ${KVO_DEADLINE_S:-550}))
@@ -180,7 +181,20 @@ echo "exit $? (CPU subjects)" >>"$LOGS/campaign_scaling.txt"
 KVO_BIN="$BIN/kvoracle" timeout $(budget 150) bash "$ROOT/scripts/campaign_scaling.sh" 300 \
   >>"$LOGS/campaign_scaling.txt" 2>&1
 echo "exit $? (every subject)" >>"$LOGS/campaign_scaling.txt"
+KVO_BIN="$BIN/kvoracle" timeout $(budget 150) bash "$ROOT/scripts/replay_speed.sh" 60 \
+  >"$LOGS/replay_speed.txt" 2>&1
+echo "exit $?" >>"$LOGS/replay_speed.txt"
 T_SCALE=$(($(date +%s) - START))
+fi
+# 3b'''. The GPU reference tier (issue 15): the write and dense cases answered by the canonical
+# CUDA kernels, checked against the CPU reference on a sample; the same campaign on the CPU tier.
+if want tier; then
+for tier in cpu gpu; do
+  timeout $(budget 150) "$BIN/kvoracle" check --cases 2000 --ops write,dense --no-shrink \
+    --subject cpu-fused,cpu-dense --tier $tier >"$LOGS/tier_$tier.txt" 2>&1
+  echo "exit $?" >>"$LOGS/tier_$tier.txt"
+done
+T_TIER=$(($(date +%s) - START))
 fi
 # 3c. The mutation score with the CUDA mutants (bugs planted in the fused kernel) included.
 if want mutants; then
@@ -257,6 +271,8 @@ T_MODES=$(($(date +%s) - START))
   if want scaling; then
     echo "kvoracle check over jobs (300 cases; CPU subjects, then every subject):"
     cat "$LOGS/campaign_scaling.txt"
+    echo "kvoracle replay over jobs (60 steps, 60 layers, reference + cpu-fused):"
+    cat "$LOGS/replay_speed.txt"
   fi
   if want mutants; then
     echo "kvoracle mutants --cases 200 --seeds 1 (the median over 20 seeds: the CPU run):"
@@ -329,7 +345,13 @@ for name, r in row.items():
         r["x_empty_pdl"], r["speedup"], r["speedup_pdl"], r["bw_frac"], r["bw_frac_pdl"], hot, ", ".join(notes)))
 print("(times in us per layer; xEmpty = fused / plain empty launch; bwFrac = (bytes read + written) / time / copy bandwidth; fp8: K/V scale 0.37 (division), fp8s1: scale 1.0)")
 PY
-  echo "stage ends (s from start): tests ${T_TESTS}, sanitizers ${T_SAN}, benchmarks ${T_BENCH}, check+replay ${T_CLI}, scaling ${T_SCALE}, mutants ${T_MUT}, python ${T_PY}, modes+example ${T_MODES}"
+  if want tier; then
+    echo "reference tiers, 2000 write+dense cases (cpu-fused, cpu-dense):"
+    for tier in cpu gpu; do
+      echo "  --tier $tier: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/tier_$tier.txt"); $(grep -m1 '^reference:' "$LOGS/tier_$tier.txt"); $(tail -2 "$LOGS/tier_$tier.txt" | tr '\n' ' ')"
+    done
+  fi
+  echo "stage ends (s from start): tests ${T_TESTS}, sanitizers ${T_SAN}, benchmarks ${T_BENCH}, check+replay ${T_CLI}, scaling ${T_SCALE}, tier ${T_TIER}, mutants ${T_MUT}, python ${T_PY}, modes+example ${T_MODES}"
   echo "whole run $(($(date +%s) - START))s of a ${KVO_DEADLINE_S:-550}s budget (a stage cut short by it shows exit 124)"
 } >"$OUT/summary.txt" 2>&1
 tar czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null

@@ -11,23 +11,13 @@ cases=${1:-400}
 (($# > 0)) && shift
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-threads=$(nproc)
-jobs=(1)
-while ((jobs[-1] * 2 <= threads)); do jobs+=($((jobs[-1] * 2))); done
-((jobs[-1] != threads)) && jobs+=("$threads")
-printf '%-6s %9s %9s %8s  %s\n' jobs seconds cases/s speedup report
-for j in "${jobs[@]}"; do
-  t0=$(date +%s.%N)
-  set +e
-  "$bin" check --cases "$cases" --jobs "$j" --json "$tmp/$j.json" "$@" >"$tmp/$j.txt" 2>&1
-  rc=$?
-  set -e
-  t1=$(date +%s.%N)
-  grep -v '"seconds"' "$tmp/$j.json" >"$tmp/$j.untimed" || true
-  same="same as 1 job"
-  cmp -s "$tmp/1.untimed" "$tmp/$j.untimed" || same="DIFFERS from 1 job"
-  s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
-  [[ $j == 1 ]] && base=$s
-  awk -v j="$j" -v s="$s" -v n="$cases" -v b="$base" -v same="$same" -v rc="$rc" \
-    'BEGIN { printf "%-6s %9.2f %9.1f %8.2f  %s (exit %d)\n", j, s, n / s, b / s, same, rc }' 
-done
+# shellcheck source=jobs_sweep.sh
+source "$root/scripts/jobs_sweep.sh"
+run() {  # jobs, report file
+  "$bin" check --cases "$cases" --jobs "$1" --json "$tmp/$1.json" "${flags[@]}" >"$tmp/$1.txt" 2>&1
+  local rc=$?
+  grep -v '"seconds"' "$tmp/$1.json" >"$2" || true
+  return $rc
+}
+flags=("$@")
+jobs_sweep cases "$cases" run

@@ -8,11 +8,15 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <exception>
+#include <functional>
+#include <future>
 #include <iomanip>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <variant>
@@ -28,7 +32,79 @@ std::string hex64(std::uint64_t v) {
   return buf;
 }
 
+/// A tier's answerer called on one thread of its own: workers prepare cases side by side, a GPU
+/// subject is called one call at a time, and every call comes from the same host thread, so its
+/// device memory pool and stream are one (kvo_gpu keeps one per host thread: sixteen workers
+/// calling it would hold sixteen pools of device memory).
+class OneThreadSubject final : public Subject {
+ public:
+  explicit OneThreadSubject(Subject& inner) : inner_(inner), thread_([this] { serve(); }) {}
+  ~OneThreadSubject() override {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    ready_.notify_all();
+    thread_.join();
+  }
+  std::string name() const override { return inner_.name(); }
+  std::string unavailable_reason() const override { return inner_.unavailable_reason(); }
+  bool implements(spec::Op op) const override { return inner_.implements(op); }
+  spec::Ordering ordering() const override { return inner_.ordering(); }
+  void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& write,
+                   spec::LayerCaches& caches) override {
+    call([&] { inner_.write_layer(config, write, caches); });
+  }
+  spec::HostTensor dense_insert(const spec::ModelConfig& config, const spec::DenseInsert& in,
+                                spec::LayerCaches& caches) override {
+    spec::HostTensor out;
+    call([&] { out = inner_.dense_insert(config, in, caches); });
+    return out;
+  }
+
+ private:
+  /// Runs `fn` on the subject's thread and waits for it; what it throws is rethrown here.
+  void call(const std::function<void()>& fn) {
+    std::packaged_task<void()> task(fn);
+    std::future<void> done = task.get_future();
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    ready_.notify_all();
+    done.get();
+  }
+  void serve() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      ready_.wait(lock, [&] { return done_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      std::packaged_task<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+
+  Subject& inner_;
+  std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<std::packaged_task<void()>> tasks_;
+  bool done_ = false;
+  std::thread thread_;  ///< last: started once the rest exists
+};
+
 }  // namespace
+
+std::string_view name_of(ReferenceTier tier) { return tier == ReferenceTier::kGpu ? "gpu" : "cpu"; }
+
+ReferenceTier parse_tier(const std::string& name, bool gpu_answers) {
+  if (name == "cpu") return ReferenceTier::kCpu;
+  if (name == "gpu") return ReferenceTier::kGpu;
+  if (name == "auto") return gpu_answers ? ReferenceTier::kGpu : ReferenceTier::kCpu;
+  throw spec::InvalidInput("tier", -1, name, "expected cpu, gpu or auto");
+}
 
 std::int64_t campaign_jobs(std::int64_t jobs) {
   if (jobs < 0) throw spec::InvalidInput("jobs", -1, std::to_string(jobs), "must be >= 0");
@@ -189,6 +265,16 @@ std::string CheckReport::summary() const {
         << "), another shard's first:\n"
         << f << "\n";
   }
+  if (tier != "cpu" || tier_cases > 0) {
+    s << "\nreference: the " << tier << " tier (" << tier_answerers << ") answered " << tier_cases
+      << " cases, the CPU reference " << cpu_cases << "; the tier was judged against the CPU "
+      << "reference " << tier_checks
+      << " times (an op's answer to a case: the first cases, then one in N, every failure)\n";
+  }
+  if (!tier_disagreement.empty()) {
+    s << "\nthe reference tier disagrees with the CPU reference; the campaign stopped:\n"
+      << tier_disagreement << "\n";
+  }
   s << "result: " << spec::name_of(worst);
   return s.str();
 }
@@ -253,6 +339,36 @@ Campaign::Campaign(CheckOptions options, SubjectList& subjects) : o_(std::move(o
         "shard_index", -1, std::to_string(o_.shard_index),
         "must be in [0, total_shards = " + std::to_string(o_.total_shards) + ")");
   }
+  if (o_.tier_sample_first < 0 || o_.tier_sample_every < 1) {
+    throw spec::InvalidInput(
+        o_.tier_sample_every < 1 ? "tier_sample_every" : "tier_sample_first", -1,
+        std::to_string(o_.tier_sample_every < 1 ? o_.tier_sample_every : o_.tier_sample_first),
+        o_.tier_sample_every < 1 ? "must be >= 1" : "must be >= 0");
+  }
+  report_.tier = name_of(o_.tier);
+  if (o_.tier == ReferenceTier::kGpu) {
+    // Every answerer must run here: a tier that cannot is an error, never a silent fall back.
+    for (const auto& [op, name] : kGpuTierAnswerers) {
+      if (std::find(o_.ops.begin(), o_.ops.end(), op) == o_.ops.end()) continue;
+      const auto given = o_.tier_answerers.find(op);
+      Subject& answerer = given != o_.tier_answerers.end()
+                              ? *given->second
+                              : find_subject(subjects, std::string(name));
+      if (!answerer.implements(op)) {
+        throw spec::InvalidInput("tier", -1, answerer.name(),
+                                 "does not implement " + std::string(spec::name_of(op)));
+      }
+      if (const std::string why = answerer.unavailable_reason(); !why.empty()) {
+        throw spec::FailedToRun("the gpu tier cannot run here: its " +
+                                std::string(spec::name_of(op)) + " answerer " + answerer.name() +
+                                " is unavailable (" + why + "); --tier cpu runs the CPU reference");
+      }
+      answerers_[op] = std::make_unique<OneThreadSubject>(answerer);
+      answered_by_[op] = &answerer;
+      report_.tier_answerers += (report_.tier_answerers.empty() ? "" : ", ") +
+                                std::string(spec::name_of(op)) + ": " + answerer.name();
+    }
+  }
   report_.seed = o_.seed;
   report_.total_shards = o_.total_shards;
   report_.shard_index = o_.shard_index;
@@ -310,6 +426,15 @@ void Campaign::record(const Row& row, const Verdict& v, std::int64_t index, std:
   }
 }
 
+Subject* Campaign::tier_answerer(spec::Op op) const {
+  const auto it = answerers_.find(op);
+  return it == answerers_.end() ? nullptr : it->second.get();
+}
+
+bool Campaign::tier_sampled(std::int64_t index) const {
+  return index < o_.tier_sample_first || (index - o_.tier_sample_first) % o_.tier_sample_every == 0;
+}
+
 CheckReport Campaign::run(const Progress& progress) {
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
@@ -333,17 +458,61 @@ CheckReport Campaign::run(const Progress& progress) {
   // thread. The other rows (a GPU, a device or a Python subject: not thread-safe) are judged here,
   // on the main thread, one case after another. A case's rows never run on two threads at once,
   // and everything is recorded in case order, so the report is the same for any number of jobs.
+  //
+  // The tier (CheckOptions::tier): an op the tier answers has its case answered by the tier's
+  // answerer, except on a sampled case, which the CPU reference answers and the answerer is
+  // judged on, bit for bit (a disagreement: `tier_problem`).
   struct CaseWork {
     std::map<std::string_view, std::unique_ptr<PreparedCase>> cases;
     std::vector<std::vector<bool>> hits;         // per coverage op group, its driver's flags
     std::vector<std::optional<Verdict>> judged;  // per row: set when judged on the worker
+    std::set<std::string_view> tiered;           // the case kinds the tier answered
+    std::int64_t checks = 0;                     // the tier judged against the CPU reference
+    std::string tier_problem;                    // the first disagreement
   };
-  const auto work = [this](std::uint64_t seed) {
+  // The tier's answerer judged on a case the CPU reference answered: "" or the disagreement.
+  const auto check_tier = [](const OpDriver& driver, Subject& answerer, PreparedCase& cpu_case) {
+    const Verdict v = driver.judge(answerer, cpu_case);
+    if (v.outcome == Outcome::kPass) return std::string();
+    return "the " + std::string(spec::name_of(driver.op())) + " answerer " + answerer.name() +
+           " disagrees with the CPU reference (" + std::string(spec::name_of(v.outcome)) + ") on " +
+           cpu_case.describe() + "\n" + v.report;
+  };
+  const auto work = [this, &check_tier](std::uint64_t seed, std::int64_t index) {
     CaseWork w;
+    const bool sampled = tier_sampled(index);
     for (const Row& row : rows_) {
       const OpDriver& driver = driver_of(row.op);
       std::unique_ptr<PreparedCase>& c = w.cases[driver.case_kind()];
+      if (c) continue;
+      Subject* answerer = driver.answers_through_tier() ? tier_answerer(row.op) : nullptr;
+      // The answerer judged as a subject of the campaign is judged against the CPU reference's
+      // answer on every case, never against its own.
+      const bool cpu_answers =
+          sampled || std::any_of(rows_.begin(), rows_.end(), [&](const Row& r) {
+            return r.op == row.op && answerer != nullptr && r.subject == answered_by_.at(row.op);
+          });
+      if (answerer != nullptr && !cpu_answers) {
+        try {
+          c = driver.prepare(seed, o_.overrides, answerer);
+          w.tiered.insert(driver.case_kind());
+        } catch (const spec::Unsupported&) {
+          // A configuration the tier does not implement: the CPU reference answers the case.
+        } catch (const std::exception& e) {
+          if (w.tier_problem.empty()) {
+            w.tier_problem = "the " + std::string(spec::name_of(row.op)) + " answerer " +
+                             answerer->name() + " failed on " +
+                             driver.prepare(seed, o_.overrides)->describe() + ": " + e.what();
+          }
+        }
+      }
       if (!c) c = driver.prepare(seed, o_.overrides);
+      if (answerer != nullptr && cpu_answers) {
+        ++w.checks;
+        if (std::string problem = check_tier(driver, *answerer, *c);
+            !problem.empty() && w.tier_problem.empty())
+          w.tier_problem = std::move(problem);
+      }
     }
     for (std::size_t k = 0; k < report_.coverage.size(); ++k) {
       const CoverageRow& cov = report_.coverage[k];
@@ -384,7 +553,7 @@ CheckReport Campaign::run(const Progress& progress) {
       lock.unlock();
       std::variant<CaseWork, std::exception_ptr> result;
       try {
-        result = work(seed_of(i));
+        result = work(seed_of(i), i);
       } catch (...) {
         result = std::current_exception();
       }
@@ -432,12 +601,45 @@ CheckReport Campaign::run(const Progress& progress) {
           if (r.first_case < 0) r.first_case = i;
         }
       }
+      std::vector<Verdict> verdicts;
       for (std::size_t r = 0; r < rows_.size(); ++r) {
         const Row& row = rows_[r];
         const OpDriver& driver = driver_of(row.op);
         PreparedCase& c = *w.cases.at(driver.case_kind());
-        record(row, w.judged[r] ? *w.judged[r] : driver.judge(*row.subject, c), i, seed,
-               c.describe());
+        verdicts.push_back(w.judged[r] ? std::move(*w.judged[r]) : driver.judge(*row.subject, c));
+      }
+      // A subject failing against the tier's answer is judged again against the CPU reference's,
+      // and the tier checked on that case: the verdict recorded is the CPU reference's.
+      std::map<std::string_view, std::unique_ptr<PreparedCase>> cpu_cases;
+      for (std::size_t r = 0; r < rows_.size(); ++r) {
+        const OpDriver& driver = driver_of(rows_[r].op);
+        const Outcome o = verdicts[r].outcome;
+        if (!w.tiered.contains(driver.case_kind()) || o == Outcome::kPass ||
+            o == Outcome::kUnsupported)
+          continue;
+        Subject* answerer = tier_answerer(rows_[r].op);
+        std::unique_ptr<PreparedCase>& cpu = cpu_cases[driver.case_kind()];
+        if (!cpu) {
+          cpu = driver.prepare(seed, o_.overrides);
+          ++w.checks;
+          if (std::string problem = check_tier(driver, *answerer, *cpu);
+              !problem.empty() && w.tier_problem.empty())
+            w.tier_problem = std::move(problem);
+        }
+        verdicts[r] = driver.judge(*rows_[r].subject, *cpu);
+      }
+      report_.tier_checks += w.checks;
+      ++(w.tiered.empty() ? report_.cpu_cases : report_.tier_cases);
+      if (!w.tier_problem.empty()) {
+        // Nothing of this case is recorded: its answers are in doubt.
+        report_.tier_disagreement = "case " + std::to_string(i) + " seed " + hex64(seed) +
+                                    ": the " + report_.tier + " tier " + w.tier_problem;
+        report_.worst = Outcome::kFailedToRun;
+        break;
+      }
+      for (std::size_t r = 0; r < rows_.size(); ++r) {
+        const PreparedCase& c = *w.cases.at(driver_of(rows_[r].op).case_kind());
+        record(rows_[r], verdicts[r], i, seed, c.describe());
       }
       ++report_.cases_run;
       if (progress) progress(report_.cases_run, total);

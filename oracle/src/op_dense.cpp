@@ -28,13 +28,15 @@ spec::LayerCaches materialised(const reference::PagedCacheLayout& layout, spec::
 }
 
 struct DensePrepared final : PreparedCase {
-  explicit DensePrepared(DenseCase c)
+  /// `answerer`: who inserts the expected caches and q_out (null: the reference).
+  DensePrepared(DenseCase c, Subject* answerer)
       : dc(std::move(c)),
         layout(dc.config),
         poisoned(materialised(layout, oracle::make_layer_caches(layout, 0, spec::LayerKind::kDense),
                               dc.in.kv)),
         expected(poisoned),
-        q_expected(reference::dense_insert(dc.config, dc.in, expected)) {}
+        q_expected(answerer != nullptr ? answerer->dense_insert(dc.config, dc.in, expected)
+                                       : reference::dense_insert(dc.config, dc.in, expected)) {}
   /// A case with the given initial caches (a case file's).
   DensePrepared(DenseCase c, spec::LayerCaches initial)
       : dc(std::move(c)),
@@ -140,9 +142,12 @@ class DenseDriver final : public OpDriver {
   spec::Op op() const override { return spec::Op::kDense; }
   std::string_view case_kind() const override { return "dense"; }
 
-  std::unique_ptr<PreparedCase> prepare(std::uint64_t seed, const Overrides& o) const override {
-    return std::make_unique<DensePrepared>(make_dense_case(seed, o.write, dense_overrides(o)));
+  std::unique_ptr<PreparedCase> prepare(std::uint64_t seed, const Overrides& o,
+                                        Subject* answerer) const override {
+    return std::make_unique<DensePrepared>(make_dense_case(seed, o.write, dense_overrides(o)),
+                                           answerer);
   }
+  bool answers_through_tier() const override { return true; }
 
   Verdict judge(Subject& subject, PreparedCase& pc) const override {
     return run(subject, static_cast<DensePrepared&>(pc), 1, nullptr);

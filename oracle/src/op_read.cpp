@@ -422,7 +422,9 @@ class ReadDriver final : public OpDriver {
   spec::Op op() const override { return op_; }
   std::string_view case_kind() const override { return "read"; }
 
-  std::unique_ptr<PreparedCase> prepare(std::uint64_t seed, const Overrides& o) const override {
+  std::unique_ptr<PreparedCase> prepare(
+      std::uint64_t seed, const Overrides& o,
+      Subject* /*answerer: the reference answers reads*/) const override {
     const ReadOverrides r = effective_read(o);
     return std::make_unique<ReadPrepared>(make_read_case(seed, r), r.profile);
   }

@@ -18,23 +18,29 @@ namespace kvo::oracle {
 namespace {
 
 struct WritePrepared final : PreparedCase {
-  explicit WritePrepared(WriteCase c)
+  /// `answerer`: who writes the expected caches (null: the reference).
+  WritePrepared(WriteCase c, Subject* answerer)
       : wc(std::move(c)), layout(wc.config), poisoned(oracle::make_model_caches(layout)) {
-    answer();
+    answer(answerer);
   }
   /// A case with the given initial caches (a case file's).
   WritePrepared(WriteCase c, std::vector<spec::LayerCaches> initial)
       : wc(std::move(c)), layout(wc.config), poisoned(std::move(initial)) {
     answer();
   }
-  /// The reference's answer.
-  void answer() {
+  /// The reference's answer, or the answerer's.
+  void answer(Subject* answerer = nullptr) {
     for (std::size_t l = 0; l < wc.writes.size(); ++l) {
       materialise_write(layout, poisoned[l], wc.writes[l]);  // a huge cache's touched pages
     }
     expected = poisoned;
-    for (std::size_t l = 0; l < wc.writes.size(); ++l)
-      reference::write_layer(wc.config, wc.writes[l], expected[l]);
+    for (std::size_t l = 0; l < wc.writes.size(); ++l) {
+      if (answerer != nullptr) {
+        answerer->write_layer(wc.config, wc.writes[l], expected[l]);
+      } else {
+        reference::write_layer(wc.config, wc.writes[l], expected[l]);
+      }
+    }
   }
   std::uint64_t seed() const override { return wc.seed; }
   std::string describe() const override { return wc.describe(); }
@@ -204,9 +210,11 @@ class WriteDriver final : public OpDriver {
   spec::Op op() const override { return spec::Op::kWrite; }
   std::string_view case_kind() const override { return "write"; }
 
-  std::unique_ptr<PreparedCase> prepare(std::uint64_t seed, const Overrides& o) const override {
-    return std::make_unique<WritePrepared>(make_write_case(seed, o.write));
+  std::unique_ptr<PreparedCase> prepare(std::uint64_t seed, const Overrides& o,
+                                        Subject* answerer) const override {
+    return std::make_unique<WritePrepared>(make_write_case(seed, o.write), answerer);
   }
+  bool answers_through_tier() const override { return true; }
 
   Verdict judge(Subject& subject, PreparedCase& pc) const override {
     return run(subject, static_cast<WritePrepared&>(pc), 1, nullptr);

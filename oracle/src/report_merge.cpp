@@ -117,6 +117,23 @@ CheckReport read_report_json(const std::string& text, const std::string& source)
   r.seconds = top.number("seconds");
   r.bytes_compared = top.integer("cache_bytes_compared", 0);
   const spec::Outcome result = top.outcome("result");
+  const Fields tier(top.at("reference"), source, "reference");
+  r.tier = tier.text("tier");
+  if (r.tier != "cpu" && r.tier != "gpu")
+    reject(source, tier.path("tier"), r.tier, "expected cpu or gpu");
+  r.tier_answerers = tier.text("answerers");
+  r.tier_cases = tier.integer("tier_cases", 0);
+  r.cpu_cases = tier.integer("cpu_cases", 0);
+  r.tier_checks = tier.integer("tier_checks", 0);
+  r.tier_disagreement = tier.text("disagreement");
+  // A disagreement stopped the campaign on a case it did not record.
+  if (r.tier_cases + r.cpu_cases != r.cases_run + (r.tier_disagreement.empty() ? 0 : 1)) {
+    reject(source, tier.path("tier_cases"), std::to_string(r.tier_cases),
+           "with cpu_cases " + std::to_string(r.cpu_cases) + " not the cases run (" +
+               std::to_string(r.cases_run) + ")" +
+               (r.tier_disagreement.empty() ? "" : " and the one the tier disagreed on"));
+  }
+  if (!r.tier_disagreement.empty()) r.worst = spec::Outcome::kFailedToRun;
   const Json& subjects = top.array("subjects");
   for (std::size_t i = 0; i < subjects.size(); ++i) {
     const Fields f(subjects[i], source, "subjects[" + std::to_string(i) + "]");
@@ -177,6 +194,8 @@ CheckReport merge_reports(const std::vector<CheckReport>& shards,
   const CheckReport& first = shards.front();
   CheckReport m;
   m.seed = first.seed;
+  m.tier = first.tier;
+  m.tier_answerers = first.tier_answerers;
   m.subjects = first.subjects;
   m.coverage = first.coverage;
   for (SubjectSummary& s : m.subjects) {
@@ -199,6 +218,11 @@ CheckReport merge_reports(const std::vector<CheckReport>& shards,
     if (r.total_shards != first.total_shards) {
       reject(src, "total_shards", std::to_string(r.total_shards),
              sources[0] + " has " + std::to_string(first.total_shards));
+    }
+    if (r.tier != first.tier || r.tier_answerers != first.tier_answerers) {
+      reject(src, "reference.tier", r.tier + " (" + r.tier_answerers + ")",
+             sources[0] + " ran the " + first.tier + " tier (" + first.tier_answerers +
+                 "): not one campaign");
     }
     if (!seen.insert(r.shard_index).second)
       reject(src, "shard_index", std::to_string(r.shard_index), "that shard is given twice");
@@ -240,6 +264,10 @@ CheckReport merge_reports(const std::vector<CheckReport>& shards,
       if (c.first_case >= 0 && (t.first_case < 0 || c.first_case < t.first_case))
         t.first_case = c.first_case;
     }
+    m.tier_cases += r.tier_cases;
+    m.cpu_cases += r.cpu_cases;
+    m.tier_checks += r.tier_checks;
+    if (m.tier_disagreement.empty()) m.tier_disagreement = r.tier_disagreement;
     m.cases_run += r.cases_run;
     m.bytes_compared += r.bytes_compared;
     m.seconds = std::max(m.seconds, r.seconds);

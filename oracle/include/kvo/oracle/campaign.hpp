@@ -6,11 +6,14 @@
 /// recording, sharding, fail-fast, the time budget and the reports (summary, JUnit, JSON) live here
 /// once. Failures keep the case seed and a one-line command that replays exactly that case.
 
+#include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvo/oracle/op_driver.hpp"
@@ -19,6 +22,10 @@
 #include "kvo/spec/outcome.hpp"
 
 namespace kvo::oracle {
+
+/// Who answers a campaign's cases: the CPU reference (the root of truth), or the GPU tier.
+enum class ReferenceTier { kCpu, kGpu };
+std::string_view name_of(ReferenceTier tier);
 
 struct CheckOptions {
   std::uint64_t seed = 0x6B766F72ull;      ///< campaign seed
@@ -35,7 +42,29 @@ struct CheckOptions {
   /// judged by the concurrent subjects (Subject::concurrent) on worker threads; the report is the
   /// same for any number.
   std::int64_t jobs = 0;
+  /// Who answers the cases (issue 15): the CPU reference, or the GPU tier (the canonical CUDA
+  /// writes, kGpuTierAnswerers) checked against the CPU reference on the first
+  /// `tier_sample_first` cases, then one in `tier_sample_every`, and every case where a subject
+  /// fails (judged again against the CPU reference's answer); a disagreement stops the campaign,
+  /// failed to run.
+  ReferenceTier tier = ReferenceTier::kCpu;
+  std::int64_t tier_sample_first = 8, tier_sample_every = 64;
+  /// The tier's answerers by op, in place of kGpuTierAnswerers' subjects (a test plants a
+  /// divergent one); each must implement its op and be available.
+  std::map<spec::Op, Subject*> tier_answerers;
 };
+
+/// The GPU tier's answer to each op it answers: the canonical CUDA subject of that name. The read
+/// ops are answered by the CPU reference in every tier (their selections carry the reference's
+/// scores).
+inline constexpr std::array<std::pair<spec::Op, std::string_view>, 2> kGpuTierAnswerers{{
+    {spec::Op::kWrite, "cuda-fused"},
+    {spec::Op::kDense, "cuda-dense-qknorm-rope"},
+}};
+
+/// The tier a run asked for by name: "cpu", "gpu", or "auto" (gpu when `gpu_answers`, else cpu).
+/// Anything else is InvalidInput naming "tier".
+ReferenceTier parse_tier(const std::string& name, bool gpu_answers);
 
 /// The number of jobs `jobs` asks for: itself when positive, one per hardware thread for 0 (at
 /// least 1); InvalidInput naming "jobs" when negative.
@@ -113,6 +142,12 @@ struct CheckReport {
   spec::Outcome worst = spec::Outcome::kPass;
   /// Per op run and condition of its table, how often the campaign's cases reached it.
   std::vector<CoverageRow> coverage;
+  /// The reference tier: its name, the answerer of each op it answers ("write: cuda-fused"),
+  /// the cases whose answers it gave, the cases the CPU reference answered, the cases on which
+  /// the tier was checked against the CPU reference, and a disagreement (empty: none).
+  std::string tier = "cpu", tier_answerers;
+  std::int64_t tier_cases = 0, cpu_cases = 0, tier_checks = 0;
+  std::string tier_disagreement;
 
   /// The one-screen summary printed by the CLI.
   std::string summary() const;
@@ -146,9 +181,18 @@ class Campaign {
   void record(const Row& row, const Verdict& verdict, std::int64_t index, std::uint64_t seed,
               const std::string& what);
 
+  /// The answerer of `op`'s cases when case `index` is answered by the tier (null: the CPU).
+  Subject* tier_answerer(spec::Op op) const;
+  /// Whether case `index` is one the tier is checked on (the first ones, then one in N).
+  bool tier_sampled(std::int64_t index) const;
+
   CheckOptions o_;
   std::vector<Row> rows_;
   CheckReport report_;
+  /// The tier's answerers by op, each called on a thread of its own (workers prepare cases side
+  /// by side; a GPU subject is called one call at a time, always from the same thread).
+  std::map<spec::Op, std::unique_ptr<Subject>> answerers_;
+  std::map<spec::Op, Subject*> answered_by_;  ///< the subjects behind answerers_
 };
 
 /// Campaign(options, subjects).run(progress).

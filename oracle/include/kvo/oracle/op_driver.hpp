@@ -99,8 +99,18 @@ class OpDriver {
   virtual std::string_view case_kind() const = 0;
   /// The case of `seed`, with the reference's answer. Throws spec::InvalidInput when the overrides
   /// are inconsistent.
-  virtual std::unique_ptr<PreparedCase> prepare(std::uint64_t seed,
-                                                const Overrides& overrides) const = 0;
+  std::unique_ptr<PreparedCase> prepare(std::uint64_t seed, const Overrides& overrides) const {
+    return prepare(seed, overrides, nullptr);
+  }
+  /// The case of `seed` answered by `answerer` instead of the CPU reference: a verified tier's
+  /// canonical implementation of the op (reference_tier.hpp), judged bit for bit against the
+  /// reference on a sample of cases. Null: the CPU reference. An op whose cases no tier answers
+  /// (answers_through_tier() false) takes the reference's answer whatever it is given.
+  virtual std::unique_ptr<PreparedCase> prepare(std::uint64_t seed, const Overrides& overrides,
+                                                Subject* answerer) const = 0;
+  /// Whether prepare takes its answer from an answerer (the write and dense ops: their answer is
+  /// caches; the read ops' selections and scores come from the reference alone).
+  virtual bool answers_through_tier() const { return false; }
   /// Runs the op of `subject` on the case and judges it: canonical subjects bit for bit, foreign
   /// ones by their admissible sets (tie-aware top-k, bounded attention). What the subject throws
   /// is classified (spec::Outcome), never folded into a pass.

@@ -1,0 +1,204 @@
+// The reference tier's trust chain (issue 15): a tier answers the write and dense cases in place
+// of the CPU reference and is judged against it, bit for bit, on the first cases, one in N and
+// every case where a subject fails; a disagreement stops the campaign, failed to run. The same
+// tests run with CPU answerers standing in for the GPU tier (everywhere) and with the CUDA
+// answerers themselves (where a GPU answers).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "kvo/oracle/campaign.hpp"
+#include "kvo/oracle/harness.hpp"
+#include "kvo/oracle/mutants.hpp"
+#include "kvo/reference/layer_write.hpp"
+#include "kvo/reference/paged_cache.hpp"
+
+namespace kvo::oracle {
+namespace {
+
+/// A write answerer that is the reference on its first `good_calls` layer writes and afterwards
+/// turns the first byte of K (guard band excluded) into its complement: a tier gone wrong.
+std::unique_ptr<Subject> diverging_answerer(std::int64_t good_calls) {
+  auto calls = std::make_shared<std::int64_t>(0);
+  return make_function_subject(
+      "diverging-tier", [calls, good_calls](const spec::ModelConfig& c, const spec::LayerWrite& w,
+                                            spec::LayerCaches& caches) {
+        reference::write_layer(c, w, caches);
+        if ((*calls)++ < good_calls) return;
+        const reference::PagedCacheLayout layout(c);
+        spec::CacheBuffer* k = caches.find(layout.kv_buffer(0));
+        k->body()[0] = static_cast<std::uint8_t>(~k->body()[0]);
+      });
+}
+
+CheckOptions tier_options(std::int64_t cases, std::int64_t first, std::int64_t every) {
+  CheckOptions o;
+  o.seed = 0x7135;
+  o.cases = cases;
+  o.ops = {spec::Op::kWrite};
+  o.subjects = {"cpu-fused"};
+  o.jobs = 1;
+  o.tier = ReferenceTier::kGpu;
+  o.tier_sample_first = first;
+  o.tier_sample_every = every;
+  return o;
+}
+
+TEST(ReferenceTier, ACorrectTierAnswersAndIsCheckedOnTheSample) {
+  SubjectList subjects = make_subjects();
+  CheckOptions o = tier_options(40, 4, 8);
+  o.tier_answerers[spec::Op::kWrite] = &find_subject(subjects, "cpu-unfused");
+  const CheckReport r = run_check(o, subjects);
+  EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
+  // Cases 0-3, then 4, 12, 20, 28, 36 are answered by the CPU reference and check the tier.
+  EXPECT_EQ(r.cpu_cases, 9);
+  EXPECT_EQ(r.tier_cases, 31);
+  EXPECT_EQ(r.tier_checks, 9);
+  EXPECT_EQ(r.tier, "gpu");
+  EXPECT_EQ(r.tier_answerers, "write: cpu-unfused");
+  EXPECT_NE(r.summary().find("the gpu tier (write: cpu-unfused) answered 31 cases, the CPU "
+                             "reference 9; the tier was judged against the CPU reference 9 times"),
+            std::string::npos)
+      << r.summary();
+  // The same verdicts as the CPU reference's campaign.
+  CheckOptions cpu = o;
+  cpu.tier = ReferenceTier::kCpu;
+  const CheckReport c = run_check(cpu, subjects);
+  ASSERT_EQ(c.subjects.size(), r.subjects.size());
+  EXPECT_EQ(c.subjects[0].count(spec::Outcome::kPass), r.subjects[0].count(spec::Outcome::kPass));
+  EXPECT_EQ(c.cpu_cases, 40);
+  EXPECT_EQ(c.tier_cases, 0);
+}
+
+TEST(ReferenceTier, ADivergentTierIsCaughtByTheFirstSample) {
+  SubjectList subjects = make_subjects();
+  const std::unique_ptr<Subject> wrong = diverging_answerer(0);
+  CheckOptions o = tier_options(30, 2, 16);
+  o.tier_answerers[spec::Op::kWrite] = wrong.get();
+  const CheckReport r = run_check(o, subjects);
+  EXPECT_EQ(r.worst, spec::Outcome::kFailedToRun);
+  EXPECT_EQ(r.cases_run, 0) << "the case the tier got wrong is not recorded";
+  EXPECT_NE(r.tier_disagreement.find("case 0 seed 0x"), std::string::npos) << r.tier_disagreement;
+  EXPECT_NE(r.tier_disagreement.find(
+                "the gpu tier the write answerer diverging-tier disagrees with the CPU reference "
+                "(mismatch)"),
+            std::string::npos)
+      << r.tier_disagreement;
+  EXPECT_NE(r.summary().find("the campaign stopped"), std::string::npos);
+}
+
+// Outside the sample, a wrong answer shows as a subject failing against it: the case is judged
+// again against the CPU reference, which convicts the tier, not the subject.
+TEST(ReferenceTier, ADivergenceOutsideTheSampleIsCaughtWhereASubjectFails) {
+  SubjectList subjects = make_subjects();
+  // Cases 0 and 1 (sampled) make a few layer writes through the check; the tier goes wrong after
+  // 40, well inside the unsampled cases 2-1000.
+  const std::unique_ptr<Subject> wrong = diverging_answerer(40);
+  CheckOptions o = tier_options(60, 1, 1000);
+  o.tier_answerers[spec::Op::kWrite] = wrong.get();
+  const CheckReport r = run_check(o, subjects);
+  EXPECT_EQ(r.worst, spec::Outcome::kFailedToRun) << r.summary();
+  EXPECT_GT(r.cases_run, 1);
+  EXPECT_LT(r.cases_run, 60);
+  EXPECT_EQ(r.subjects[0].count(spec::Outcome::kMismatch), 0)
+      << "cpu-fused is right: the tier is what disagrees";
+  EXPECT_NE(r.tier_disagreement.find("case " + std::to_string(r.cases_run) + " seed"),
+            std::string::npos)
+      << r.tier_disagreement;
+  EXPECT_EQ(r.tier_checks, 3) << "cases 0 and 1 (the first, then one in 1000), the failing one";
+}
+
+// A subject failing against the tier's answer keeps the CPU reference's verdict and report.
+TEST(ReferenceTier, AFailingSubjectIsJudgedByTheCpuReference) {
+  SubjectList subjects = make_subjects();
+  add_named_mutants({"minus-one-wraps"}, subjects);
+  CheckOptions o = tier_options(200, 0, 1000);
+  o.subjects = {"minus-one-wraps"};
+  o.tier_answerers[spec::Op::kWrite] = &find_subject(subjects, "cpu-unfused");
+  const CheckReport r = run_check(o, subjects);
+  CheckOptions cpu = o;
+  cpu.tier = ReferenceTier::kCpu;
+  const CheckReport c = run_check(cpu, subjects);
+  ASSERT_EQ(c.worst, spec::Outcome::kMismatch) << c.summary();
+  EXPECT_EQ(r.worst, spec::Outcome::kMismatch) << r.summary();
+  EXPECT_EQ(r.subjects[0].first_failure, c.subjects[0].first_failure);
+  EXPECT_EQ(r.subjects[0].count(spec::Outcome::kMismatch),
+            c.subjects[0].count(spec::Outcome::kMismatch));
+  EXPECT_GT(r.tier_cases, 0);
+  // Case 0's sample, then one check per failing case the tier answered.
+  EXPECT_GE(r.tier_checks, r.subjects[0].count(spec::Outcome::kMismatch));
+  EXPECT_LE(r.tier_checks, 1 + r.subjects[0].count(spec::Outcome::kMismatch));
+}
+
+// The tier's answerer judged as a subject is judged against the CPU reference on every case.
+TEST(ReferenceTier, TheAnswererAsASubjectIsNeverJudgedByItself) {
+  SubjectList subjects = make_subjects();
+  CheckOptions o = tier_options(20, 0, 1000);
+  o.subjects = {"cpu-unfused"};
+  o.tier_answerers[spec::Op::kWrite] = &find_subject(subjects, "cpu-unfused");
+  const CheckReport r = run_check(o, subjects);
+  EXPECT_EQ(r.worst, spec::Outcome::kPass);
+  EXPECT_EQ(r.tier_cases, 0);
+  EXPECT_EQ(r.cpu_cases, 20);
+}
+
+TEST(ReferenceTier, BadTierSettingsAreNamed) {
+  SubjectList subjects = make_subjects();
+  CheckOptions o = tier_options(5, 0, 0);
+  EXPECT_THROW(run_check(o, subjects), spec::InvalidInput);
+  o = tier_options(5, -1, 4);
+  EXPECT_THROW(run_check(o, subjects), spec::InvalidInput);
+  o = tier_options(5, 1, 4);
+  o.tier_answerers[spec::Op::kWrite] = &find_subject(subjects, "cpu-naive-f32");  // reads only
+  EXPECT_THROW(run_check(o, subjects), spec::InvalidInput);
+  SubjectFunctions gone;
+  gone.write = [](const spec::ModelConfig&, const spec::LayerWrite&, spec::LayerCaches&) {};
+  gone.unavailable_reason = [] { return std::string("no such device"); };
+  const std::unique_ptr<Subject> unavailable = make_function_subject("gone", gone);
+  o.tier_answerers[spec::Op::kWrite] = unavailable.get();
+  try {
+    run_check(o, subjects);
+    ADD_FAILURE() << "expected FailedToRun";
+  } catch (const spec::FailedToRun& e) {
+    EXPECT_NE(std::string(e.what()).find("the gpu tier cannot run here: its write answerer gone "
+                                         "is unavailable (no such device)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(parse_tier("auto", false), ReferenceTier::kCpu);
+  EXPECT_EQ(parse_tier("auto", true), ReferenceTier::kGpu);
+  EXPECT_THROW(parse_tier("tpu", true), spec::InvalidInput);
+}
+
+/// The GPU tier itself: the canonical CUDA write and dense insert answer, agree with the CPU
+/// reference on its sample, and a planted fault in the tier's write is caught by it.
+TEST(ReferenceTier, TheGpuTierAgreesAndAPlantedFaultInItIsCaught) {
+  SubjectList subjects = make_subjects();
+  const Subject& fused = find_subject(subjects, "cuda-fused");
+  if (!fused.unavailable_reason().empty()) GTEST_SKIP() << fused.unavailable_reason();
+  CheckOptions o = tier_options(200, 8, 16);
+  o.ops = {spec::Op::kWrite, spec::Op::kDense};
+  o.subjects = {"cpu-fused", "cpu-unfused", "cpu-dense"};
+  o.jobs = 4;
+  // The odd cases: every stress theme but the huge caches' (theme slot 6), whose device mirrors of
+  // several GiB would crowd the other test shards sharing the GPU (the device script's `tier`
+  // stage runs the whole default distribution in a process of its own).
+  o.total_shards = 2;
+  o.shard_index = 1;
+  const CheckReport r = run_check(o, subjects);
+  EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
+  EXPECT_EQ(r.tier_answerers, "write: cuda-fused, dense: cuda-dense-qknorm-rope");
+  EXPECT_EQ(r.cpu_cases, 4);  // cases 1, 3, 5, 7 (then one in 16 from 8: even cases only)
+  EXPECT_EQ(r.tier_cases, 96);
+  add_named_mutants({"cuda-off-by-one-offset"}, subjects);
+  o.tier_answerers[spec::Op::kWrite] = &find_subject(subjects, "cuda-off-by-one-offset");
+  const CheckReport bad = run_check(o, subjects);
+  EXPECT_EQ(bad.worst, spec::Outcome::kFailedToRun) << bad.summary();
+  EXPECT_NE(bad.tier_disagreement.find("cuda-off-by-one-offset disagrees with the CPU reference"),
+            std::string::npos)
+      << bad.tier_disagreement;
+}
+
+}  // namespace
+}  // namespace kvo::oracle
