@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <future>
 #include <limits>
 #include <optional>
@@ -676,30 +677,32 @@ void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress
   }
 
   check_host_memory();
-  for (std::int64_t l : layers_) {
-    expected_.push_back(
-        oracle::make_layer_caches(layout_, l, c_.layers[static_cast<std::size_t>(l)]));
-  }
   const auto workers = static_cast<std::size_t>(oracle::campaign_jobs(o_.jobs));
-  // Steps before the range: the reference alone builds the caches the range starts from, each
-  // layer on its own worker (layers share nothing).
-  if (o_.step_begin > 0) {
-    std::deque<std::future<void>> built;
+  // Runs fn(li) for every selected layer, at most `workers` at once (layers share nothing).
+  const auto each_layer = [&](const std::function<void(std::size_t)>& fn) {
+    std::deque<std::future<void>> running;
     for (std::size_t li = 0; li < layers_.size(); ++li) {
-      if (built.size() >= workers) {
-        built.front().get();
-        built.pop_front();
+      if (running.size() >= workers) {
+        running.front().get();
+        running.pop_front();
       }
-      built.push_back(std::async(std::launch::async, [this, li] {
-        for (std::int64_t s = 0; s < o_.step_begin; ++s) {
-          LayerInput in = generate_layer(s, li);
-          reference_layer(li, in);
-        }
-      }));
+      running.push_back(std::async(std::launch::async, fn, li));
     }
-    for (auto& f : built) f.get();
-  }
-  for (WriteRow& w : write_rows_) w.caches = expected_;
+    for (auto& f : running) f.get();
+  };
+  // The poisoned caches; the reference alone writes the steps before the range into them; then
+  // each write row starts from a copy.
+  expected_.resize(layers_.size());
+  for (WriteRow& w : write_rows_) w.caches.resize(layers_.size());
+  each_layer([&](std::size_t li) {
+    const std::int64_t l = layers_[li];
+    expected_[li] = oracle::make_layer_caches(layout_, l, c_.layers[static_cast<std::size_t>(l)]);
+    for (std::int64_t s = 0; s < o_.step_begin; ++s) {
+      LayerInput in = generate_layer(s, li);
+      reference_layer(li, in);
+    }
+    for (WriteRow& w : write_rows_) w.caches[li] = expected_[li];
+  });
 
   // Work on one layer of one step (generating its K/V/index-K, the reference's write of them, the
   // concurrent subjects' writes) depends on nothing but that layer's caches: workers do it for
