@@ -121,7 +121,7 @@ int run_check_verb(CheckFlags& f) {
               static_cast<unsigned long long>(o.seed),
               o.case_seed ? "1 case (--case-seed)" : (std::to_string(o.cases) + " cases").c_str(),
               shard.c_str(), static_cast<long long>(oracle::campaign_jobs(o.jobs)),
-              std::string(oracle::name_of(o.tier)).c_str(),
+              std::string(spec::name_of(o.tier)).c_str(),
               gpus > 0 ? gpu::device_description().c_str() : ("none (" + why_no_gpu + ")").c_str());
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr)) != 0;

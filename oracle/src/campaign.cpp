@@ -97,13 +97,11 @@ class OneThreadSubject final : public Subject {
 
 }  // namespace
 
-std::string_view name_of(ReferenceTier tier) { return tier == ReferenceTier::kGpu ? "gpu" : "cpu"; }
-
 ReferenceTier parse_tier(const std::string& name, bool gpu_answers) {
-  if (name == "cpu") return ReferenceTier::kCpu;
-  if (name == "gpu") return ReferenceTier::kGpu;
   if (name == "auto") return gpu_answers ? ReferenceTier::kGpu : ReferenceTier::kCpu;
-  throw spec::InvalidInput("tier", -1, name, "expected cpu, gpu or auto");
+  if (const std::optional<ReferenceTier> tier = spec::parse_enum<ReferenceTier>(name)) return *tier;
+  throw spec::InvalidInput("tier", -1, name,
+                           "expected " + spec::enum_choices<ReferenceTier>() + " or auto");
 }
 
 std::int64_t campaign_jobs(std::int64_t jobs) {
@@ -265,9 +263,10 @@ std::string CheckReport::summary() const {
         << "), another shard's first:\n"
         << f << "\n";
   }
-  if (tier != "cpu" || tier_cases > 0) {
-    s << "\nreference: the " << tier << " tier (" << tier_answerers << ") answered " << tier_cases
-      << " cases, the CPU reference " << cpu_cases << "; the tier was judged against the CPU "
+  if (tier != ReferenceTier::kCpu || tier_cases > 0) {
+    s << "\nreference: the " << spec::name_of(tier) << " tier (" << tier_answerers << ") answered "
+      << tier_cases << " cases, the CPU reference " << cpu_cases
+      << "; the tier was judged against the CPU "
       << "reference " << tier_checks
       << " times (an op's answer to a case: the first cases, then one in N, every failure)\n";
   }
@@ -345,7 +344,18 @@ Campaign::Campaign(CheckOptions options, SubjectList& subjects) : o_(std::move(o
         std::to_string(o_.tier_sample_every < 1 ? o_.tier_sample_every : o_.tier_sample_first),
         o_.tier_sample_every < 1 ? "must be >= 1" : "must be >= 0");
   }
-  report_.tier = name_of(o_.tier);
+  report_.seed = o_.seed;
+  report_.total_shards = o_.total_shards;
+  report_.shard_index = o_.shard_index;
+  for (const SubjectOp& so : select_subject_ops(subjects, o_.subjects, o_.ops)) {
+    SubjectSummary sum;
+    sum.name = so.subject->name();
+    sum.op = so.op;
+    sum.skipped = so.skipped;
+    report_.subjects.push_back(sum);
+    if (sum.skipped.empty()) rows_.push_back({so.subject, so.op, report_.subjects.size() - 1});
+  }
+  report_.tier = o_.tier;
   if (o_.tier == ReferenceTier::kGpu) {
     // Every answerer must run here: a tier that cannot is an error, never a silent fall back.
     for (const auto& [op, name] : kGpuTierAnswerers) {
@@ -364,21 +374,12 @@ Campaign::Campaign(CheckOptions options, SubjectList& subjects) : o_(std::move(o
                                 " is unavailable (" + why + "); --tier cpu runs the CPU reference");
       }
       answerers_[op] = std::make_unique<OneThreadSubject>(answerer);
-      answered_by_[op] = &answerer;
+      if (std::any_of(rows_.begin(), rows_.end(),
+                      [&](const Row& r) { return r.op == op && r.subject == &answerer; }))
+        self_judged_.insert(op);
       report_.tier_answerers += (report_.tier_answerers.empty() ? "" : ", ") +
                                 std::string(spec::name_of(op)) + ": " + answerer.name();
     }
-  }
-  report_.seed = o_.seed;
-  report_.total_shards = o_.total_shards;
-  report_.shard_index = o_.shard_index;
-  for (const SubjectOp& so : select_subject_ops(subjects, o_.subjects, o_.ops)) {
-    SubjectSummary sum;
-    sum.name = so.subject->name();
-    sum.op = so.op;
-    sum.skipped = so.skipped;
-    report_.subjects.push_back(sum);
-    if (sum.skipped.empty()) rows_.push_back({so.subject, so.op, report_.subjects.size() - 1});
   }
   // Coverage rows: each op that runs, its table's conditions, grouped by op.
   for (const spec::Op op : o_.ops) {
@@ -488,10 +489,7 @@ CheckReport Campaign::run(const Progress& progress) {
       Subject* answerer = driver.answers_through_tier() ? tier_answerer(row.op) : nullptr;
       // The answerer judged as a subject of the campaign is judged against the CPU reference's
       // answer on every case, never against its own.
-      const bool cpu_answers =
-          sampled || std::any_of(rows_.begin(), rows_.end(), [&](const Row& r) {
-            return r.op == row.op && answerer != nullptr && r.subject == answered_by_.at(row.op);
-          });
+      const bool cpu_answers = sampled || self_judged_.contains(row.op);
       if (answerer != nullptr && !cpu_answers) {
         try {
           c = driver.prepare(seed, o_.overrides, answerer);
@@ -633,7 +631,8 @@ CheckReport Campaign::run(const Progress& progress) {
       if (!w.tier_problem.empty()) {
         // Nothing of this case is recorded: its answers are in doubt.
         report_.tier_disagreement = "case " + std::to_string(i) + " seed " + hex64(seed) +
-                                    ": the " + report_.tier + " tier " + w.tier_problem;
+                                    ": the " + std::string(spec::name_of(report_.tier)) + " tier " +
+                                    w.tier_problem;
         report_.worst = Outcome::kFailedToRun;
         break;
       }

@@ -147,7 +147,7 @@ std::string report_json(const CheckReport& r) {
     << ",\n  \"cases_run\": " << r.cases_run << ",\n  \"seconds\": " << r.seconds
     << ",\n  \"cache_bytes_compared\": " << r.bytes_compared
     << ",\n  \"result\": " << json_escape(std::string(spec::name_of(r.worst)))
-    << ",\n  \"reference\": {\"tier\": " << json_escape(r.tier)
+    << ",\n  \"reference\": {\"tier\": " << json_escape(std::string(spec::name_of(r.tier)))
     << ", \"answerers\": " << json_escape(r.tier_answerers) << ", \"tier_cases\": " << r.tier_cases
     << ", \"cpu_cases\": " << r.cpu_cases << ", \"tier_checks\": " << r.tier_checks
     << ", \"disagreement\": " << json_escape(r.tier_disagreement) << "}"

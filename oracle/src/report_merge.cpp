@@ -118,9 +118,7 @@ CheckReport read_report_json(const std::string& text, const std::string& source)
   r.bytes_compared = top.integer("cache_bytes_compared", 0);
   const spec::Outcome result = top.outcome("result");
   const Fields tier(top.at("reference"), source, "reference");
-  r.tier = tier.text("tier");
-  if (r.tier != "cpu" && r.tier != "gpu")
-    reject(source, tier.path("tier"), r.tier, "expected cpu or gpu");
+  r.tier = tier.name<ReferenceTier>("tier");
   r.tier_answerers = tier.text("answerers");
   r.tier_cases = tier.integer("tier_cases", 0);
   r.cpu_cases = tier.integer("cpu_cases", 0);
@@ -220,9 +218,10 @@ CheckReport merge_reports(const std::vector<CheckReport>& shards,
              sources[0] + " has " + std::to_string(first.total_shards));
     }
     if (r.tier != first.tier || r.tier_answerers != first.tier_answerers) {
-      reject(src, "reference.tier", r.tier + " (" + r.tier_answerers + ")",
-             sources[0] + " ran the " + first.tier + " tier (" + first.tier_answerers +
-                 "): not one campaign");
+      reject(src, "reference.tier",
+             std::string(spec::name_of(r.tier)) + " (" + r.tier_answerers + ")",
+             sources[0] + " ran the " + std::string(spec::name_of(first.tier)) + " tier (" +
+                 first.tier_answerers + "): not one campaign");
     }
     if (!seen.insert(r.shard_index).second)
       reject(src, "shard_index", std::to_string(r.shard_index), "that shard is given twice");

@@ -55,7 +55,7 @@ TEST(ReferenceTier, ACorrectTierAnswersAndIsCheckedOnTheSample) {
   EXPECT_EQ(r.cpu_cases, 9);
   EXPECT_EQ(r.tier_cases, 31);
   EXPECT_EQ(r.tier_checks, 9);
-  EXPECT_EQ(r.tier, "gpu");
+  EXPECT_EQ(r.tier, ReferenceTier::kGpu);
   EXPECT_EQ(r.tier_answerers, "write: cpu-unfused");
   EXPECT_NE(r.summary().find("the gpu tier (write: cpu-unfused) answered 31 cases, the CPU "
                              "reference 9; the tier was judged against the CPU reference 9 times"),

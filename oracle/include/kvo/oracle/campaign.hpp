@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,7 +26,20 @@ namespace kvo::oracle {
 
 /// Who answers a campaign's cases: the CPU reference (the root of truth), or the GPU tier.
 enum class ReferenceTier { kCpu, kGpu };
-std::string_view name_of(ReferenceTier tier);
+}  // namespace kvo::oracle
+
+namespace kvo::spec {
+/// The tiers' names (spec::name_of, spec::parse_enum): the one table the CLI, the summary and the
+/// JSON report read.
+template <>
+struct EnumInfo<oracle::ReferenceTier> {
+  static constexpr std::string_view kNoun = "reference tier";
+  static constexpr std::array<EnumName<oracle::ReferenceTier>, 2> kNames{
+      {{oracle::ReferenceTier::kCpu, "cpu"}, {oracle::ReferenceTier::kGpu, "gpu"}}};
+};
+}  // namespace kvo::spec
+
+namespace kvo::oracle {
 
 struct CheckOptions {
   std::uint64_t seed = 0x6B766F72ull;      ///< campaign seed
@@ -62,7 +76,7 @@ inline constexpr std::array<std::pair<spec::Op, std::string_view>, 2> kGpuTierAn
     {spec::Op::kDense, "cuda-dense-qknorm-rope"},
 }};
 
-/// The tier a run asked for by name: "cpu", "gpu", or "auto" (gpu when `gpu_answers`, else cpu).
+/// The tier a run asked for by name: a tier's, or "auto" (gpu when `gpu_answers`, else cpu).
 /// Anything else is InvalidInput naming "tier".
 ReferenceTier parse_tier(const std::string& name, bool gpu_answers);
 
@@ -145,7 +159,8 @@ struct CheckReport {
   /// The reference tier: its name, the answerer of each op it answers ("write: cuda-fused"),
   /// the cases whose answers it gave, the cases the CPU reference answered, the cases on which
   /// the tier was checked against the CPU reference, and a disagreement (empty: none).
-  std::string tier = "cpu", tier_answerers;
+  ReferenceTier tier = ReferenceTier::kCpu;
+  std::string tier_answerers;
   std::int64_t tier_cases = 0, cpu_cases = 0, tier_checks = 0;
   std::string tier_disagreement;
 
@@ -192,7 +207,9 @@ class Campaign {
   /// The tier's answerers by op, each called on a thread of its own (workers prepare cases side
   /// by side; a GPU subject is called one call at a time, always from the same thread).
   std::map<spec::Op, std::unique_ptr<Subject>> answerers_;
-  std::map<spec::Op, Subject*> answered_by_;  ///< the subjects behind answerers_
+  /// The ops whose tier answerer is also a subject of the campaign: their cases are answered by
+  /// the CPU reference (an answerer is never judged by itself).
+  std::set<spec::Op> self_judged_;
 };
 
 /// Campaign(options, subjects).run(progress).
