@@ -2,14 +2,13 @@
 // a sparse layer, 8 on a dense one), with a model's 60 layers (3D57S) captured in ONE CUDA graph,
 // as a serving engine's decode step runs them. The same run measures an empty kernel (60 launches
 // in a graph) and a device-to-device copy, so the figures read as ratios:
-//   x_empty   = fused per-layer time / empty-kernel per-launch time   (target <= 2 at <= 256
-//   tokens) speedup   = unfused per-layer time / fused per-layer time          (target >= 15 at <=
-//   256) bw_frac   = fused bytes (read + written) / time / copy bandwidth   (target >= 0.9 at
-//   65536)
-// Reference shape: NKV 4, HD 128, index 1 x 128, block 128, bf16 activations, packed_hnd caches
-// ([nb, nkv, bs, 2*hd], the vLLM MiniMax-M3 layout). "bf16": bf16 K/V, flat bf16 index-K.
-// "fp8": e4m3 K/V (satfinite, divide by a per-tensor scale), blockscale ue8m0 fp8 index-K.
-// Times are medians of individually event-timed graph replays (manual time).
+//   x_empty = fused per-layer time / empty-kernel per-launch time (target <= 2 at <= 256 tokens)
+//   speedup = unfused per-layer time / fused per-layer time (target >= 15 at <= 256)
+//   bw_frac = fused bytes (read + written) / time / copy bandwidth (target >= 0.9 at 65536)
+// Shapes and flavours (bf16; fp8 under divide, divide by 1.0, mul_recip, none):
+// write_bench_setup.hpp, which bench_write_peer.py shares through libkvo_bench_write to time the
+// Triton peer next to it. Times are medians of individually event-timed graph replays (manual
+// time).
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -25,6 +24,7 @@
 #include "gpu_bench.cuh"
 #include "kvo/gpu/write.hpp"
 #include "kvo/spec/config.hpp"
+#include "write_bench_setup.hpp"
 
 namespace {
 
@@ -32,54 +32,7 @@ using kvo::spec::DType;
 using kvo::spec::LayerKind;
 using namespace kvo::bench;  // NOLINT: the shared benchmark helpers
 
-__global__ void empty_kernel() {}
-
-/// The empty kernel's PDL twin: waits for the previous kernel as a PDL consumer must, then lets the
-/// next one launch.
-__global__ void empty_pdl_kernel() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-}
-
 constexpr int kLayers = 60;
-
-/// Per-launch time of an empty kernel, 60 launches in one graph; with `pdl`, the PDL twin launched
-/// with programmatic stream serialization.
-double empty_launch_s(bool pdl) {
-  auto measure = [](bool with_pdl) {
-    cudaStream_t s;
-    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
-    cudaGraph_t g;
-    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
-    for (int l = 0; l < kLayers; ++l) {
-      if (!with_pdl) {
-        empty_kernel<<<1, 32, 0, s>>>();
-        continue;
-      }
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(1);
-      cfg.blockDim = dim3(32);
-      cfg.stream = s;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[0].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      check(cudaLaunchKernelEx(&cfg, empty_pdl_kernel), "empty pdl launch");
-    }
-    check(cudaStreamEndCapture(s, &g), "end capture");
-    cudaGraphExec_t exec;
-    check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
-    const double t = median_replay_s(exec, s, 200) / kLayers;
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(g);
-    cudaStreamDestroy(s);
-    return t;
-  };
-  static const double plain = measure(false);
-  static const double with_pdl = measure(true);
-  return pdl ? with_pdl : plain;
-}
 
 /// The model and the device buffers of one benchmark point: 60 layers' caches, one set of
 /// inputs shared by all layers (an engine's per-layer inputs are as cold: at 65536 tokens they are
@@ -105,26 +58,10 @@ struct Setup {
 
 /// hot: a 16-block cache per layer (4.5 MB bf16) instead of >= 512 blocks, a diagnostic of how
 /// much of the small-token time is the caches' cold pages rather than the kernel.
-void make_setup(Setup& st, bool fp8, std::int64_t tokens, bool hot = false, float scale = 0.37f) {
-  kvo::spec::ModelConfig& c = st.config;
-  c.layers = kvo::spec::parse_layer_mix(kvo::spec::kDefaultLayerMix);
-  const std::int64_t bs = 128;
-  const std::int64_t nb = hot ? 16 : std::max<std::int64_t>(512, (tokens + bs - 1) / bs + 32);
-  c.geometry = {nb, bs, 4, 128, 128};
-  c.act_dtype = DType::kBF16;
-  c.layout = kvo::spec::KvLayout::kPackedHnd;
-  c.slot_type = kvo::spec::SlotType::kI64;
-  if (fp8) {
-    c.kv.cache_dtype = DType::kFp8E4M3;
-    c.kv.scale_mode = kvo::spec::ScaleMode::kDivide;
-    c.index.layout = kvo::spec::IndexLayout::kBlockScale;
-    c.index.ue8m0 = true;
-  } else {
-    c.kv.cache_dtype = DType::kBF16;
-    c.index.layout = kvo::spec::IndexLayout::kFlat;
-    c.index.flat_dtype = DType::kBF16;
-  }
-  kvo::spec::validate(c);
+void make_setup(Setup& st, const WriteFlavour& flavour, std::int64_t tokens, bool hot = false) {
+  const std::int64_t nb = bench_num_blocks(tokens, hot);
+  st.config = write_bench_config(flavour, nb);
+  const kvo::spec::ModelConfig& c = st.config;
   st.tokens = tokens;
   const std::int64_t row = 4 * 128;
   auto fill = [&](std::size_t elems, std::uint32_t seed) {
@@ -136,46 +73,35 @@ void make_setup(Setup& st, bool fp8, std::int64_t tokens, bool hot = false, floa
   st.in.k = fill(static_cast<std::size_t>(tokens * row), 1);
   st.in.v = fill(static_cast<std::size_t>(tokens * row), 2);
   st.in.index_k = fill(static_cast<std::size_t>(tokens * 128), 3);
-  // Slots: decode-like (each token its own block, offset scattered) up to 256 tokens, prefill-like
-  // (runs of 128 consecutive slots in shuffled blocks) beyond.
-  std::vector<std::int64_t> perm(static_cast<std::size_t>(nb));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), std::mt19937_64(42));
-  std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens));
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    slots[static_cast<std::size_t>(t)] =
-        hot             ? perm[static_cast<std::size_t>(t % nb)] * bs + t / nb
-        : tokens <= 256 ? perm[static_cast<std::size_t>(t)] * bs + (t * 37) % bs
-                        : perm[static_cast<std::size_t>(t / bs)] * bs + t % bs;
-  }
+  const std::vector<std::int64_t> slots = bench_slots(tokens, nb, hot);
   void* d_slots = st.alloc(slots.size() * 8);
   check(cudaMemcpy(d_slots, slots.data(), slots.size() * 8, cudaMemcpyHostToDevice), "slots");
   st.in.slots = d_slots;
   auto* d_scale = static_cast<float*>(st.alloc(4));
-  check(cudaMemcpy(d_scale, &scale, 4, cudaMemcpyHostToDevice), "scale");
+  check(cudaMemcpy(d_scale, &flavour.scale, 4, cudaMemcpyHostToDevice), "scale");
   st.in.k_scale = d_scale;
   st.in.v_scale = d_scale;
   st.in.num_tokens = tokens;
 
   const std::int64_t kv_bytes = kvo::gpu::kv_buffer_bytes(c);
   const std::int64_t ix_bytes = kvo::gpu::index_buffer_bytes(c);
-  const double ceb = fp8 ? 1.0 : 2.0;
-  const double index_written = fp8 ? tokens * (128.0 + 4.0) : tokens * 128.0 * 2.0;
   for (LayerKind kind : c.layers) {
     kvo::gpu::DeviceLayerCaches lc;
     lc.k = st.alloc(static_cast<std::size_t>(kv_bytes));  // the one packed K/V tensor
     if (kind == LayerKind::kSparse) lc.index_k = st.alloc(static_cast<std::size_t>(ix_bytes));
     st.caches.push_back(lc);
-    double bytes = tokens * (2.0 * row * 2.0 + 8.0) + tokens * 2.0 * row * ceb;
-    if (kind == LayerKind::kSparse) bytes += tokens * 128.0 * 2.0 + index_written;
-    st.bytes_per_step += bytes;
+    st.bytes_per_step += bench_layer_bytes(flavour, kind, tokens);
   }
   check(cudaDeviceSynchronize(), "setup");
 }
 
-/// Captures the 60 layer writes of `fused` or unfused path into one graph; returns the median
-/// time of one replay and the launches it holds.
-double time_path(Setup& st, bool fused, int reps, int* launches, bool pdl = false) {
+/// The write timed: the fused write as shipped (its specialised kernel where it applies), the
+/// fused write's generic kernel, or the unfused launches.
+enum class Path { kFused, kFusedGeneric, kUnfused };
+
+/// Captures the 60 layer writes of `path` into one graph; returns the median time of one replay
+/// and the launches it holds.
+double time_path(Setup& st, Path path, int reps, int* launches, bool pdl = false) {
   cudaStream_t s;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
   kvo::gpu::UnfusedWorkspace ws(st.tokens);
@@ -184,9 +110,18 @@ double time_path(Setup& st, bool fused, int reps, int* launches, bool pdl = fals
   check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
   for (std::size_t l = 0; l < st.caches.size(); ++l) {
     const LayerKind kind = st.config.layers[l];
-    *launches += fused
-                     ? kvo::gpu::launch_fused_write(st.config, kind, st.in, st.caches[l], s, pdl)
-                     : kvo::gpu::launch_unfused_write(st.config, kind, st.in, st.caches[l], ws, s);
+    switch (path) {
+      case Path::kFused:
+        *launches += kvo::gpu::launch_fused_write(st.config, kind, st.in, st.caches[l], s, pdl);
+        break;
+      case Path::kFusedGeneric:
+        *launches +=
+            kvo::gpu::launch_fused_write_generic(st.config, kind, st.in, st.caches[l], s, pdl);
+        break;
+      case Path::kUnfused:
+        *launches += kvo::gpu::launch_unfused_write(st.config, kind, st.in, st.caches[l], ws, s);
+        break;
+    }
   }
   check(cudaStreamEndCapture(s, &g), "end capture");
   cudaGraphExec_t exec;
@@ -199,28 +134,33 @@ double time_path(Setup& st, bool fused, int reps, int* launches, bool pdl = fals
 }
 
 void BM_LayerWrite(benchmark::State& state) {
-  // range(0): 0 bf16; 1 fp8 with a calibrated-looking scale (0.37: the division path); 2 fp8 with
-  // scale 1.0 (a power of two: the exact multiply path, vLLM's default k_scale).
-  const bool fp8 = state.range(0) != 0;
-  const float scale = state.range(0) == 2 ? 1.0f : 0.37f;
+  // range(0): the flavour (kWriteFlavours: bf16, fp8 divide by 0.37, by 1.0, mul_recip, none).
+  const WriteFlavour& flavour = kWriteFlavours[state.range(0)];
   const std::int64_t tokens = state.range(1);
   try {
     const double empty = empty_launch_s(false);
     const double empty_pdl = empty_launch_s(true);
     const double copy_bw = copy_bandwidth().best();
     Setup st;
-    make_setup(st, fp8, tokens, false, scale);
+    make_setup(st, flavour, tokens);
     const int reps = tokens >= 65536 ? 10 : (tokens >= 4096 ? 30 : 100);
     int fused_launches = 0, unfused_launches = 0, pdl_launches = 0;
-    const double fused = time_path(st, true, reps, &fused_launches) / kLayers;
-    const double fused_pdl = time_path(st, true, reps, &pdl_launches, true) / kLayers;
-    const double unfused = time_path(st, false, std::max(reps / 3, 5), &unfused_launches) / kLayers;
+    const double fused = time_path(st, Path::kFused, reps, &fused_launches) / kLayers;
+    const double fused_pdl = time_path(st, Path::kFused, reps, &pdl_launches, true) / kLayers;
+    int generic_launches = 0;
+    const double generic = time_path(st, Path::kFusedGeneric, reps, &generic_launches) / kLayers;
+    const double unfused =
+        time_path(st, Path::kUnfused, std::max(reps / 3, 5), &unfused_launches) / kLayers;
     for (auto _ : state) state.SetIterationTime(fused);
     const double bw = st.bytes_per_step / (fused * kLayers);
     const double bw_pdl = st.bytes_per_step / (fused_pdl * kLayers);
     state.counters["fused_us"] = fused * 1e6;
     state.counters["fused_pdl_us"] = fused_pdl * 1e6;
     state.counters["unfused_us"] = unfused * 1e6;
+    state.counters["generic_us"] = generic * 1e6;
+    state.counters["x_generic"] = fused / generic;
+    state.counters["specialised"] =
+        kvo::gpu::fused_write_is_specialised(st.config, LayerKind::kSparse) ? 1 : 0;
     state.counters["empty_us"] = empty * 1e6;
     state.counters["empty_pdl_us"] = empty_pdl * 1e6;
     state.counters["x_empty"] = fused / empty;
@@ -235,20 +175,20 @@ void BM_LayerWrite(benchmark::State& state) {
     state.counters["launches_unfused"] = unfused_launches;
     if (tokens <= 256) {
       Setup hot;
-      make_setup(hot, fp8, tokens, true, scale);
+      make_setup(hot, flavour, tokens, true);
       int n = 0;
-      state.counters["fused_hot_us"] = time_path(hot, true, reps, &n) / kLayers * 1e6;
-      state.counters["fused_hot_pdl_us"] = time_path(hot, true, reps, &n, true) / kLayers * 1e6;
+      state.counters["fused_hot_us"] = time_path(hot, Path::kFused, reps, &n) / kLayers * 1e6;
+      state.counters["fused_hot_pdl_us"] =
+          time_path(hot, Path::kFused, reps, &n, true) / kLayers * 1e6;
     }
-    state.SetLabel(std::string(fp8 ? (scale == 1.0f ? "fp8s1" : "fp8") : "bf16") +
-                   " tokens=" + std::to_string(tokens));
+    state.SetLabel(std::string(flavour.name) + " tokens=" + std::to_string(tokens));
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
 }
 BENCHMARK(BM_LayerWrite)
-    ->ArgNames({"fp8", "tokens"})
-    ->ArgsProduct({{0, 1, 2}, {1, 8, 64, 256, 4096, 65536}})
+    ->ArgNames({"flavour", "tokens"})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {1, 8, 64, 256, 4096, 65536}})
     ->UseManualTime()
     ->Iterations(1)
     ->Unit(benchmark::kMicrosecond);

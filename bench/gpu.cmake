@@ -15,3 +15,17 @@ if(KVO_HAVE_CUDA)
     set_target_properties(${bench} PROPERTIES BUILD_RPATH "$ORIGIN")
   endforeach()
 endif()
+
+# libkvo_bench_write: the fused write and write_bench_setup.hpp behind a C ABI, loaded with ctypes
+# by bench_write_peer.py to time kvoracle's kernel next to the Triton peer in one process. Needs
+# position-independent static libraries (the Python build's, scripts/build.sh's build/).
+if(KVO_HAVE_CUDA AND CMAKE_POSITION_INDEPENDENT_CODE)
+  add_library(kvo_bench_write SHARED ${CMAKE_CURRENT_LIST_DIR}/write_launch_abi.cu)
+  kvo_project_target(kvo_bench_write)
+  kvo_cuda_target(kvo_bench_write)
+  target_compile_options(kvo_bench_write PRIVATE
+                         $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wno-restrict,-fvisibility=hidden>)
+  target_link_libraries(kvo_bench_write PRIVATE kvo_gpu kvo_spec CUDA::cudart_static)
+  # kvoracle's and cudart's symbols stay inside: the library is loaded into torch's process.
+  target_link_options(kvo_bench_write PRIVATE -Wl,--exclude-libs,ALL)
+endif()

@@ -73,6 +73,49 @@ inline double median_replay_s(cudaGraphExec_t exec, cudaStream_t s, int reps) {
   return t[t.size() / 2];
 }
 
+__global__ void empty_kernel() {}
+
+/// The empty kernel's PDL twin: waits for the previous kernel as a PDL consumer must, then lets the
+/// next one launch.
+__global__ void empty_pdl_kernel() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+}
+
+/// Per-launch time of an empty kernel, `launches` launches in one graph (a model's layers); with
+/// `pdl`, the PDL twin launched with programmatic stream serialization. Measured once per process.
+inline double empty_launch_s(bool pdl, int launches = 60) {
+  auto measure = [launches](bool with_pdl) {
+    cudaStream_t s;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+    cudaGraph_t g;
+    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+    // The PDL twin's launch: programmatic stream serialization, one block of one warp.
+    cudaLaunchAttribute pdl_attr{};
+    pdl_attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl_attr.val.programmaticStreamSerializationAllowed = 1;
+    const cudaLaunchConfig_t pdl_cfg{dim3(1), dim3(32), 0, s, &pdl_attr, 1};
+    for (int l = 0; l < launches; ++l) {
+      if (with_pdl) {
+        check(cudaLaunchKernelEx(&pdl_cfg, empty_pdl_kernel), "empty pdl launch");
+      } else {
+        empty_kernel<<<1, 32, 0, s>>>();
+      }
+    }
+    check(cudaStreamEndCapture(s, &g), "end capture");
+    cudaGraphExec_t exec;
+    check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
+    const double t = median_replay_s(exec, s, 200) / launches;
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+    return t;
+  };
+  static const double plain = measure(false);
+  static const double with_pdl = measure(true);
+  return pdl ? with_pdl : plain;
+}
+
 /// Device-to-device copy bandwidth (bytes read + written per second) over 2 GiB: the better of
 /// cudaMemcpyAsync and a streaming copy kernel, each the median of 20 graph replays.
 struct CopyBandwidth {

@@ -14,9 +14,10 @@
 # 40) for the sanitizer runs; KVO_DEADLINE_S (default 550) the whole run's wall-clock budget;
 # KVO_STAGES (default all) the stages to run, comma-separated: tests, sanitizers, bench, cli
 # (check and replay), scaling (the campaign over jobs), tier (the GPU reference tier against the
-# CPU's), mutants, python, example, modes. Everything takes about 1000 s, past one device call
-# (600 s): run it as two calls, KVO_STAGES=tests,sanitizers,bench,cli then
-# KVO_STAGES=scaling,tier,mutants,python,example,modes.
+# CPU's), mutants, peer (kvoracle's fused write against the Triton peer, bench/bench_write_peer.py),
+# python, example, modes. Everything takes about 1100 s, past one device call (600 s): run it as
+# two calls, KVO_STAGES=tests,sanitizers,bench,cli then
+# KVO_STAGES=scaling,tier,mutants,peer,python,example,modes.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/.device/bin
@@ -29,10 +30,10 @@ if [[ "${1:-}" == "--stage" ]]; then
   bash "$ROOT/scripts/venv.sh"
   cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVO_BUILD_PYTHON=ON \
     -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
-  ninja -C "$B" test_gpu_write bench_write_gpu bench_read_gpu kvoracle _core
+  ninja -C "$B" test_gpu_write bench_write_gpu bench_read_gpu kvoracle _core kvo_bench_write
   mkdir -p "$BIN/fallback" "$BIN/pylibs"
   cp "$B/tests/gpu/test_gpu_write" "$B/bench/bench_write_gpu" "$B/bench/bench_read_gpu" \
-     "$B/cli/kvoracle" "$BIN/"
+     "$B/cli/kvoracle" "$B/bench/libkvo_bench_write.so" "$BIN/"
   # The Python extension is built on the device for its Python (python/prebuilt) against these.
   # The libraries of the build itself: not the copies installed or kept by the package tests
   # (tests/package/example_run/prefix), which may be older and would overwrite them here.
@@ -53,6 +54,7 @@ if [[ "${1:-}" == "--stage" ]]; then
   # The device tool carries at most 64 MiB: the stripped binaries travel as one xz archive.
   strip "$BIN"/kvoracle "$BIN"/test_gpu_write "$BIN"/bench_write_gpu "$BIN"/bench_read_gpu \
     "$BIN"/test_my_cuda_kernels "$BIN"/test_my_kernels
+  strip --strip-unneeded "$BIN"/libkvo_bench_write.so
   tar -C "$ROOT/.device" -cf - bin | xz -T2 -9e >"$ROOT/.device/bin.tar.xz"
   rm -rf "$BIN"
   ls -la "$ROOT/.device"
@@ -73,7 +75,7 @@ export RC_PARAMS=${RC_PARAMS:-"seed=20261129 max_success=300 verbose_progress=0"
 START=$(date +%s)
 STAGES=${KVO_STAGES:-all}
 want() { [[ ",$STAGES," == *",all,"* || ",$STAGES," == *",$1,"* ]]; }
-T_TESTS=-; T_SAN=-; T_BENCH=-; T_CLI=-; T_SCALE=-; T_TIER=-; T_MUT=-; T_PY=-; T_MODES=-
+T_TESTS=-; T_SAN=-; T_BENCH=-; T_CLI=-; T_SCALE=-; T_TIER=-; T_MUT=-; T_PEER=-; T_PY=-; T_MODES=-
 # Every stage's limit is cut to what is left before the deadline (the device tool's calls end at
 # 600 s), so that the table below is always written; a stage cut short shows exit 124 in its log.
 DEADLINE=$((START + ${KVO_DEADLINE_S:-550}))
@@ -131,13 +133,17 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 fi
 
-# 2. compute-sanitizer over a reduced run (fused and unfused kernels, planted bugs, bad input).
+# 2. compute-sanitizer over a reduced run (fused and unfused kernels, planted bugs, bad input);
+# memcheck also over the specialised write kernel's instantiations (it uses no shared memory, so
+# racecheck has nothing to look at there).
 SAN_FILTER='Shards/RandomCases.GpuMatchesReference/0:PlantedBug.*:BadInput.*:LegacyWrap.*:DenseInsert.*:Shards/GpuRead.*/0:GpuReadBadInput.*'
 san_errors() { grep -oE '(ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors)' "$1" | tail -1 | grep -oE '[0-9]+'; }
 if want sanitizers; then
 for tool in memcheck racecheck; do
-  KVO_GPU_CASES=$SAN_CASES KVO_DENSE_CASES=10 KVO_GPU_READ_CASES=4 KVO_GPU_READ_LONG=0 timeout $(budget 150) compute-sanitizer --tool $tool --print-limit 20 \
-    "$BIN/test_gpu_write" --gtest_filter="$SAN_FILTER" >"$LOGS/sanitizer_$tool.log" 2>&1
+  filter=$SAN_FILTER
+  [[ $tool == memcheck ]] && filter="$SAN_FILTER:SpecialisedWrite.*"
+  KVO_GPU_CASES=$SAN_CASES KVO_SPECIALISED_MAX_TOKENS=40 KVO_DENSE_CASES=10 KVO_GPU_READ_CASES=4 KVO_GPU_READ_LONG=0 timeout $(budget 150) compute-sanitizer --tool $tool --print-limit 20 \
+    "$BIN/test_gpu_write" --gtest_filter="$filter" >"$LOGS/sanitizer_$tool.log" 2>&1
   echo "exit $?" >>"$LOGS/sanitizer_$tool.log"
 done
 MEMCHECK=$(san_errors "$LOGS/sanitizer_memcheck.log"); RACECHECK=$(san_errors "$LOGS/sanitizer_racecheck.log")
@@ -206,6 +212,14 @@ fi
 # judged through the adapters (one [py-gpu] line per subject), examples/python, then what the
 # Python path costs against the C++ campaign.
 wait  # the extension's build (section 0b), if still running
+# 3g. kvoracle's fused write against the Triton peer (issue 16), in one process: the peer judged by
+# kvoracle in each flavour, then both timed in one graph of 60 layers per token count.
+if want peer; then
+PYTHONPATH=$PYBUILD timeout $(budget 240) "$PY" "$ROOT/bench/bench_write_peer.py" \
+  --lib "$BIN/libkvo_bench_write.so" --json "$OUT/bench_peer.json" >"$LOGS/bench_peer.txt" 2>&1
+echo "exit $?" >>"$LOGS/bench_peer.txt"
+T_PEER=$(($(date +%s) - START))
+fi
 if want python; then
 PYTHONPATH=$PYBUILD timeout $(budget 420) "$PY" -m pytest -q -s -p no:cacheprovider -rs \
   "$ROOT/python/tests" "$ROOT/examples/python" >"$LOGS/python_tests.txt" 2>&1
@@ -290,6 +304,10 @@ T_MODES=$(($(date +%s) - START))
     grep -E '^cuda-[a-z0-9-]+ +(write|dense|attention) |^mode detection|^  per mode|^  no combination|^exit' \
       "$LOGS/kvoracle_modes.txt"
   fi
+  if want peer; then
+    echo "kvoracle's fused write vs the Triton peer (bench/bench_write_peer.py):"
+    grep -vE '^\s*$' "$LOGS/bench_peer.txt" | tail -45
+  fi
   want bench && python3 - "$OUT/bench_read.json" <<'PY'
 import json, sys
 try:
@@ -327,10 +345,10 @@ def first(key):
     return next((r[key] for r in runs if key in r), float("nan"))
 print("bench: empty launch %.3f us (PDL twin %.3f us), 60 in a graph; D2D copy %.0f GB/s read+write (memcpy %.0f, copy kernel %.0f)" % (
     first("empty_us"), first("empty_pdl_us"), first("copy_GBps"), first("memcpy_GBps"), first("copy_kernel_GBps")))
-print("%-5s %6s %8s %8s %8s %7s %7s %7s %7s %7s %7s %8s  %s" % ("cache", "tokens", "fused", "fusedPDL", "unfused", "xEmpty", "xE_PDL", "speedup", "spd_PDL", "bwFrac", "bwF_PDL", "hot/PDL", "targets (plain | PDL)"))
+print("%-13s %6s %8s %8s %8s %8s %7s %7s %7s %7s %7s %7s %8s  %s" % ("flavour", "tokens", "fused", "fusedPDL", "generic", "unfused", "xEmpty", "xE_PDL", "speedup", "spd_PDL", "bwFrac", "bwF_PDL", "hot/PDL", "targets (plain | PDL)"))
 for name, r in row.items():
     if not name.startswith("BM_LayerWrite"): continue
-    kind = "fp8" if "fp8:1" in name else ("fp8s1" if "fp8:2" in name else "bf16")
+    kind = r.get("label", "?").split()[0]
     t = int(name.split("tokens:")[1].split("/")[0])
     ok = lambda b: "ok" if b else "MISS"
     notes = []
@@ -340,10 +358,10 @@ for name, r in row.items():
     if t >= 65536:
         notes.append("bw>=0.90 %s|%s" % (ok(r["bw_frac"] >= 0.9), ok(r["bw_frac_pdl"] >= 0.9)))
     hot = "%.2f/%.2f" % (r["fused_hot_us"], r["fused_hot_pdl_us"]) if "fused_hot_us" in r else "-"
-    print("%-5s %6d %8.3f %8.3f %8.3f %7.2f %7.2f %7.1f %7.1f %7.3f %7.3f %8s  %s" % (
-        kind, t, r["fused_us"], r["fused_pdl_us"], r["unfused_us"], r["x_empty"],
+    print("%-13s %6d %8.3f %8.3f %8.3f %8.3f %7.2f %7.2f %7.1f %7.1f %7.3f %7.3f %8s  %s" % (
+        kind, t, r["fused_us"], r["fused_pdl_us"], r["generic_us"], r["unfused_us"], r["x_empty"],
         r["x_empty_pdl"], r["speedup"], r["speedup_pdl"], r["bw_frac"], r["bw_frac_pdl"], hot, ", ".join(notes)))
-print("(times in us per layer; xEmpty = fused / plain empty launch; bwFrac = (bytes read + written) / time / copy bandwidth; fp8: K/V scale 0.37 (division), fp8s1: scale 1.0)")
+print("(times in us per layer; fused: as shipped (the specialised kernel where it applies), generic: the fused write's generic kernel; xEmpty = fused / plain empty launch; bwFrac = (bytes read + written) / time / copy bandwidth; fp8 K/V scale 0.37, _s1: 1.0; bench/write_bench_setup.hpp)")
 PY
   if want tier; then
     echo "reference tiers, 2000 write+dense cases (cpu-fused, cpu-dense):"
@@ -351,7 +369,7 @@ PY
       echo "  --tier $tier: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/tier_$tier.txt"); $(grep -m1 '^reference:' "$LOGS/tier_$tier.txt"); $(tail -2 "$LOGS/tier_$tier.txt" | tr '\n' ' ')"
     done
   fi
-  echo "stage ends (s from start): tests ${T_TESTS}, sanitizers ${T_SAN}, benchmarks ${T_BENCH}, check+replay ${T_CLI}, scaling ${T_SCALE}, tier ${T_TIER}, mutants ${T_MUT}, python ${T_PY}, modes+example ${T_MODES}"
+  echo "stage ends (s from start): tests ${T_TESTS}, sanitizers ${T_SAN}, benchmarks ${T_BENCH}, check+replay ${T_CLI}, scaling ${T_SCALE}, tier ${T_TIER}, mutants ${T_MUT}, peer ${T_PEER}, python ${T_PY}, modes+example ${T_MODES}"
   echo "whole run $(($(date +%s) - START))s of a ${KVO_DEADLINE_S:-550}s budget (a stage cut short by it shows exit 124)"
 } >"$OUT/summary.txt" 2>&1
 tar czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null

@@ -148,11 +148,12 @@ __device__ __forceinline__ bool range_ok_x(float x) {
   return e - (127u - 100u) < 200u;  // biased exponent in [27, 226]
 }
 
-/// fl(x_i / s) for 8 elements: by multiply (s a power of two), by the reciprocal with corrections
-/// (every operand in range), else by __fdiv_rn. A NaN x goes through __fdiv_rn or a multiply and
-/// comes out as the GPU's canonical NaN 0x7FFFFFFF, which is SPEC 2's NaN through arithmetic.
-__device__ __forceinline__ void divide8(const float (&x)[kVec], float (&y)[kVec], float s) {
-  const float r = __fdiv_rn(1.0f, s);
+/// fl(x_i / s) for 8 elements (divide8_by: with r = fl(1 / s) given, for a caller whose s serves
+/// many items): by multiply (s a power of two), by the reciprocal with corrections (every operand
+/// in range), else by __fdiv_rn. A NaN x goes through __fdiv_rn or a multiply and comes out as the
+/// GPU's canonical NaN 0x7FFFFFFF, which is SPEC 2's NaN through arithmetic.
+__device__ __forceinline__ void divide8_by(const float (&x)[kVec], float (&y)[kVec], float s,
+                                           float r) {
   if (is_pow2_normal(s)) {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) y[i] = __fmul_rn(x[i], r);
@@ -168,6 +169,9 @@ __device__ __forceinline__ void divide8(const float (&x)[kVec], float (&y)[kVec]
   }
 #pragma unroll
   for (int i = 0; i < kVec; ++i) y[i] = __fdiv_rn(x[i], s);
+}
+__device__ __forceinline__ void divide8(const float (&x)[kVec], float (&y)[kVec], float s) {
+  divide8_by(x, y, s, __fdiv_rn(1.0f, s));
 }
 
 /// The approximate fp32 division Triton emits for `/` on fp32 operands: PTX div.full.f32 (full

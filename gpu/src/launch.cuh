@@ -102,6 +102,34 @@ FusedParams make_params(const spec::ModelConfig& config, spec::LayerKind kind,
 /// Multiprocessors of the current device (cached).
 int sm_count();
 
+/// Launches kernel(p) on grid x block; with p.pdl through cudaLaunchKernelEx and the programmatic
+/// stream serialization attribute (captured into a graph as a programmatic edge).
+template <class Kernel>
+void launch_kernel(Kernel kernel, const FusedParams& p, dim3 grid, dim3 block,
+                   cudaStream_t stream) {
+  if (!p.pdl) {
+    kernel<<<grid, block, 0, stream>>>(p);
+    return;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&cfg, kernel, p), "cudaLaunchKernelEx(fused write)");
+}
+
+/// Whether the fused write of this layer takes the specialised kernel (write_decode.cuh): the
+/// configurations it is instantiated for; every other one runs the generic kernel.
+bool decode_write_applies(const spec::ModelConfig& config, spec::LayerKind kind);
+/// Launches the specialised kernel for p (made by make_params, p.pdl set; decode_write_applies
+/// true): its tile and grid, then the instantiation of (act, cache, scale mode, index mode).
+void launch_decode_write(const spec::ModelConfig& config, FusedParams p, cudaStream_t stream);
+
 /// launch_fused_write's signature (kvo/gpu/write.hpp).
 using FusedLaunch = int (*)(const spec::ModelConfig&, spec::LayerKind, const DeviceWriteInputs&,
                             const DeviceLayerCaches&, void*, bool);

@@ -418,20 +418,7 @@ void launch_one(const FusedParams& p, dim3 grid, cudaStream_t stream) {
   if constexpr (F == WriteBug::kNone) {
     if (p.small) kernel = fused_write_kernel<A, C, 1, F>;
   }
-  if (!p.pdl) {
-    kernel<<<grid, kThreads, 0, stream>>>(p);
-    return;
-  }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&cfg, kernel, p), "cudaLaunchKernelEx(fused write)");
+  launch_kernel(kernel, p, grid, dim3(kThreads), stream);
 }
 
 template <DType A, WriteBug F>
@@ -452,7 +439,10 @@ void launch_for_act(const FusedParams& p, spec::DType cache, dim3 grid, cudaStre
 
 /// launch_fused_write (kvo/gpu/write.hpp) with bug F planted. F = kSwapHndNhd: the kernel is
 /// given the strides of the layout with the token and head strides exchanged (HND for NHD, ...).
-template <WriteBug F>
+/// kSpecialised: production (F = kNone) sends the configurations decode_write_applies names to
+/// the specialised kernel (write_decode.cuh); false keeps the generic one (the baseline it is
+/// measured and tested against). Planted bugs live in the generic kernel.
+template <WriteBug F, bool kSpecialised = true>
 int launch_fused_write_t(const spec::ModelConfig& config, spec::LayerKind kind,
                          const DeviceWriteInputs& in, const DeviceLayerCaches& caches, void* stream,
                          bool pdl) {
@@ -489,6 +479,14 @@ int launch_fused_write_t(const spec::ModelConfig& config, spec::LayerKind kind,
       F == WriteBug::kStridedAssumedDense || F == WriteBug::kPerHeadScaleAsHead0 ? WriteBug::kNone
                                                                                  : F;
   if (p.num_tokens == 0) return 0;
+  if constexpr (F == WriteBug::kNone && kSpecialised) {
+    if (decode_write_applies(config, kind)) {
+      p.pdl = pdl;
+      launch_decode_write(config, p, static_cast<cudaStream_t>(stream));
+      check_cuda(cudaGetLastError(), "launch of the fused write kernel");
+      return 1;
+    }
+  }
   // Tile: enough tokens per block that each thread has a few items when the GPU is full, but no
   // more than one pass over the GPU's threads would give it (small calls: more, smaller blocks).
   const std::int64_t work = static_cast<std::int64_t>(p.items_per_token.div) +

@@ -210,6 +210,10 @@ spec::SlotMapping resolve_wrap(const spec::SlotMapping& m, std::int64_t capacity
 
 void write_layer_host(WritePath path, const spec::ModelConfig& c, const spec::LayerWrite& w,
                       spec::LayerCaches& caches) {
+  if (path == WritePath::kFusedGeneric) {
+    detail::write_layer_host_via(launch_fused_write_generic, WritePath::kFused, c, w, caches);
+    return;
+  }
   detail::write_layer_host_via(launch_fused_write, path, c, w, caches);
 }
 

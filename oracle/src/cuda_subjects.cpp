@@ -1,9 +1,11 @@
-// The CUDA subjects. Writes: cuda-fused (one launch per layer) and cuda-unfused (the 12/8-launch
-// baseline), through kvo::gpu::write_layer_host. Dense insert: cuda-dense-qknorm-rope (and
-// cuda-dense-engine, foreign). Reads: cuda-canonical and cuda-fast, through kvo::gpu's read host
-// API. All validate on the host before any copy or launch and turn CUDA errors into
-// spec::FailedToRun. Planted faults come from kvo_gpu_testing, never from the production launchers.
-// Attention alone: cuda-flash-bf16, the flash family (FlashAttention's arithmetic, profile bf16_p).
+// The CUDA subjects. Writes: cuda-fused (one launch per layer: its specialised kernel where it
+// applies), cuda-fused-generic (the same write through the generic kernel only) and cuda-unfused
+// (the 12/8-launch baseline), through kvo::gpu::write_layer_host. Dense insert:
+// cuda-dense-qknorm-rope (and cuda-dense-engine, foreign). Reads: cuda-canonical and cuda-fast,
+// through kvo::gpu's read host API. All validate on the host before any copy or launch and turn
+// CUDA errors into spec::FailedToRun. Planted faults come from kvo_gpu_testing, never from the
+// production launchers. Attention alone: cuda-flash-bf16, the flash family (FlashAttention's
+// arithmetic, profile bf16_p).
 #include <memory>
 #include <optional>
 #include <string>
@@ -172,6 +174,8 @@ SubjectList make_cuda_subjects() {
   SubjectList out;
   out.push_back(std::make_unique<CudaWriteSubject>("cuda-fused", gpu::WritePath::kFused));
   out.push_back(std::make_unique<CudaWriteSubject>("cuda-unfused", gpu::WritePath::kUnfused));
+  out.push_back(
+      std::make_unique<CudaWriteSubject>("cuda-fused-generic", gpu::WritePath::kFusedGeneric));
   out.push_back(std::make_unique<CudaDenseSubject>(false));
   out.push_back(std::make_unique<CudaDenseSubject>(true));
   out.push_back(std::make_unique<CudaReadSubject>("cuda-canonical", gpu::ReadKernel::kCanonical));

@@ -3,6 +3,9 @@ each correct one passes under the modes it implies (and mode detection names the
 bug fails. Skips without torch, Triton or a CUDA device (CI has none: gpu/run_on_device.sh runs
 these on the H200). Every test prints one `[py-gpu]` line: subject, op, cases, result, modes."""
 
+import os
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -169,3 +172,26 @@ def test_triton_write_without_the_negative_slot_check_fails():
     record("planted: triton write, no slot < 0 check", "write", report, "-")
     assert not report.passed
     assert "KVO_CASE_SEED=" in report.message
+
+
+# The Triton peer bench/bench_write_peer.py times kvoracle's kernel against (issue 16): judged here
+# over kvoracle's whole case distribution in the modes it implements (random layouts, strided
+# views, geometries, activation dtypes, index-K layouts), not only the benchmark's shapes.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+import triton_write_peer as peer  # noqa: E402
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8_e4m3"])
+@pytest.mark.parametrize("mode", ["none", "divide", "mul_recip"])
+def test_the_benchmarks_triton_peer_writes_kvoracles_bytes(mode, kv_dtype):
+    modes = dict(scale_mode=mode, kv_dtype=kv_dtype, slot_mode="strict", sat="satfinite",
+                 via_model_dtype=False, scale_in_model_dtype=False, blockscale_scale="divide")
+    report = kvoracle.check(peer.write, op="write", device="cuda", cases=60, **modes)
+    record(f"bench triton peer {kv_dtype}", "write", report, f"scale_mode={mode}")
+    assert report.passed, report.message
+    if mode != "none" and kv_dtype == "fp8_e4m3":  # mode detection names what it computes
+        # (48 detection cases do not always tell divide from mul_recip on an fp8 cache: both may
+        # be named; the one it implements must be)
+        r, best = detected(peer.write, op="write", act_dtype="bf16", layers="2D", **modes)
+        assert r.outcome == "pass", r.report
+        assert f"scale_mode={mode}" in " ".join(r.matched), r.matched

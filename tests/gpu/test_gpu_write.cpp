@@ -50,6 +50,9 @@ std::atomic<std::int64_t> g_unsupported{0};  // cases a GPU path declined (a fai
 // Elements of admissible-set layers whose GPU code is admissible but not the reference's own pick
 // (div_approx: the approximate division chose another code); both paths counted.
 std::atomic<std::int64_t> g_off_pick{0};
+// Layers of the random cases, and those the fused write ran through its specialised kernel.
+std::atomic<std::int64_t> g_layers{0};
+std::atomic<std::int64_t> g_specialised{0};
 
 /// Prints the campaign totals once, after every test (the device script sums them).
 class CaseCountPrinter : public ::testing::Environment {
@@ -60,6 +63,9 @@ class CaseCountPrinter : public ::testing::Environment {
                 static_cast<long long>(g_unsupported.load()));
     std::printf("[gpu-cases] admissible elements off the reference's pick: %lld\n",
                 static_cast<long long>(g_off_pick.load()));
+    std::printf("[gpu-cases] layers through the fused write's specialised kernel: %lld of %lld\n",
+                static_cast<long long>(g_specialised.load()),
+                static_cast<long long>(g_layers.load()));
   }
 };
 const auto* const g_printer = ::testing::AddGlobalTestEnvironment(new CaseCountPrinter);
@@ -150,7 +156,19 @@ Admissible judge_admissible(const reference::PagedCacheLayout& layout, std::int6
   return out;
 }
 
-/// Runs case `seed` through the reference and both GPU paths and judges every layer: byte for
+const char* path_name(WritePath path) {
+  switch (path) {
+    case WritePath::kFused:
+      return "cuda-fused";
+    case WritePath::kUnfused:
+      return "cuda-unfused";
+    case WritePath::kFusedGeneric:
+      break;
+  }
+  return "cuda-fused-generic";
+}
+
+/// Runs case `seed` through the reference and the three GPU paths and judges every layer: byte for
 /// byte, or by admissible sets where the write admits several results. Returns an empty string on
 /// success, else the failure report (with the seed and the replay flags).
 std::string run_case(std::uint64_t seed, const oracle::CaseOverrides& o) {
@@ -165,8 +183,14 @@ std::string run_case(std::uint64_t seed, const oracle::CaseOverrides& o) {
   for (std::size_t l = 0; l < wc.writes.size(); ++l) {
     reference::write_layer(wc.config, wc.writes[l], expected[l]);
   }
-  for (WritePath path : {WritePath::kFused, WritePath::kUnfused}) {
-    const char* name = path == WritePath::kFused ? "cuda-fused" : "cuda-unfused";
+  for (std::size_t l = 0; l < wc.writes.size(); ++l) {
+    ++g_layers;
+    if (gpu::fused_write_is_specialised(wc.config, wc.writes[l].kind)) ++g_specialised;
+  }
+  // The fused write (its specialised kernel where it applies), the unfused launches, and the fused
+  // write's generic kernel on the same case.
+  for (WritePath path : {WritePath::kFused, WritePath::kUnfused, WritePath::kFusedGeneric}) {
+    const char* name = path_name(path);
     std::vector<spec::LayerCaches> actual = initial;
     try {
       for (std::size_t l = 0; l < wc.writes.size(); ++l) {
@@ -254,6 +278,120 @@ TEST(GpuWrite, EveryLayoutDtypeAndMode) {
             o.edge_values = (i % 5) < 2;
             o.layers = "DS";
             const std::uint64_t seed = oracle::case_seed(0x4D4F444553ull, i++);
+            const std::string failure = run_case(seed, o);
+            ASSERT_TRUE(failure.empty()) << failure;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fused write's specialised kernel (gpu/src/write_decode.cuh): which configurations take it
+// (host logic, no GPU), and each of its 36 instantiations against the reference and the generic
+// kernel (run_case diffs all three paths).
+
+TEST(SpecialisedWrite, AppliesExactlyToTheConfigurationsItIsBuiltFor) {
+  spec::ModelConfig c;
+  c.layers = spec::parse_layer_mix("DS");
+  c.geometry = {64, 16, 4, 128, 128};
+  c.act_dtype = DType::kBF16;
+  c.kv.cache_dtype = DType::kFp8E4M3;
+  c.kv.saturation = spec::Saturation::kSatFinite;
+  c.kv.scale_mode = spec::ScaleMode::kDivide;
+  c.index.layout = spec::IndexLayout::kBlockScale;
+  spec::validate(c);
+  ASSERT_TRUE(gpu::fused_write_is_specialised(c, LayerKind::kSparse));
+  ASSERT_TRUE(gpu::fused_write_is_specialised(c, LayerKind::kDense));
+  // Each change below leaves the instantiated set (the layer kind it concerns in brackets).
+  const std::vector<std::pair<std::string, void (*)(spec::ModelConfig&)>> outside = {
+      {"f32 activations", [](spec::ModelConfig& m) { m.act_dtype = DType::kF32; }},
+      {"fp16 cache", [](spec::ModelConfig& m) { m.kv.cache_dtype = DType::kF16; }},
+      {"e5m2 cache", [](spec::ModelConfig& m) { m.kv.cache_dtype = DType::kFp8E5M2; }},
+      {"torch saturation",
+       [](spec::ModelConfig& m) { m.kv.saturation = spec::Saturation::kTorch; }},
+      {"div_approx", [](spec::ModelConfig& m) { m.kv.scale_mode = spec::ScaleMode::kDivApprox; }},
+      {"via_model_dtype", [](spec::ModelConfig& m) { m.kv.via_model_dtype = true; }},
+      {"scale_in_model_dtype", [](spec::ModelConfig& m) { m.kv.scale_in_model_dtype = true; }},
+      {"legacy_wrap", [](spec::ModelConfig& m) { m.slot_mode = spec::SlotMode::kLegacyWrap; }},
+      {"K and V rows of 8200 elements", [](spec::ModelConfig& m) { m.geometry.num_kv_heads = 41; }},
+  };
+  for (const auto& [what, change] : outside) {
+    spec::ModelConfig m = c;
+    change(m);
+    EXPECT_FALSE(gpu::fused_write_is_specialised(m, LayerKind::kDense)) << what;
+  }
+  spec::ModelConfig flat_fp8 = c;  // an fp8 flat index-K: the sparse layers only
+  flat_fp8.index.layout = spec::IndexLayout::kFlat;
+  flat_fp8.index.flat_dtype = DType::kFp8E4M3;
+  EXPECT_FALSE(gpu::fused_write_is_specialised(flat_fp8, LayerKind::kSparse));
+  EXPECT_TRUE(gpu::fused_write_is_specialised(flat_fp8, LayerKind::kDense));
+  spec::ModelConfig fp16_bf16 = c;  // inside: fp16 activations, a bf16 cache, scale none
+  fp16_bf16.act_dtype = DType::kF16;
+  fp16_bf16.kv.cache_dtype = DType::kBF16;
+  fp16_bf16.kv.scale_mode = spec::ScaleMode::kNone;
+  fp16_bf16.kv.saturation = spec::Saturation::kTorch;  // no fp8 anywhere: irrelevant
+  EXPECT_TRUE(gpu::fused_write_is_specialised(fp16_bf16, LayerKind::kSparse));
+}
+
+// The default write case distribution sends layers to each kernel, so the random-case tests diff
+// both against the reference.
+TEST(SpecialisedWrite, TheCaseDistributionReachesBothKernels) {
+  std::int64_t layers = 0, specialised = 0;
+  for (std::uint64_t i = 0; i < 400; ++i) {
+    const oracle::WriteCase wc = oracle::make_write_case(oracle::case_seed(0x5BEC1A1u, i), {});
+    for (const spec::LayerWrite& w : wc.writes) {
+      ++layers;
+      if (gpu::fused_write_is_specialised(wc.config, w.kind)) ++specialised;
+    }
+  }
+  std::printf("[specialised] %lld of %lld layers of 400 default cases\n",
+              static_cast<long long>(specialised), static_cast<long long>(layers));
+  // Each of the distribution's independent draws (activation, cache dtype, saturation, scale mode,
+  // model-dtype roundings, slot mode, index layout) may leave the instantiated set: a few percent
+  // of its layers take the specialised kernel (42 of 944 when written); the test below covers each
+  // instantiation on purpose.
+  EXPECT_GE(specialised * 40, layers)
+      << "fewer than 2.5% of the layers reach the specialised kernel";
+  EXPECT_GE((layers - specialised) * 2, layers) << "fewer than half reach the generic kernel";
+}
+
+// Every instantiation (activation x cache x scale mode x index layout), at token counts that
+// straddle a warp, the 1..4-token tiles and several waves of blocks, over random layouts, views,
+// block sizes and edge values (inf, NaN, subnormals, midpoints). KVO_SPECIALISED_MAX_TOKENS caps
+// the token counts (the sanitizer run's).
+TEST(SpecialisedWrite, EveryInstantiationMatchesTheReferenceAndTheGenericKernel) {
+  KVO_REQUIRE_GPU();
+  constexpr std::array<std::int64_t, 8> kTokens{1, 3, 33, 130, 257, 2113, 4225, 9001};
+  const std::int64_t max_tokens = env_int("KVO_SPECIALISED_MAX_TOKENS", kTokens.back());
+  std::uint64_t i = 0;
+  for (DType act : {DType::kBF16, DType::kF16}) {
+    for (DType cache : {DType::kBF16, DType::kFp8E4M3}) {
+      for (spec::ScaleMode mode :
+           {spec::ScaleMode::kNone, spec::ScaleMode::kDivide, spec::ScaleMode::kMulRecip}) {
+        for (int index = 0; index < 3; ++index) {  // dense only, flat bf16, blockscale
+          oracle::CaseOverrides o;
+          o.act_dtype = act;
+          o.kv_dtype = cache;
+          o.saturation = spec::Saturation::kSatFinite;
+          o.scale_mode = mode;
+          o.via_model_dtype = false;
+          o.scale_in_model_dtype = false;
+          o.slot_mode = spec::SlotMode::kStrict;
+          o.layers = index == 0 ? "D" : "DS";
+          o.index_layout = index == 2 ? spec::IndexLayout::kBlockScale : spec::IndexLayout::kFlat;
+          o.index_dtype = DType::kBF16;
+          for (std::int64_t tokens : kTokens) {
+            if (tokens > max_tokens) continue;
+            o.per_head_scale = (i & 1) != 0;
+            o.ue8m0 = (i & 2) != 0;
+            o.edge_values = (i % 3) == 0;
+            o.tokens = tokens;
+            const std::uint64_t seed = oracle::case_seed(0x5BEC1A2u, i++);
+            const oracle::WriteCase wc = oracle::make_write_case(seed, o);
+            for (const spec::LayerWrite& w : wc.writes)
+              ASSERT_TRUE(gpu::fused_write_is_specialised(wc.config, w.kind)) << wc.describe();
             const std::string failure = run_case(seed, o);
             ASSERT_TRUE(failure.empty()) << failure;
           }

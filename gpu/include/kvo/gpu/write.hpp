@@ -32,8 +32,10 @@
 
 namespace kvo::gpu {
 
-/// Which GPU implementation writes the layer.
-enum class WritePath : std::uint8_t { kFused, kUnfused };
+/// Which GPU implementation writes the layer: the fused write (its specialised kernel where
+/// fused_write_is_specialised, else the generic one), the unfused launches, or the fused write
+/// through its generic kernel only (launch_fused_write_generic).
+enum class WritePath : std::uint8_t { kFused, kUnfused, kFusedGeneric };
 
 /// One layer's inputs on the device. Every pointer is 16-byte aligned.
 struct DeviceWriteInputs {
@@ -68,6 +70,20 @@ std::int64_t index_buffer_bytes(const spec::ModelConfig& config);  ///< index-K
 int launch_fused_write(const spec::ModelConfig& config, spec::LayerKind kind,
                        const DeviceWriteInputs& in, const DeviceLayerCaches& caches, void* stream,
                        bool pdl = false);
+
+/// The fused write through its generic kernel whatever the configuration (runtime modes, every
+/// dtype and mode): the baseline launch_fused_write's specialised kernel is measured and tested
+/// against. The same contract and bytes as launch_fused_write.
+int launch_fused_write_generic(const spec::ModelConfig& config, spec::LayerKind kind,
+                               const DeviceWriteInputs& in, const DeviceLayerCaches& caches,
+                               void* stream, bool pdl = false);
+
+/// Whether launch_fused_write runs this layer through its specialised kernel (16-bit activations;
+/// bf16 or satfinite e4m3 caches; scale none, divide or mul_recip without model-dtype roundings;
+/// strict slots; index-K none, flat bf16 or blockscale; a token's K and V rows of at most 8192
+/// elements): the modes, dtypes and index layout compiled in, one thread per 8-element item and
+/// no barrier. Host-only; needs no GPU.
+bool fused_write_is_specialised(const spec::ModelConfig& config, spec::LayerKind kind);
 
 /// Device scratch of the unfused path: per tensor (K, V, index-K) the block and offset vectors in
 /// the slot type and as int64, i.e. 3 x 4 x [max_tokens] int64.
