@@ -99,9 +99,19 @@ void ValueGenerator::fill_row(std::uint64_t key, std::int64_t heads, std::int64_
       continue;
     }
     // value_of_key without the edge table, in two passes over the row: the hashes, then one
-    // rounding loop over it (a loop without calls, which the compiler vectorises).
+    // rounding loop over it (a loop without calls, which the compiler vectorises), round_to's
+    // dtype switch taken once per row (an ordinary value is finite: bf16 needs no NaN case).
     for (std::int64_t d = 0; d < dim; ++d) out[d] = ordinary_value(mix64(head_key ^ dim_mix(d)));
-    for (std::int64_t d = 0; d < dim; ++d) out[d] = round_to(out[d], act);
+    switch (act) {
+      case spec::DType::kF32:
+        break;  // round_to(x, f32) is x
+      case spec::DType::kBF16:
+        for (std::int64_t d = 0; d < dim; ++d) out[d] = bf16_to_f32(f32_to_bf16(out[d]));
+        break;
+      default:
+        for (std::int64_t d = 0; d < dim; ++d) out[d] = round_to(out[d], act);
+        break;
+    }
     out += dim;
   }
 }

@@ -3,6 +3,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "kvo/reference/generator.hpp"
 #include "kvo/reference/numbers.hpp"
@@ -50,6 +51,29 @@ RC_GTEST_PROP(ValueGenerator, ValuesAreRepresentableInRangeAndDeterministic, ())
   }
   if (g.edge_values && g.range <= 1.0f)
     RC_ASSERT(edges_outside_range > 0);  // the edge table shows up
+}
+
+// fill_row is value() a row at a time (its hashes from a table, its rounding one loop per dtype):
+// the same bits for every element, every activation dtype, with and without the edge table.
+RC_GTEST_PROP(ValueGenerator, FillRowIsValueElementByElement, ()) {
+  ValueGenerator g;
+  g.seed = *rc::gen::arbitrary<std::uint64_t>();
+  g.act = *rc::gen::element(spec::DType::kF32, spec::DType::kBF16, spec::DType::kF16);
+  g.range = std::ldexp(1.0f, *rc::gen::inRange(-4, 10));
+  g.edge_values = *rc::gen::arbitrary<bool>();
+  g.allow_nonfinite = g.edge_values && *rc::gen::arbitrary<bool>();
+  const auto tensor = *rc::gen::element(GenTensor::kK, GenTensor::kV, GenTensor::kIndexK);
+  const std::int64_t layer = *rc::gen::inRange(0, 60), request = *rc::gen::inRange(0, 64);
+  const std::int64_t position = *rc::gen::inRange(0, 5000);
+  const std::int64_t heads = *rc::gen::inRange(1, 5), dim = *rc::gen::inRange(1, 300);
+  std::vector<float> row(static_cast<std::size_t>(heads * dim));
+  g.fill_row(g.row_key(layer, tensor, request, position), heads, dim, row.data());
+  for (std::int64_t h = 0; h < heads; ++h) {
+    for (std::int64_t d = 0; d < dim; ++d) {
+      const float want = g.value(layer, tensor, request, position, h, d);
+      RC_ASSERT(bits_of(row[static_cast<std::size_t>(h * dim + d)]) == bits_of(want));
+    }
+  }
 }
 
 }  // namespace
