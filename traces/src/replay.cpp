@@ -375,6 +375,10 @@ class Replayer {
   struct SubjectWrite {
     spec::HostTensor q_got;
     std::exception_ptr error;
+    /// same_pages of the step's pages, when the worker that wrote them compared them (a write
+    /// row's write that did not throw), with the bytes it compared.
+    std::optional<bool> pages_same;
+    std::int64_t pages_compared = 0;
   };
   /// One layer of one step as the workers leave it: its inputs, the reference's write of them
   /// into expected_[li], and the concurrent rows' writes into their caches (per write row; empty
@@ -391,6 +395,8 @@ class Replayer {
                    std::vector<bool>& mismatched);
   bool read_layer(std::size_t li, std::int64_t step, std::vector<bool>& mismatched);
   bool sweep(std::int64_t first_step, std::int64_t step, std::vector<bool>& mismatched);
+  /// Runs fn(li) for every selected layer, at most workers_ at once (layers share nothing).
+  void each_layer(const std::function<void(std::size_t)>& fn) const;
 
   const Trace& trace_;
   const spec::ModelConfig& c_;
@@ -404,6 +410,7 @@ class Replayer {
   std::vector<spec::LayerCaches> expected_;  ///< per selected layer
   std::vector<WriteRow> write_rows_;
   std::vector<ReadRow> read_rows_;
+  std::size_t workers_ = 1;  ///< --jobs: threads working on layers
 };
 
 void Replayer::check_arguments() {
@@ -578,8 +585,13 @@ bool Replayer::judge_write(WriteRow& w, std::size_t li, std::int64_t s, const La
                     "mismatch: subject " + r.name + " (dense), step " + std::to_string(s) +
                         ", layer " + std::to_string(l) + "\n" + j.report);
   }
-  bool pages =
-      rejected.empty() && same_pages(layout_, expected_[li], got, blocks, report_.compared_bytes);
+  bool pages = false;
+  if (rejected.empty() && run.pages_same.has_value()) {  // compared by the worker that wrote them
+    pages = *run.pages_same;
+    report_.compared_bytes += run.pages_compared;
+  } else if (rejected.empty()) {
+    pages = same_pages(layout_, expected_[li], got, blocks, report_.compared_bytes);
+  }
   // SPEC 7: where the modes admit several codes (div_approx, legacy-wrap races), differing pages
   // are judged element by element against their admissible sets, then resynced.
   if (!pages && rejected.empty() && w.op == spec::Op::kWrite && reference::admits_several(c_, lw) &&
@@ -643,13 +655,34 @@ bool Replayer::read_layer(std::size_t li, std::int64_t s, std::vector<bool>& mis
   return stop;
 }
 
+void Replayer::each_layer(const std::function<void(std::size_t)>& fn) const {
+  std::deque<std::future<void>> running;
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    if (running.size() >= workers_) {
+      running.front().get();
+      running.pop_front();
+    }
+    running.push_back(std::async(std::launch::async, fn, li));
+  }
+  for (auto& f : running) f.get();
+}
+
 bool Replayer::sweep(std::int64_t first, std::int64_t s, std::vector<bool>& mismatched) {
+  // Every (row, layer) pair compared on the workers first; then judged in order, as before.
+  std::vector<std::vector<char>> same(write_rows_.size(), std::vector<char>(layers_.size(), 1));
+  each_layer([&](std::size_t li) {
+    for (std::size_t i = 0; i < write_rows_.size(); ++i) {
+      if (runs(write_rows_[i], li))
+        same[i][li] = same_bytes(expected_[li], write_rows_[i].caches[li]) ? 1 : 0;
+    }
+  });
   bool stop = false;
-  for (WriteRow& w : write_rows_) {
+  for (std::size_t i = 0; i < write_rows_.size(); ++i) {
+    WriteRow& w = write_rows_[i];
     for (std::size_t li = 0; li < layers_.size() && !stop; ++li) {
       if (!runs(w, li)) continue;  // that layer is another op's, and this row never wrote it
       report_.compared_bytes += total_bytes(expected_[li]);
-      if (same_bytes(expected_[li], w.caches[li])) continue;
+      if (same[i][li] != 0) continue;
       const std::int64_t l = layers_[li];
       std::string text =
           "mismatch: subject " + report_.subjects[w.row].name +
@@ -677,19 +710,8 @@ void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress
   }
 
   check_host_memory();
-  const auto workers = static_cast<std::size_t>(oracle::campaign_jobs(o_.jobs));
-  // Runs fn(li) for every selected layer, at most `workers` at once (layers share nothing).
-  const auto each_layer = [&](const std::function<void(std::size_t)>& fn) {
-    std::deque<std::future<void>> running;
-    for (std::size_t li = 0; li < layers_.size(); ++li) {
-      if (running.size() >= workers) {
-        running.front().get();
-        running.pop_front();
-      }
-      running.push_back(std::async(std::launch::async, fn, li));
-    }
-    for (auto& f : running) f.get();
-  };
+  workers_ = static_cast<std::size_t>(oracle::campaign_jobs(o_.jobs));
+  const std::size_t workers = workers_;
   // The poisoned caches; the reference alone writes the steps before the range into them; then
   // each write row starts from a copy.
   expected_.resize(layers_.size());
@@ -731,7 +753,17 @@ void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress
       reference_layer(li, work.in);
       work.writes.resize(write_rows_.size());
       for (std::size_t i = 0; i < write_rows_.size(); ++i) {
-        if (ahead[i]) work.writes[i] = run_write(write_rows_[i], li, work.in);
+        if (!ahead[i]) continue;
+        WriteRow& w = write_rows_[i];
+        SubjectWrite run = run_write(w, li, work.in);
+        // The step's pages compared here too, so that the calling thread only reads the verdict.
+        if (!run.error && w.op == spec::Op::kWrite) {
+          const std::vector<std::int64_t> blocks =
+              touched_blocks(c_, trace_.steps[static_cast<std::size_t>(step)]);
+          run.pages_same =
+              same_pages(layout_, expected_[li], w.caches[li], blocks, run.pages_compared);
+        }
+        work.writes[i] = std::move(run);
       }
       return work;
     });
