@@ -96,6 +96,7 @@ float approx_quotient(float x, float s) {
 /// One K/V element as the mutated kernel quantizes it (quantize_kv, but for the mutation).
 std::uint32_t quantize_element(float x, float s, const spec::ModelConfig& config,
                                WriteMutation mutation) {
+  if (mutation == WriteMutation::kNone) return quantize_kv(x, s, config.kv, config.act_dtype);
   spec::KvQuant q = config.kv;
   if (mutation == WriteMutation::kE4m3IntoE5m2 && q.cache_dtype == spec::DType::kFp8E5M2)
     q.cache_dtype = spec::DType::kFp8E4M3;
