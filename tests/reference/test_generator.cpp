@@ -31,13 +31,20 @@ TEST(ValueGenerator, KeyFieldsAllMatter) {
   EXPECT_NE(base, value_key(7, 1, GenTensor::kK, 2, 3, 4, 4));
 }
 
-RC_GTEST_PROP(ValueGenerator, ValuesAreRepresentableInRangeAndDeterministic, ()) {
+/// A generator of any seed, activation dtype, range, with or without the edge table (inside a
+/// rapidcheck property).
+ValueGenerator arbitrary_generator() {
   ValueGenerator g;
   g.seed = *rc::gen::arbitrary<std::uint64_t>();
   g.act = *rc::gen::element(spec::DType::kF32, spec::DType::kBF16, spec::DType::kF16);
   g.range = std::ldexp(1.0f, *rc::gen::inRange(-4, 10));
   g.edge_values = *rc::gen::arbitrary<bool>();
   g.allow_nonfinite = g.edge_values && *rc::gen::arbitrary<bool>();
+  return g;
+}
+
+RC_GTEST_PROP(ValueGenerator, ValuesAreRepresentableInRangeAndDeterministic, ()) {
+  const ValueGenerator g = arbitrary_generator();
   int edges_outside_range = 0;
   for (int i = 0; i < 256; ++i) {
     const float x = g.value(1, GenTensor::kIndexK, 2, i, 0, i % 7);
@@ -56,12 +63,7 @@ RC_GTEST_PROP(ValueGenerator, ValuesAreRepresentableInRangeAndDeterministic, ())
 // fill_row is value() a row at a time (its hashes from a table, its rounding one loop per dtype):
 // the same bits for every element, every activation dtype, with and without the edge table.
 RC_GTEST_PROP(ValueGenerator, FillRowIsValueElementByElement, ()) {
-  ValueGenerator g;
-  g.seed = *rc::gen::arbitrary<std::uint64_t>();
-  g.act = *rc::gen::element(spec::DType::kF32, spec::DType::kBF16, spec::DType::kF16);
-  g.range = std::ldexp(1.0f, *rc::gen::inRange(-4, 10));
-  g.edge_values = *rc::gen::arbitrary<bool>();
-  g.allow_nonfinite = g.edge_values && *rc::gen::arbitrary<bool>();
+  const ValueGenerator g = arbitrary_generator();
   const auto tensor = *rc::gen::element(GenTensor::kK, GenTensor::kV, GenTensor::kIndexK);
   const std::int64_t layer = *rc::gen::inRange(0, 60), request = *rc::gen::inRange(0, 64);
   const std::int64_t position = *rc::gen::inRange(0, 5000);
