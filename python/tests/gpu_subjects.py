@@ -2,11 +2,19 @@
 write them, and Triton kernels written here in the engines' styles. Imported by test_gpu_subjects.py
 (which skips without torch and a GPU) and by python/bench/bench_python_path.py."""
 
+import os
+import sys
+
 import torch
 import triton
 import triton.language as tl
 
 from kvoracle import Unsupported
+
+# The blockscale cache as a kernel handed its data_ptr() addresses it: one definition, the bench's
+# Triton peer's.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from triton_write_peer import byte_and_word_views  # noqa: E402
 
 # --- torch writes, with vLLM's reshape_and_cache_flash signature ---------------------------------
 
@@ -272,22 +280,13 @@ def triton_fused_write(mul_recip: bool, check_negative: bool = True):
         else:
             if cfg["ue8m0"] or cfg.get("blockscale_scale", "divide") != "divide":
                 raise Unsupported("this quantizer computes s = amax / 448 only")
-            values, scales = _byte_and_word_views(cache)
+            values, scales = byte_and_word_views(cache)
             _index_blockscale_kernel[(t, idim // 128)](
                 call.index_k, slots, values, scales, bs, cache.stride(0), INDEX_DIM=idim)
 
     write.__name__ = "triton_fused_write_" + ("mul_recip" if mul_recip else "divide") + (
         "" if check_negative else "_no_negative_check")
     return write
-
-
-def _byte_and_word_views(cache):
-    """The cache's bytes from its first element to its last, as fp8 codes and as fp32 words (the
-    scales): what a kernel handed `cache.data_ptr()` addresses. The blocks are contiguous inside
-    (a byte view of the page) and 4-byte multiples, one block stride apart."""
-    run = torch.as_strided(cache, ((cache.shape[0] - 1) * cache.stride(0) + cache[0].numel(),),
-                           (1,))
-    return run.view(torch.float8_e4m3fn), run.view(torch.float32)
 
 
 def triton_indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale_fmt):
@@ -300,7 +299,7 @@ def triton_indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size
         raise Unsupported("quant_block_size 128 without ue8m0 only")
     t = slot_mapping.shape[0]
     nb, bs, stride = kv_cache.shape
-    values, scales = _byte_and_word_views(kv_cache)
+    values, scales = byte_and_word_views(kv_cache)
     if t > 0:
         _index_blockscale_kernel[(t, k.shape[1] // 128)](
             k, slot_mapping, values, scales, bs, bs * stride, INDEX_DIM=k.shape[1])

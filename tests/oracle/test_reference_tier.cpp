@@ -45,6 +45,16 @@ CheckOptions tier_options(std::int64_t cases, std::int64_t first, std::int64_t e
   return o;
 }
 
+/// A write campaign of cpu-fused whose tier answerer goes wrong after `good_calls` layer writes.
+CheckReport run_with_diverging_tier(std::int64_t good_calls, std::int64_t cases, std::int64_t first,
+                                    std::int64_t every) {
+  SubjectList subjects = make_subjects();
+  const std::unique_ptr<Subject> wrong = diverging_answerer(good_calls);
+  CheckOptions o = tier_options(cases, first, every);
+  o.tier_answerers[spec::Op::kWrite] = wrong.get();
+  return run_check(o, subjects);
+}
+
 TEST(ReferenceTier, ACorrectTierAnswersAndIsCheckedOnTheSample) {
   SubjectList subjects = make_subjects();
   CheckOptions o = tier_options(40, 4, 8);
@@ -72,11 +82,7 @@ TEST(ReferenceTier, ACorrectTierAnswersAndIsCheckedOnTheSample) {
 }
 
 TEST(ReferenceTier, ADivergentTierIsCaughtByTheFirstSample) {
-  SubjectList subjects = make_subjects();
-  const std::unique_ptr<Subject> wrong = diverging_answerer(0);
-  CheckOptions o = tier_options(30, 2, 16);
-  o.tier_answerers[spec::Op::kWrite] = wrong.get();
-  const CheckReport r = run_check(o, subjects);
+  const CheckReport r = run_with_diverging_tier(0, 30, 2, 16);
   EXPECT_EQ(r.worst, spec::Outcome::kFailedToRun);
   EXPECT_EQ(r.cases_run, 0) << "the case the tier got wrong is not recorded";
   EXPECT_NE(r.tier_disagreement.find("case 0 seed 0x"), std::string::npos) << r.tier_disagreement;
@@ -91,13 +97,9 @@ TEST(ReferenceTier, ADivergentTierIsCaughtByTheFirstSample) {
 // Outside the sample, a wrong answer shows as a subject failing against it: the case is judged
 // again against the CPU reference, which convicts the tier, not the subject.
 TEST(ReferenceTier, ADivergenceOutsideTheSampleIsCaughtWhereASubjectFails) {
-  SubjectList subjects = make_subjects();
   // Cases 0 and 1 (sampled) make a few layer writes through the check; the tier goes wrong after
   // 40, well inside the unsampled cases 2-1000.
-  const std::unique_ptr<Subject> wrong = diverging_answerer(40);
-  CheckOptions o = tier_options(60, 1, 1000);
-  o.tier_answerers[spec::Op::kWrite] = wrong.get();
-  const CheckReport r = run_check(o, subjects);
+  const CheckReport r = run_with_diverging_tier(40, 60, 1, 1000);
   EXPECT_EQ(r.worst, spec::Outcome::kFailedToRun) << r.summary();
   EXPECT_GT(r.cases_run, 1);
   EXPECT_LT(r.cases_run, 60);

@@ -411,6 +411,8 @@ class Replayer {
   std::vector<WriteRow> write_rows_;
   std::vector<ReadRow> read_rows_;
   std::size_t workers_ = 1;  ///< --jobs: threads working on layers
+  /// touched_blocks of each step up to end_: the pages each step is judged on, computed once.
+  std::vector<std::vector<std::int64_t>> step_blocks_;
 };
 
 void Replayer::check_arguments() {
@@ -472,7 +474,7 @@ void Replayer::check_host_memory() const {
   const spec::CacheGeometry& g = c_.geometry;
   std::vector<bool> named(static_cast<std::size_t>(g.num_blocks), false);
   for (std::int64_t s = 0; s < end_; ++s) {
-    for (const std::int64_t b : touched_blocks(c_, trace_.steps[static_cast<std::size_t>(s)]))
+    for (const std::int64_t b : step_blocks_[static_cast<std::size_t>(s)])
       named[static_cast<std::size_t>(b)] = true;
   }
   const auto named_blocks = std::count(named.begin(), named.end(), true);
@@ -709,6 +711,9 @@ void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress
     }
   }
 
+  step_blocks_.clear();
+  for (std::int64_t s = 0; s < end_; ++s)
+    step_blocks_.push_back(touched_blocks(c_, trace_.steps[static_cast<std::size_t>(s)]));
   check_host_memory();
   workers_ = static_cast<std::size_t>(oracle::campaign_jobs(o_.jobs));
   const std::size_t workers = workers_;
@@ -758,10 +763,9 @@ void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress
         SubjectWrite run = run_write(w, li, work.in);
         // The step's pages compared here too, so that the calling thread only reads the verdict.
         if (!run.error && w.op == spec::Op::kWrite) {
-          const std::vector<std::int64_t> blocks =
-              touched_blocks(c_, trace_.steps[static_cast<std::size_t>(step)]);
           run.pages_same =
-              same_pages(layout_, expected_[li], w.caches[li], blocks, run.pages_compared);
+              same_pages(layout_, expected_[li], w.caches[li],
+                         step_blocks_[static_cast<std::size_t>(step)], run.pages_compared);
         }
         work.writes[i] = std::move(run);
       }
@@ -792,8 +796,7 @@ void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress
   bool stop = false;
   for (std::int64_t s = first; s < end_ && !stop; ++s) {
     std::vector<bool> mismatched(report_.subjects.size(), false);
-    const std::vector<std::int64_t> blocks =
-        touched_blocks(c_, trace_.steps[static_cast<std::size_t>(s)]);
+    const std::vector<std::int64_t>& blocks = step_blocks_[static_cast<std::size_t>(s)];
     start_ready(s, 0);
     for (std::size_t li = 0; li < layers_.size() && !stop; ++li) {
       LayerWork work = pending.front().get();
