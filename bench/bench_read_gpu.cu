@@ -7,6 +7,7 @@
 //   bf16 or e4m3 (per-tensor scale) caches, bf16 q and out. Bytes that must move: the selected K
 //   and V once per KV head, q, the output.
 //     bw_frac = those bytes / time / copy bandwidth           (target >= 0.60 at batch >= 64)
+//     x_generic = canonical time / the generic chunk kernel's (launch_attention_generic), same run
 // BM_IndexerTopk/batch:B/context:L — decode rows of L-token contexts: block scores of every
 //   128-token block (4 index heads, 4 KV heads, index_dim 128, block-scaled fp8 index-K) and the
 //   top 16. The same run times a kernel that reads those index-K pages once.
@@ -193,7 +194,16 @@ void BM_SparseDecode(benchmark::State& state) {
     const auto times = time_families([&](kvo::gpu::ReadKernel kernel, cudaStream_t s) {
       kvo::gpu::launch_attention(c, p, rows.dev, a, kernel, s);
     });
+    // The baseline in the same run: the canonical family through the generic chunk kernel.
+    CapturedGraph generic([&](cudaStream_t s) {
+      kvo::gpu::launch_attention_generic(c, p, rows.dev, a, kvo::gpu::ReadKernel::kCanonical, s);
+    });
+    generic.run();
+    const double generic_s = generic.median_s(kReps);
     for (auto _ : state) state.SetIterationTime(times[0]);
+    state.counters["specialised"] = kvo::gpu::attention_is_specialised(c, p) ? 1 : 0;
+    state.counters["generic_us"] = generic_s * 1e6;
+    state.counters["x_generic"] = times[0] / generic_s;
     state.counters["canonical_us"] = times[0] * 1e6;
     state.counters["fast_us"] = times[1] * 1e6;
     state.counters["MB"] = bytes * 1e-6;

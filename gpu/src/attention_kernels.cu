@@ -15,6 +15,18 @@ void launch_attention(const spec::ModelConfig& config, const spec::AttentionPara
   detail::launch_attention_t<detail::ReadBug::kNone>(config, params, batch, a, kernel, stream);
 }
 
+void launch_attention_generic(const spec::ModelConfig& config, const spec::AttentionParams& params,
+                              const DeviceReadBatch& batch, const DeviceAttention& a,
+                              ReadKernel kernel, void* stream) {
+  detail::launch_attention_t<detail::ReadBug::kNone, AttentionPath::kGeneric>(config, params, batch,
+                                                                              a, kernel, stream);
+}
+
+bool attention_is_specialised(const spec::ModelConfig& config,
+                              const spec::AttentionParams& params) {
+  return detail::attention_decode_applies(config, params);
+}
+
 void launch_flash_attention(const spec::ModelConfig& config, const spec::AttentionParams& params,
                             const DeviceReadBatch& batch, const DeviceAttention& a, void* stream) {
   detail::launch_flash_attention_t<spec::AttentionBug::kNone>(config, params, batch, a, stream);

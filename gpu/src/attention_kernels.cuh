@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "read_launch.cuh"
@@ -299,8 +300,9 @@ __device__ inline void store_out(const AttnArgs& a, long long i, float y) {
 
 /// Kernel 2 of attention: one CUDA block per (row, query head), thread d per output dim. The
 /// chunk order is found in parallel (a sparse slot's position is the number of selected blocks
-/// below its own), and each thread loads eight chunks' partial results before combining them, so
-/// that the loads overlap instead of waiting on the combine chain.
+/// below its own); the exps of the recurrence are computed once per chunk for the block (every
+/// output dim shares them), and each thread loads eight chunks' partial results before combining
+/// them, so that the loads overlap instead of waiting on the combine chain.
 template <bool kCanonical>
 __global__ void attention_combine_kernel(AttnArgs a) {
   __shared__ int ids[kMaxTopk];
@@ -328,42 +330,82 @@ __global__ void attention_combine_kernel(AttnArgs a) {
     __syncthreads();
     n_chunks = n_sel;
   }
+  // Per batch of up to kMaxTopk chunks: the chunks' maxima m_c loaded by every thread, the running
+  // maxima M (SPEC 6.3: M' = max(M, m_c), a `>` compare) by thread 0 in chunk order, then each
+  // chunk's exp(M - M') and exp(m_c - M') once for the block (the output dims share them), then
+  // thread d's L and O chains. The same operations on the same operands as the recurrence.
+  __shared__ float m_s[kMaxTopk], big_m_s[kMaxTopk], x_s[kMaxTopk], y_s[kMaxTopk];
   const int d = threadIdx.x;
-  if (d >= a.g.head_dim) return;
+  const bool active = d < a.g.head_dim;
+  const auto chunk_at = [&](int c) { return a.selection == nullptr ? c : order[c]; };
   float big_m = 0.0f, big_l = 0.0f, big_o = 0.0f;
-  constexpr int kBatch = 8;
-  for (int c0 = 0; c0 < n_chunks; c0 += kBatch) {
-    float m[kBatch], l[kBatch], o[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      if (c0 + u >= n_chunks) break;
-      const float* w = ws_entry(a, row, hq, a.selection == nullptr ? c0 + u : order[c0 + u]);
-      m[u] = w[0], l[u] = w[1], o[u] = w[2 + d];
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      if (c0 + u >= n_chunks) break;
-      if (c0 + u == 0) {
-        big_m = m[u], big_l = l[u], big_o = o[u];
-        continue;
+  for (int c0 = 0; c0 < n_chunks; c0 += kMaxTopk) {
+    const int n = n_chunks - c0 < kMaxTopk ? n_chunks - c0 : kMaxTopk;
+    for (int u = threadIdx.x; u < n; u += blockDim.x)
+      m_s[u] = ws_entry(a, row, hq, chunk_at(c0 + u))[0];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float run = big_m;
+      for (int u = 0; u < n; ++u) {
+        const float m = m_s[u];
+        run = c0 + u == 0 ? m : m > run ? m : run;
+        big_m_s[u] = run;
       }
-      const float m_new = m[u] > big_m ? m[u] : big_m;
+    }
+    __syncthreads();
+    for (int u = threadIdx.x; u < n; u += blockDim.x) {
+      if (c0 + u == 0) continue;  // the first chunk starts the recurrence: no exp
+      const float prev = u == 0 ? big_m : big_m_s[u - 1], now = big_m_s[u];
       if constexpr (kCanonical) {
-        const float x = canonical_exp(__fsub_rn(big_m, m_new));
-        const float y = canonical_exp(__fsub_rn(m[u], m_new));
-        big_l = __fmaf_rn(big_l, x, __fmul_rn(l[u], y));
-        big_o = __fmaf_rn(big_o, x, __fmul_rn(o[u], y));
+        x_s[u] = canonical_exp(__fsub_rn(prev, now));
+        y_s[u] = canonical_exp(__fsub_rn(m_s[u], now));
       } else {
-        const float x = fast_exp2(big_m - m_new), y = fast_exp2(m[u] - m_new);
-        big_l = big_l * x + l[u] * y;
-        big_o = big_o * x + o[u] * y;
+        x_s[u] = fast_exp2(prev - now), y_s[u] = fast_exp2(m_s[u] - now);
       }
-      big_m = m_new;
     }
+    __syncthreads();
+    if (active) {
+      constexpr int kBatch = 8;  // eight chunks' loads issued before their combine steps
+      for (int u0 = 0; u0 < n; u0 += kBatch) {
+        float l[kBatch], o[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          if (u0 + k >= n) break;
+          const float* w = ws_entry(a, row, hq, chunk_at(c0 + u0 + k));
+          l[k] = w[1], o[k] = w[2 + d];
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          const int u = u0 + k;
+          if (u >= n) break;
+          if (c0 + u == 0) {
+            big_l = l[k], big_o = o[k];
+          } else if constexpr (kCanonical) {
+            big_l = __fmaf_rn(big_l, x_s[u], __fmul_rn(l[k], y_s[u]));
+            big_o = __fmaf_rn(big_o, x_s[u], __fmul_rn(o[k], y_s[u]));
+          } else {
+            big_l = big_l * x_s[u] + l[k] * y_s[u];
+            big_o = big_o * x_s[u] + o[k] * y_s[u];
+          }
+        }
+      }
+    }
+    big_m = big_m_s[n - 1];
+    __syncthreads();  // m_s, big_m_s, x_s, y_s are refilled by the next batch
   }
+  if (!active) return;
   float y = 0.0f;
   if (n_chunks > 0) y = kCanonical ? __fdiv_rn(big_o, big_l) : __fdividef(big_o, big_l);
   store_out(a, (row * a.nq + hq) * a.g.head_dim + d, y);
+}
+
+/// Kernel 2 over the chunk results kernel 1 (generic or specialised) left in a.ws.
+template <bool kCanonical>
+void launch_attention_combine(const AttnArgs& a, std::int64_t rows, cudaStream_t s) {
+  const unsigned threads = static_cast<unsigned>((a.g.head_dim + 31) / 32 * 32);
+  attention_combine_kernel<kCanonical>
+      <<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(a.nq)), threads, 0, s>>>(a);
+  check_cuda(cudaGetLastError(), "attention_combine_kernel launch");
 }
 
 template <bool kCanonical, int KvDt, int L>
@@ -374,11 +416,16 @@ void run_attention(const AttnArgs& a, std::int64_t rows, std::size_t smem, cudaS
               static_cast<unsigned>(rows)),
          kReadThreads, smem, s>>>(a);
   check_cuda(cudaGetLastError(), "attention_chunk_kernel launch");
-  const unsigned threads = static_cast<unsigned>((a.g.head_dim + 31) / 32 * 32);
-  attention_combine_kernel<kCanonical>
-      <<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(a.nq)), threads, 0, s>>>(a);
-  check_cuda(cudaGetLastError(), "attention_combine_kernel launch");
+  launch_attention_combine<kCanonical>(a, rows, s);
 }
+
+/// Whether attention's chunks of this call can run through the specialised kernel
+/// (attention_decode.cuh): head_dim 64 or 128, 1, 2, 4, 8 or 16 query heads per KV head,
+/// sparse_block <= 128, a 16- or 8-bit cache whose rows start 16-byte aligned. Host-only.
+bool attention_decode_applies(const spec::ModelConfig& c, const spec::AttentionParams& p);
+/// Both kernels of attention with the specialised chunk kernel (attention_decode.cu).
+void run_attention_decode(const AttnArgs& a, std::int64_t rows, bool canonical,
+                          cudaStream_t stream);
 
 /// The segment width L (lanes per dot) as a template argument: head_dim / 8 groups, rounded up.
 template <bool kCanonical, int KvDt>
@@ -443,10 +490,11 @@ inline float default_or_given_sm(const spec::AttentionParams& p, std::int64_t hd
   return p.sm_scale > 0.0f ? p.sm_scale : 1.0f / std::sqrt(static_cast<float>(hd));
 }
 
-/// launch_attention (kvo/gpu/read.hpp) with bug F planted. F = kExpNoLog2e: the fast family's
+/// launch_attention (kvo/gpu/read.hpp; launch_attention_generic with kPath kGeneric) with bug F
+/// planted. F = kExpNoLog2e: the fast family's
 /// scale is sm_scale where sm_scale * log2(e) is meant (the kernels' exp2 then computes a base-2
 /// softmax); a planted bug runs in the fast family only (spec::Unsupported for kCanonical).
-template <ReadBug F>
+template <ReadBug F, AttentionPath kPath = AttentionPath::kAuto>
 void launch_attention_t(const spec::ModelConfig& c, const spec::AttentionParams& p,
                         const DeviceReadBatch& b, const DeviceAttention& d, ReadKernel kernel,
                         void* stream) {
@@ -477,11 +525,16 @@ void launch_attention_t(const spec::ModelConfig& c, const spec::AttentionParams&
   a.tile = tile;
   const float sm = default_or_given_sm(p, hd);
   const auto s = static_cast<cudaStream_t>(stream);
-  if constexpr (F == ReadBug::kNone) {  // planted bugs: the fast family only is instantiated
-    if (kernel == ReadKernel::kCanonical) {
-      a.sm = sm;
-      return dispatch_attention<true>(a, b.num_rows, smem, s);
-    }
+  if constexpr (F == ReadBug::kNone) {  // planted bugs: the fast family and generic kernel only
+    const auto aligned = [](const void* ptr) {
+      return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0;
+    };
+    const bool decode = kPath == AttentionPath::kAuto && attention_decode_applies(c, p) &&
+                        aligned(d.k_cache) && aligned(d.v_cache);
+    const bool canonical = kernel == ReadKernel::kCanonical;
+    a.sm = canonical ? sm : sm * kLog2e;
+    if (decode) return run_attention_decode(a, b.num_rows, canonical, s);
+    if (canonical) return dispatch_attention<true>(a, b.num_rows, smem, s);
   }
   a.sm = F == ReadBug::kExpNoLog2e ? sm : sm * kLog2e;
   dispatch_attention<false>(a, b.num_rows, smem, s);

@@ -27,7 +27,7 @@ struct ReadGeom {
 /// spec::DType values, for templates.
 enum DtCode : int { kDtF32 = 0, kDtBf16 = 1, kDtF16 = 2, kDtE4m3 = 3, kDtE5m2 = 4 };
 
-__host__ __device__ inline int dtype_size(int dt) {
+__host__ __device__ constexpr int dtype_size(int dt) {
   return dt == kDtF32 ? 4 : dt <= kDtF16 ? 2 : 1;
 }
 

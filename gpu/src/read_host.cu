@@ -79,9 +79,10 @@ spec::HostTensor attention_host(const spec::ModelConfig& c, const spec::Attentio
                                 const spec::LayerCaches& caches, const std::vector<float>& k_scale,
                                 const std::vector<float>& v_scale,
                                 const std::vector<std::int32_t>& selection, std::int64_t topk,
-                                ReadKernel kernel) {
-  return detail::attention_host_via(launch_attention, c, p, b, q, caches, k_scale, v_scale,
-                                    selection, topk, kernel);
+                                ReadKernel kernel, AttentionPath path) {
+  return detail::attention_host_via(
+      path == AttentionPath::kGeneric ? launch_attention_generic : launch_attention, c, p, b, q,
+      caches, k_scale, v_scale, selection, topk, kernel);
 }
 
 spec::HostTensor flash_attention_host(const spec::ModelConfig& c, const spec::AttentionParams& p,

@@ -7,10 +7,13 @@
 // same mode. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kvo/gpu/device.hpp"
 #include "kvo/gpu/read.hpp"
@@ -20,11 +23,14 @@
 #include "kvo/oracle/read_judge.hpp"
 #include "kvo/oracle/write_case.hpp"
 #include "kvo/reference/read_path.hpp"
+#include "kvo/spec/config.hpp"
 #include "kvo/spec/outcome.hpp"
 #include "kvo/truth/truth.hpp"
 
 namespace kvo {
 namespace {
+
+using spec::DType;
 
 class GpuRead : public ::testing::TestWithParam<int> {};
 
@@ -87,6 +93,14 @@ void check_case(const oracle::ReadCase& rc, bool dense) {
                                        .out,
                                    sparse);
   ASSERT_TRUE(sd.pass()) << tag(rc) << " (sparse)\n" << sd.report();
+  if (gpu::attention_is_specialised(rc.config, rc.attention)) {  // the generic kernel as well
+    const oracle::AttentionDiff gd = oracle::diff_attention_exact(
+        sparse, gpu::attention_host(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
+                                    rc.v_scale, handed, sel.topk + rc.attended.extra,
+                                    gpu::ReadKernel::kCanonical, gpu::AttentionPath::kGeneric));
+    ASSERT_TRUE(gd.pass()) << tag(rc) << " (sparse, generic kernel against the specialised)\n"
+                           << gd.report();
+  }
   const ForeignVerdict fast = judge_fast(rc, sel, std::nullopt);
   ASSERT_TRUE(fast.topk.empty()) << tag(rc) << " (fast top-k, foreign mode)\n" << fast.topk;
   ASSERT_TRUE(fast.attention.empty()) << tag(rc) << " (fast attention, foreign mode)\n"
@@ -143,6 +157,99 @@ TEST_P(GpuRead, CanonicalKernelsAreBitExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, GpuRead, ::testing::Range(0, 8));
+
+// ---------------------------------------------------------------------------------------------
+// Attention's specialised chunk kernel (gpu/src/attention_decode.cuh): which calls take it (host
+// logic, no GPU), and each of its instantiations against the reference and the generic kernel
+// (check_case diffs both when the case is specialised).
+
+spec::AttentionParams params_with_group(const spec::ModelConfig& c, std::int64_t group) {
+  spec::AttentionParams p;
+  p.num_q_heads = c.geometry.num_kv_heads * group;
+  p.sparse_block = 128;
+  return p;
+}
+
+TEST(SpecialisedAttention, AppliesExactlyToTheCallsItIsBuiltFor) {
+  spec::ModelConfig c;
+  c.layers = spec::parse_layer_mix("S");
+  c.geometry = {64, 16, 4, 128, 128};
+  c.kv.cache_dtype = DType::kFp8E4M3;
+  c.layout = spec::KvLayout::kSplitNhd;
+  spec::validate(c);
+  for (std::int64_t group : {1, 2, 4, 8, 16})
+    EXPECT_TRUE(gpu::attention_is_specialised(c, params_with_group(c, group))) << group;
+  for (std::int64_t group : {3, 32})
+    EXPECT_FALSE(gpu::attention_is_specialised(c, params_with_group(c, group))) << group;
+  const spec::AttentionParams p = params_with_group(c, 4);
+  spec::AttentionParams wide = p;  // more than 128 positions a chunk
+  wide.sparse_block = 129;
+  EXPECT_FALSE(gpu::attention_is_specialised(c, wide));
+  spec::AttentionParams narrow = p;
+  narrow.sparse_block = 1;
+  EXPECT_TRUE(gpu::attention_is_specialised(c, narrow));
+  const std::vector<std::pair<std::string, void (*)(spec::ModelConfig&)>> outside = {
+      {"f32 cache", [](spec::ModelConfig& m) { m.kv.cache_dtype = DType::kF32; }},
+      {"head_dim 96", [](spec::ModelConfig& m) { m.geometry.head_dim = 96; }},
+      {"head_dim 256", [](spec::ModelConfig& m) { m.geometry.head_dim = 256; }},
+      {"rows 8 bytes apart from 16-byte alignment",
+       [](spec::ModelConfig& m) {
+         m.kv_strides = {16 * 2 * 4 * 136, 4 * 136, 136, 16 * 4 * 136, 8};
+       }},
+  };
+  for (const auto& [what, change] : outside) {
+    spec::ModelConfig m = c;
+    change(m);
+    spec::validate(m);
+    EXPECT_FALSE(gpu::attention_is_specialised(m, p)) << what;
+  }
+  for (DType dt : {DType::kBF16, DType::kF16, DType::kFp8E5M2}) {
+    spec::ModelConfig m = c;
+    m.kv.cache_dtype = dt;
+    m.geometry.head_dim = 64;
+    EXPECT_TRUE(gpu::attention_is_specialised(m, p)) << spec::name_of(dt);
+  }
+}
+
+// The default read case distribution sends cases to each kernel, so the random-case tests diff
+// both against the reference.
+TEST(SpecialisedAttention, TheCaseDistributionReachesBothKernels) {
+  int specialised = 0;
+  constexpr int kCases = 300;
+  for (std::uint64_t i = 0; i < kCases; ++i) {
+    const oracle::ReadCase rc = oracle::make_read_case(oracle::case_seed(0xDEC0DEu, i), {});
+    if (gpu::attention_is_specialised(rc.config, rc.attention)) ++specialised;
+  }
+  std::printf("[specialised] attention: %d of %d default read cases\n", specialised, kCases);
+  EXPECT_GE(specialised * 10, kCases) << "fewer than 10% of the cases reach the specialised kernel";
+  EXPECT_GE((kCases - specialised) * 2, kCases) << "fewer than half reach the generic kernel";
+}
+
+// Every instantiation (cache dtype x head_dim x query heads per KV head), over random layouts,
+// page sizes, rows and selections; chunks of 128, 100 and 16 tokens (a warp of positions
+// straddled, the in-register tree levels present and absent).
+TEST(SpecialisedAttention, EveryInstantiationMatchesTheReferenceAndTheGenericKernel) {
+  std::string why;
+  if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  int cases = 0;
+  for (DType dt : {DType::kBF16, DType::kF16, DType::kFp8E4M3, DType::kFp8E5M2}) {
+    for (std::int64_t hd : {64, 128}) {
+      for (std::int64_t group : {1, 2, 4, 8, 16}) {
+        oracle::ReadOverrides o;
+        o.kv_dtype = dt;
+        o.head_dim = hd;
+        o.group_size = group;
+        o.sparse_block = std::array<std::int64_t, 3>{128, 100, 16}[cases % 3];
+        o.max_seq_len = 1200;
+        const oracle::ReadCase rc = oracle::make_read_case(0xDEC0D000ull + cases, o);
+        ASSERT_TRUE(gpu::attention_is_specialised(rc.config, rc.attention)) << tag(rc);
+        ASSERT_NO_FATAL_FAILURE(check_case(rc, true));
+        ++cases;
+      }
+    }
+  }
+  std::printf("[gpu-cases] specialised attention instantiations diffed: %d cases\n", cases);
+}
 
 // Every combination of the indexer's later modes (SPEC 5: index_group max or union over two index
 // heads per KV head, index_neg_inf keep or drop, index-Q in bf16 or e4m3) with a -inf block

@@ -36,6 +36,12 @@ std::vector<std::int32_t> indexer_topk_host(
     const spec::ReadBatch& batch, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
     ReadKernel kernel = ReadKernel::kCanonical, const spec::TopkForm& form = {});
 
+/// Which chunk kernel runs attention (either family): kAuto, the specialised one where
+/// attention_is_specialised (and the K and V pointers are 16-byte aligned), else the generic one;
+/// kGeneric, the generic one always: the baseline the specialised kernel is measured and tested
+/// against. Both give the same bits (canonical) or the same foreign-mode verdicts (fast).
+enum class AttentionPath : std::uint8_t { kAuto, kGeneric };
+
 /// SPEC 6: out [Tq, nq, hd] in params.out_dtype. q: [Tq, nq, hd] in the activation dtype.
 /// `selection`: [Tq, nkv, topk] logical block ids in any order (-1 unused; distinct and below
 /// n_valid), or empty for dense attention over every token t <= p.
@@ -45,7 +51,15 @@ spec::HostTensor attention_host(const spec::ModelConfig& config,
                                 const std::vector<float>& k_scale,
                                 const std::vector<float>& v_scale,
                                 const std::vector<std::int32_t>& selection, std::int64_t topk,
-                                ReadKernel kernel = ReadKernel::kCanonical);
+                                ReadKernel kernel = ReadKernel::kCanonical,
+                                AttentionPath path = AttentionPath::kAuto);
+
+/// Whether launch_attention computes this call's chunks through its specialised kernel: head_dim
+/// 64 or 128, 1, 2, 4, 8 or 16 query heads per KV head, sparse_block <= 128, a bf16, fp16 or fp8
+/// cache whose K and V rows start 16-byte aligned (strides and view offset); the cache dtype,
+/// head_dim and group compiled in, q and 16 elements of K per lane in registers, K and V staged
+/// at once. Host-only; needs no GPU.
+bool attention_is_specialised(const spec::ModelConfig& config, const spec::AttentionParams& params);
 
 /// A batch's query rows on the device (all pointers device memory).
 struct DeviceReadBatch {
@@ -85,6 +99,11 @@ std::size_t attention_workspace_floats(std::int64_t num_rows, std::int64_t num_q
 void launch_attention(const spec::ModelConfig& config, const spec::AttentionParams& params,
                       const DeviceReadBatch& batch, const DeviceAttention& a, ReadKernel kernel,
                       void* stream);
+
+/// launch_attention through the generic chunk kernel whatever the call (AttentionPath::kGeneric).
+void launch_attention_generic(const spec::ModelConfig& config, const spec::AttentionParams& params,
+                              const DeviceReadBatch& batch, const DeviceAttention& a,
+                              ReadKernel kernel, void* stream);
 
 /// The flash family (attention only): attention in FlashAttention's arithmetic, the oracle's
 /// profile bf16_p (spec::profile_facts), judged in foreign mode. One CUDA block per (query row, KV

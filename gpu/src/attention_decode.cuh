@@ -1,0 +1,315 @@
+#pragma once
+/// \file attention_decode.cuh
+/// Kernel 1 of attention (attention_kernels.cuh) specialised: the cache dtype, head_dim HD (64 or
+/// 128) and the group's G query heads per KV head (1, 2, 4, 8 or 16) are template parameters, for
+/// chunks of at most kDecodeMaxSbp tokens. The same canonical order, the same workspace (m, l,
+/// o[hd] per chunk), the same combine kernel; attention_decode.cu says which calls take it.
+/// One CUDA block of kDecodeAttnThreads per (query row, KV head, chunk slot), three per
+/// multiprocessor (registers capped to fit), so that a block's latency hides behind the others':
+///   staging  every visible K row, then every V row, by cp.async into shared memory at once (two
+///            commit groups), so that V arrives while the scores run. (Measured on the H200 and
+///            kept out: one bulk copy per row on an mbarrier, 7% slower; V staged into K's place
+///            after the scores, for more blocks a multiprocessor, 5% slower.)
+///   scores   HD / 8 lanes per token, lane j holding group j (8 elements) and the query's 8
+///            matching elements of up to four heads in registers. Per head: the group's fma chain
+///            of SPEC 6.1, then the tree over the groups as shuffle-downs; s = fl(dot * sm) stored
+///            p[t][h] (token-major). A quarter warp's 16-byte loads (a half warp's 8-byte ones)
+///            read 128 consecutive bytes of one or two rows: no bank is shared.
+///   m, p, l  one warp per head: `>` maximum over the visible tokens, p = exp(s - m) (+0 masked),
+///            l = tree_sum over sbp positions: lane i holds positions i + 32 k, levels above 32 in
+///            registers, the last five as shuffle-downs; m and l go to the workspace.
+///   o        thread (dim pair dp, head set) holds dims 2 dp, 2 dp + 1 of kValueHeads heads (two,
+///            or four for 16 heads of 128 dims): 2 kValueHeads fma chains over the visible tokens
+///            ascending, a V pair converted and a token's p read once for all of them.
+/// The fast family (kCanonical false) differs in its exp (the hardware exp2, log2(e) folded into
+/// sm) and in l (lane partial sums and an xor butterfly); its scores and chains are the canonical
+/// ones, which foreign mode accepts as any other order.
+
+#include "attention_kernels.cuh"
+
+namespace kvo::gpu::detail {
+
+inline constexpr int kDecodeAttnThreads = 256;  // 8 warps
+inline constexpr int kDecodeAttnBlocksPerSm = 3;
+inline constexpr int kDecodeMaxSbp = 128;  // sparse_block <= 128: at most 4 positions a lane
+
+/// Byte size of one element of dtype Dt, as a constant.
+template <int Dt>
+inline constexpr int kElemBytes = dtype_size(Dt);
+
+/// Shared-memory sections of the decode chunk kernel (byte offsets, 16-byte aligned): q [G][HD]
+/// floats; p [sb][G] floats (token-major: the o threads read a token's G values together); the
+/// chunk's K and V row byte offsets [2][sb] long long (the staging's); K rows
+/// [sb][row_bytes]; V rows [sb][row_bytes].
+struct DecodeAttnSmem {
+  std::size_t q = 0, p = 0, rows = 0, k = 0, v = 0, total = 0;
+  __host__ __device__ DecodeAttnSmem(int group, int hd, int elem_bytes, int sb) {
+    SmemCarver c;
+    const auto row_bytes = static_cast<std::size_t>(hd) * elem_bytes;
+    q = c.take(static_cast<std::size_t>(group) * hd * 4);
+    p = c.take(static_cast<std::size_t>(sb) * group * 4);
+    rows = c.take(static_cast<std::size_t>(2) * sb * 8);
+    k = c.take(static_cast<std::size_t>(sb) * row_bytes);
+    v = c.take(static_cast<std::size_t>(sb) * row_bytes);
+    total = c.at;
+  }
+};
+
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ inline void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/// Stages n rows (byte offsets off[i] into `cache`) into dst [n][RowBytes], 16 bytes a copy.
+template <int RowBytes>
+__device__ inline void stage_decode_rows(unsigned char* dst, const unsigned char* cache,
+                                         const long long* off, int n) {
+  constexpr int kUnits = RowBytes / 16;
+  for (int e = threadIdx.x; e < n * kUnits; e += kDecodeAttnThreads) {
+    const int i = e / kUnits, b = (e % kUnits) * 16;
+    cp_async(dst + i * RowBytes + b, cache + off[i] + b, 16);
+  }
+}
+
+/// The page and the offset in it of token t, in 32-bit arithmetic where it fits (a 64-bit division
+/// is a long subroutine).
+__device__ inline void page_of(long long t, long long block_size, long long& page, long long& off) {
+  if (t <= 0x7FFFFFFF && block_size <= 0x7FFFFFFF) {
+    const int ti = static_cast<int>(t), bs = static_cast<int>(block_size);
+    page = ti / bs, off = ti % bs;
+  } else {
+    page = t / block_size, off = t % block_size;
+  }
+}
+
+/// The scores of the chunk's `valid` tokens for every head: p[i][h] = fl(dot(q_h, k_i) * sm).
+template <bool kCanonical, int KvDt, int HD, int G, bool kScaled>
+__device__ inline void decode_scores(const float* q_s, const unsigned char* kraw, float* p_s,
+                                     int valid, float ks, float sm) {
+  constexpr int kLanes = HD / 8, kTokensPerWarp = 32 / kLanes;
+  constexpr int kTokensPerPass = kTokensPerWarp * (kDecodeAttnThreads / 32);
+  constexpr int kEb = kElemBytes<KvDt>, kRowBytes = HD * kEb;
+  constexpr int kHeadsPerPass = G < 4 ? G : 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, j = lane % kLanes;
+  const int token_in_warp = lane / kLanes;
+  for (int h0 = 0; h0 < G; h0 += kHeadsPerPass) {
+    float q[kHeadsPerPass][8];  // group j of heads h0 ..
+#pragma unroll
+    for (int u = 0; u < kHeadsPerPass; ++u) {
+      const float4* src = reinterpret_cast<const float4*>(q_s + (h0 + u) * HD + 8 * j);
+      const float4 a = src[0], b = src[1];
+      q[u][0] = a.x, q[u][1] = a.y, q[u][2] = a.z, q[u][3] = a.w;
+      q[u][4] = b.x, q[u][5] = b.y, q[u][6] = b.z, q[u][7] = b.w;
+    }
+    for (int i0 = 0; i0 < valid; i0 += kTokensPerPass) {
+      const int i = i0 + warp * kTokensPerWarp + token_in_warp;
+      float k[8];
+      if (i < valid) {
+        load8<KvDt>(kraw + i * kRowBytes + 8 * j * kEb, k);
+        if constexpr (kScaled) {
+#pragma unroll
+          for (float& x : k) x = __fmul_rn(x, ks);
+        }
+      } else {
+#pragma unroll
+        for (float& x : k) x = 0.0f;
+      }
+      float d[kHeadsPerPass];
+#pragma unroll
+      for (int u = 0; u < kHeadsPerPass; ++u) {
+        d[u] = 0.0f;  // group j's fma chain in element order
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d[u] = __fmaf_rn(q[u][e], k[e], d[u]);
+      }
+#pragma unroll
+      for (int off = kLanes / 2; off > 0; off /= 2)
+#pragma unroll
+        for (int u = 0; u < kHeadsPerPass; ++u)
+          d[u] = __fadd_rn(d[u], __shfl_down_sync(0xFFFFFFFFu, d[u], off, kLanes));
+      if (j == 0 && i < valid) {
+#pragma unroll
+        for (int u = 0; u < kHeadsPerPass; ++u)
+          p_s[i * G + h0 + u] = kCanonical ? __fmul_rn(d[u], sm) : d[u] * sm;
+      }
+    }
+  }
+}
+
+/// m, p and l of every head (one warp per head): p[i][h] becomes exp(s - m) for the visible i;
+/// m and l go to head h's workspace entry, ws0 + h * ws_stride.
+template <bool kCanonical, int G>
+__device__ inline void decode_softmax(float* p_s, int valid, int sbp, float* ws0,
+                                      long long ws_stride) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int h = warp; h < G; h += kDecodeAttnThreads / 32) {
+    float x[4];
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = lane + 32 * k;
+      x[k] = i < valid ? p_s[i * G + h] : 0.0f;
+      if (i < valid && x[k] > m) m = x[k];
+    }
+    m = warp_max(m);
+    float l;
+    if constexpr (kCanonical) {
+      float v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int i = lane + 32 * k;
+        v[k] = i < valid ? canonical_exp(__fsub_rn(x[k], m)) : 0.0f;
+        if (i < valid) p_s[i * G + h] = v[k];
+      }
+      // tree_sum over sbp positions: lane holds positions lane + 32 k (k < sbp / 32).
+      int off = sbp / 2;
+      if (sbp == 128) v[0] = __fadd_rn(v[0], v[2]), v[1] = __fadd_rn(v[1], v[3]);
+      if (sbp >= 64) v[0] = __fadd_rn(v[0], v[1]);
+      if (off > 16) off = 16;
+      for (; off > 0; off /= 2) v[0] = __fadd_rn(v[0], __shfl_down_sync(0xFFFFFFFFu, v[0], off));
+      l = __shfl_sync(0xFFFFFFFFu, v[0], 0);
+    } else {
+      float part = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int i = lane + 32 * k;
+        if (i < valid) {
+          const float p = fast_exp2(x[k] - m);
+          p_s[i * G + h] = p;
+          part += p;
+        }
+      }
+      for (int off = 1; off < 32; off *= 2) part += __shfl_xor_sync(0xFFFFFFFFu, part, off);
+      l = part;
+    }
+    if (lane == 0) ws0[h * ws_stride] = m, ws0[h * ws_stride + 1] = l;
+  }
+}
+
+/// Heads a thread of the o phase holds: two (a V pair's load and conversion and a token's p load
+/// serve both chains), more where the block has fewer threads than (dim pair, two heads). Four
+/// heads a thread run fewer instructions but measured slower on the H200 (136.7 against 129.7 us,
+/// bf16, batch 64): half the warps carry the o chains.
+template <int HD, int G>
+inline constexpr int kValueHeads =
+    G < 2                                  ? G
+    : HD / 2 * G / 2 <= kDecodeAttnThreads ? 2
+                                           : HD / 2 * G / kDecodeAttnThreads;
+
+/// o[u][2 dp], o[u][2 dp + 1] of heads h0 + u, u < kValueHeads: fma chains over the visible tokens
+/// ascending.
+template <int KvDt, int HD, int G, bool kScaled>
+__device__ inline void decode_values(const unsigned char* vraw, const float* p_s, int valid,
+                                     float vs, int dp, int h0, float (&o0)[kValueHeads<HD, G>],
+                                     float (&o1)[kValueHeads<HD, G>]) {
+  constexpr int kEb = kElemBytes<KvDt>, kRowBytes = HD * kEb, kH = kValueHeads<HD, G>;
+  const unsigned char* v_at = vraw + 2 * dp * kEb;
+  const float* p_at = p_s + h0;
+#pragma unroll 4
+  for (int i = 0; i < valid; ++i) {
+    float2 v = load2<KvDt>(v_at + i * kRowBytes);
+    if constexpr (kScaled) v = make_float2(__fmul_rn(v.x, vs), __fmul_rn(v.y, vs));
+    float p[kH];
+    if constexpr (kH % 4 == 0) {
+#pragma unroll
+      for (int u = 0; u < kH; u += 4) {
+        const float4 f = reinterpret_cast<const float4*>(p_at + i * G + u)[0];
+        p[u] = f.x, p[u + 1] = f.y, p[u + 2] = f.z, p[u + 3] = f.w;
+      }
+    } else if constexpr (kH == 2) {
+      const float2 f = reinterpret_cast<const float2*>(p_at + i * G)[0];
+      p[0] = f.x, p[1] = f.y;
+    } else {
+      p[0] = p_at[i * G];
+    }
+#pragma unroll
+    for (int u = 0; u < kH; ++u) {
+      o0[u] = __fmaf_rn(p[u], v.x, o0[u]);
+      o1[u] = __fmaf_rn(p[u], v.y, o1[u]);
+    }
+  }
+}
+
+/// The decode chunk kernel (see the top of this file). Grid (slots, nkv, rows).
+template <bool kCanonical, int KvDt, int HD, int G>
+__global__ void __launch_bounds__(kDecodeAttnThreads, kDecodeAttnBlocksPerSm)
+    attention_decode_chunk_kernel(AttnArgs a) {
+  extern __shared__ float4 smem4[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(smem4);
+  constexpr int kEb = kElemBytes<KvDt>, kRowBytes = HD * kEb;
+  const long long slot = blockIdx.x, kvh = blockIdx.y, row = blockIdx.z;
+  const ReadGeom& g = a.g;
+  // The loads a block waits on, in two rounds instead of chunk_of's three: the row's request and
+  // position and the slot's selected id together, then the request's length (and, below, pages).
+  const long long r = a.row_req[row], pos = a.row_pos[row];
+  const long long id = a.selection == nullptr ? slot : selected_id(a, row, kvh, slot);
+  if (a.seq_lens[r] == 0) return;
+  const long long n_valid = pos / a.sb + 1;
+  const long long j = id < n_valid ? id : -1;  // chunk_of: negative or past n_valid selects nothing
+  if (j < 0) return;
+  const int sb = static_cast<int>(a.sb);
+  const DecodeAttnSmem lay(G, HD, kEb, sb);
+  float* q_s = reinterpret_cast<float*>(smem + lay.q);
+  float* p_s = reinterpret_cast<float*>(smem + lay.p);
+  unsigned char* kraw = smem + lay.k;
+  unsigned char* vraw = smem + lay.v;
+  const long long first = j * a.sb;
+  const int valid = static_cast<int>(pos - first + 1 < a.sb ? pos - first + 1 : a.sb);
+  const int* table_row = a.table + r * g.max_blocks;
+  const int ab = dtype_size(g.act_dtype);
+  for (int e = threadIdx.x; e < G * HD; e += kDecodeAttnThreads) {
+    const long long hq = kvh * G + e / HD;
+    q_s[e] = load_act(a.q + ((row * a.nq + hq) * HD + e % HD) * ab, g.act_dtype);
+  }
+  static_assert(kDecodeMaxSbp <= kDecodeAttnThreads, "a thread for each row of a chunk");
+  long long koff = 0, voff = 0;  // this thread's token row (i = threadIdx.x < valid), in bytes
+  if (threadIdx.x < valid) {
+    long long page, o;
+    page_of(first + threadIdx.x, g.block_size, page, o);
+    const long long b = table_row[page];
+    koff = kv_offset(g, 0, b, o, kvh, 0) * kEb;
+    voff = kv_offset(g, 1, b, o, kvh, 0) * kEb;
+  }
+  long long* koff_s = reinterpret_cast<long long*>(smem + lay.rows);
+  long long* voff_s = koff_s + sb;
+  if (threadIdx.x < valid) koff_s[threadIdx.x] = koff, voff_s[threadIdx.x] = voff;
+  __syncthreads();
+  stage_decode_rows<kRowBytes>(kraw, a.k_cache, koff_s, valid);
+  cp_async_commit();
+  stage_decode_rows<kRowBytes>(vraw, a.v_cache, voff_s, valid);
+  cp_async_commit();
+  const bool scaled = !g.scale_none;
+  const float ks = scaled ? a.k_scale[g.per_head_scale ? kvh : 0] : 1.0f;
+  const float vs = scaled ? a.v_scale[g.per_head_scale ? kvh : 0] : 1.0f;
+  cp_async_wait_group<1>();  // this thread's K copies
+  __syncthreads();
+  if (scaled) {
+    decode_scores<kCanonical, KvDt, HD, G, true>(q_s, kraw, p_s, valid, ks, a.sm);
+  } else {
+    decode_scores<kCanonical, KvDt, HD, G, false>(q_s, kraw, p_s, valid, ks, a.sm);
+  }
+  __syncthreads();
+  // The group's workspace entries: head u's at ws0 + u * ws_stride (ws_entry's layout).
+  float* ws0 = ws_entry(a, row, kvh * G, slot);
+  const long long ws_stride = a.slots * (HD + 2);
+  decode_softmax<kCanonical, G>(p_s, valid, a.sbp, ws0, ws_stride);
+  cp_async_wait_group<0>();  // this thread's V copies
+  __syncthreads();
+  constexpr int kH = kValueHeads<HD, G>;
+  static_assert(HD / 2 * (G / kH) <= kDecodeAttnThreads, "a thread for every (pair, head set)");
+  const int dp = threadIdx.x % (HD / 2), h0 = threadIdx.x / (HD / 2) * kH;
+  if (h0 >= G) return;
+  float o0[kH], o1[kH];
+#pragma unroll
+  for (int u = 0; u < kH; ++u) o0[u] = 0.0f, o1[u] = 0.0f;
+  if (scaled) {
+    decode_values<KvDt, HD, G, true>(vraw, p_s, valid, vs, dp, h0, o0, o1);
+  } else {
+    decode_values<KvDt, HD, G, false>(vraw, p_s, valid, vs, dp, h0, o0, o1);
+  }
+#pragma unroll
+  for (int u = 0; u < kH; ++u)
+    reinterpret_cast<float2*>(ws0 + (h0 + u) * ws_stride + 2)[dp] = make_float2(o0[u], o1[u]);
+}
+
+}  // namespace kvo::gpu::detail
