@@ -12,12 +12,13 @@
 # Environment: OUT (default ./device-out) receives summary.txt, bench.json and logs.tar.gz;
 # KVO_GPU_CASES random cases per RandomCases shard (default 400; 8 shards); SAN_CASES (default
 # 40) for the sanitizer runs; KVO_DEADLINE_S (default 550) the whole run's wall-clock budget;
-# KVO_STAGES (default all) the stages to run, comma-separated: tests, sanitizers, bench, cli
-# (check and replay), scaling (the campaign over jobs), tier (the GPU reference tier against the
-# CPU's), mutants, peer (kvoracle's fused write against the Triton peer, bench/bench_write_peer.py),
-# python, example, modes. Everything takes about 1100 s, past one device call (600 s): run it as
-# two calls, KVO_STAGES=tests,sanitizers,bench,cli then
-# KVO_STAGES=scaling,tier,mutants,peer,python,example,modes.
+# KVO_STAGES (default all) the stages to run, comma-separated: tests, campaign (10,000 random read
+# cases, KVO_READ_CAMPAIGN_CASES per shard), sanitizers, bench, cli (check and replay), scaling (the
+# campaign over jobs), tier (the GPU reference tier against the CPU's), mutants, peer (kvoracle's
+# fused write against the Triton peer, bench/bench_write_peer.py), python, example, modes.
+# Everything takes about 1500 s, past one device call (600 s): run it as three calls,
+# KVO_STAGES=tests,sanitizers (about 420 s), then KVO_STAGES=campaign,bench,cli,peer, then
+# KVO_STAGES=scaling,tier,mutants,python,example,modes.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$ROOT/.device/bin
@@ -75,7 +76,7 @@ export RC_PARAMS=${RC_PARAMS:-"seed=20261129 max_success=300 verbose_progress=0"
 START=$(date +%s)
 STAGES=${KVO_STAGES:-all}
 want() { [[ ",$STAGES," == *",all,"* || ",$STAGES," == *",$1,"* ]]; }
-T_TESTS=-; T_SAN=-; T_BENCH=-; T_CLI=-; T_SCALE=-; T_TIER=-; T_MUT=-; T_PEER=-; T_PY=-; T_MODES=-
+T_TESTS=-; T_CAMP=-; T_SAN=-; T_BENCH=-; T_CLI=-; T_SCALE=-; T_TIER=-; T_MUT=-; T_PEER=-; T_PY=-; T_MODES=-
 # Every stage's limit is cut to what is left before the deadline (the device tool's calls end at
 # 600 s), so that the table below is always written; a stage cut short shows exit 124 in its log.
 DEADLINE=$((START + ${KVO_DEADLINE_S:-550}))
@@ -131,6 +132,29 @@ for i in 0 1 2 3 4 5 6 7; do
   c=$(grep -o 'random cases diffed: [0-9]*' "$f" | tail -1 | awk '{print $4}')
   cases=$((cases + ${c:-0}))
 done
+fi
+
+# 1b. The read campaign: 8 shards of KVO_READ_CAMPAIGN_CASES (default 1250) random read cases each,
+# 10,000 in all (canonical indexer, sparse and dense attention bit-exact; the fast family in foreign
+# mode), four processes at a time: eight at once ran out of device memory (session 15).
+CAMP_SHARDS=0; CAMP_CASES=0
+if want campaign; then
+for round in 0 4; do
+  for k in 0 1 2 3; do
+    i=$((round + k))
+    GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i KVO_GPU_READ_CASES=${KVO_READ_CAMPAIGN_CASES:-1250} \
+      KVO_GPU_READ_LONG=0 timeout $(budget 150) "$BIN/test_gpu_write" --gtest_filter='Shards/GpuRead.*' \
+      >"$LOGS/campaign_$i.log" 2>&1 &
+  done
+  wait
+done
+for i in 0 1 2 3 4 5 6 7; do
+  f=$LOGS/campaign_$i.log
+  CAMP_SHARDS=$((CAMP_SHARDS + $(grep -c '^\[       OK \]' "$f")))
+  c=$(grep -o 'read cases diffed: [0-9]*' "$f" | tail -1 | awk '{print $4}')
+  CAMP_CASES=$((CAMP_CASES + ${c:-0}))
+done
+T_CAMP=$(($(date +%s) - START))
 fi
 
 # 2. compute-sanitizer over a reduced run (fused and unfused kernels, planted bugs, bad input, the
@@ -276,6 +300,10 @@ T_MODES=$(($(date +%s) - START))
     grep -h '^\[  FAILED  \].*(' "$LOGS"/tests_*.log | head -5
     grep -h '^\[gpu-device-subject\]' "$LOGS"/tests_*.log
   fi
+  if want campaign; then
+    echo "read campaign (Shards/GpuRead, 8 shards x ${KVO_READ_CAMPAIGN_CASES:-1250}): $CAMP_SHARDS of 8 shards passed, $CAMP_CASES read cases diffed (t=${T_CAMP}s)"
+    grep -h -A3 '^unknown file: Failure\|Failure$' "$LOGS"/campaign_*.log | head -8
+  fi
   want sanitizers && echo "compute-sanitizer: memcheck ${MEMCHECK:-?} errors ($MEMCHECK_TESTS tests ok), racecheck ${RACECHECK:-?} errors ($RACECHECK_TESTS tests ok) (t=${T_SAN}s)"
   if want cli; then
     echo "kvoracle check --cases 300:"
@@ -370,7 +398,7 @@ PY
       echo "  --tier $tier: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/tier_$tier.txt"); $(grep -m1 '^reference:' "$LOGS/tier_$tier.txt"); $(tail -2 "$LOGS/tier_$tier.txt" | tr '\n' ' ')"
     done
   fi
-  echo "stage ends (s from start): tests ${T_TESTS}, sanitizers ${T_SAN}, benchmarks ${T_BENCH}, check+replay ${T_CLI}, scaling ${T_SCALE}, tier ${T_TIER}, mutants ${T_MUT}, peer ${T_PEER}, python ${T_PY}, modes+example ${T_MODES}"
+  echo "stage ends (s from start): tests ${T_TESTS}, campaign ${T_CAMP}, sanitizers ${T_SAN}, benchmarks ${T_BENCH}, check+replay ${T_CLI}, scaling ${T_SCALE}, tier ${T_TIER}, mutants ${T_MUT}, peer ${T_PEER}, python ${T_PY}, modes+example ${T_MODES}"
   echo "whole run $(($(date +%s) - START))s of a ${KVO_DEADLINE_S:-550}s budget (a stage cut short by it shows exit 124)"
 } >"$OUT/summary.txt" 2>&1
 tar czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
