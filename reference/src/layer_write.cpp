@@ -2,6 +2,9 @@
 #include "kvo/reference/layer_write.hpp"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "kvo/reference/numbers.hpp"
@@ -44,6 +47,22 @@ spec::HostTensor cast_tensor(const spec::HostTensor& t, spec::DType dtype) {
   return out;
 }
 
+const std::uint32_t* unscaled_kv_codes(spec::DType src, const spec::KvQuant& q, spec::DType act) {
+  if (q.scale_mode != spec::ScaleMode::kNone || spec::dtype_bytes(src) != 2) return nullptr;
+  using Key = std::tuple<spec::DType, spec::DType, spec::DType, spec::Saturation, bool>;
+  static std::mutex mutex;
+  static std::map<Key, std::vector<std::uint32_t>> tables;  // nodes stay put: pointers stay valid
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::vector<std::uint32_t>& table =
+      tables[Key{src, act, q.cache_dtype, q.saturation, q.via_model_dtype}];
+  if (table.empty()) {
+    table.resize(std::size_t{1} << 16);
+    for (std::uint32_t c = 0; c < table.size(); ++c)
+      table[c] = quantize_kv(decode(c, src), 1.0f, q, act);
+  }
+  return table.data();
+}
+
 void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& w,
                  spec::LayerCaches& caches) {
   spec::validate_write(config, w);
@@ -64,17 +83,15 @@ void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& w,
       for (int kv = 0; kv < 2; ++kv) {
         const spec::HostTensor& src = kv == 0 ? w.k : w.v;
         const std::vector<float>& scales = kv == 0 ? w.k_scale : w.v_scale;
+        const std::uint32_t* table = unscaled_kv_codes(src.dtype, config.kv, config.act_dtype);
         std::uint8_t* dst = buffer(caches, layout.kv_buffer(kv)).body();
         for (std::int64_t h = 0; h < g.num_kv_heads; ++h) {
           const float s = scales[config.kv.per_head_scale ? static_cast<std::size_t>(h) : 0];
           // SPEC 3: d is the innermost, contiguous dimension of every layout and strided view,
           // so element d of the head row is kv_element(kv, b, o, h, 0) + d.
           std::uint8_t* row = dst + layout.kv_element(kv, b, o, h, 0) * kv_bytes;
-          for (std::int64_t d = 0; d < g.head_dim; ++d) {
-            const float x = source_value(src, (t * g.num_kv_heads + h) * g.head_dim + d);
-            const std::uint32_t code = quantize_kv(x, s, config.kv, config.act_dtype);
-            store_code(code, kv_dtype, row + d * kv_bytes);
-          }
+          store_kv_codes(src, (t * g.num_kv_heads + h) * g.head_dim, g.head_dim, s, config.kv,
+                         config.act_dtype, table, row);
         }
       }
     }
