@@ -226,20 +226,12 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
 
   const std::int64_t row = g.num_kv_heads * g.head_dim;
   const std::int64_t groups = g.index_dim / spec::kScaleGroup;
-  // Scale none and no planted bug: quantize_kv tabulated over the source codes (the same codes).
-  const auto table_of = [&](const spec::HostTensor& t) {
-    return mutation == WriteMutation::kNone
-               ? reference::unscaled_kv_codes(t.dtype, config.kv, config.act_dtype)
-               : nullptr;
-  };
-  const std::uint32_t* k_table = table_of(w.k);
-  const std::uint32_t* v_table = table_of(w.v);
-  const auto code_of = [&](const spec::HostTensor& t, std::int64_t i, float s,
-                           const std::uint32_t* table) {
-    return table != nullptr
-               ? reference::kv_element_code(t, i, s, config.kv, config.act_dtype, table)
-               : quantize_element(source_value(t, i), s, config, mutation);
-  };
+  // Scale none and no planted bug: whole head rows through quantize_kv tabulated over the source
+  // codes (the same codes, reference::store_kv_codes).
+  const std::uint32_t* table =
+      mutation == WriteMutation::kNone && w.v.dtype == w.k.dtype
+          ? reference::unscaled_kv_codes(w.k.dtype, config.kv, config.act_dtype)
+          : nullptr;
   // The index-K view (SPEC 3): flat strides in elements, blockscale in bytes.
   const spec::IndexStrides index_view = spec::index_view(seen);
   std::vector<float> index_row(static_cast<std::size_t>(g.index_dim));
@@ -261,11 +253,11 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
         const float vs = w.v_scale[si];
         std::uint8_t* kd = view.k + (token_base + h * view.strides.head) * eb;
         std::uint8_t* vd = view.v + (token_base + h * view.strides.head + view.v_part) * eb;
-        if (k_table != nullptr && v_table != nullptr) {  // no mutation: whole rows in place
+        if (table != nullptr) {
           reference::store_kv_codes(w.k, t * row + h * g.head_dim, g.head_dim, ks, config.kv,
-                                    config.act_dtype, k_table, kd);
+                                    config.act_dtype, table, kd);
           reference::store_kv_codes(w.v, t * row + h * g.head_dim, g.head_dim, vs, config.kv,
-                                    config.act_dtype, v_table, vd);
+                                    config.act_dtype, table, vd);
           continue;
         }
         for (std::int64_t d = 0; d < g.head_dim; ++d) {
@@ -273,10 +265,14 @@ void write_layer_fused_mutated(const spec::ModelConfig& config, const spec::Laye
           const std::int64_t e = token_base + h * view.strides.head + d;
           std::uint8_t* kp = view.k + element_offset(e) * eb;
           std::uint8_t* vp = view.v + element_offset(e + view.v_part) * eb;
-          put(k_or_kv, kp, eb,
-              [&] { store_code(code_of(w.k, src, ks, k_table), config.kv.cache_dtype, kp); });
-          put(v_or_kv, vp, eb,
-              [&] { store_code(code_of(w.v, src, vs, v_table), config.kv.cache_dtype, vp); });
+          put(k_or_kv, kp, eb, [&] {
+            store_code(quantize_element(source_value(w.k, src), ks, config, mutation),
+                       config.kv.cache_dtype, kp);
+          });
+          put(v_or_kv, vp, eb, [&] {
+            store_code(quantize_element(source_value(w.v, src), vs, config, mutation),
+                       config.kv.cache_dtype, vp);
+          });
         }
         const std::int64_t tail = g.head_dim * eb % 16;
         if (mutation == WriteMutation::kVectorTailOverrun && tail != 0) {
