@@ -106,11 +106,7 @@ __device__ inline void decode_scores(const float* q_s, const unsigned char* kraw
       const int i = i0 + warp * kTokensPerWarp + token_in_warp;
       float k[8];
       if (i < valid) {
-        load8<KvDt>(kraw + i * kRowBytes + 8 * j * kEb, k);
-        if constexpr (kScaled) {
-#pragma unroll
-          for (float& x : k) x = __fmul_rn(x, ks);
-        }
+        load8_scaled<KvDt>(kraw + i * kRowBytes + 8 * j * kEb, kScaled, ks, k);
       } else {
 #pragma unroll
         for (float& x : k) x = 0.0f;
