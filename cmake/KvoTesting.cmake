@@ -14,9 +14,18 @@ function(kvo_add_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 600)
   endif()
+  # gtest_discover_tests flattens PROPERTIES into property/value pairs, so a list value (two
+  # labels) would shift every pair after it: the labels are set by a script that ctest includes
+  # after the discovery, over the list of tests it found.
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
-    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
-               ENVIRONMENT "RC_PARAMS=${KVO_RC_PARAMS}")
+    TEST_LIST ${name}_TESTS
+    PROPERTIES TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "RC_PARAMS=${KVO_RC_PARAMS}")
+  set(labels_script ${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake)
+  file(WRITE ${labels_script} "foreach(test IN LISTS ${name}_TESTS)
+  set_tests_properties(\"\${test}\" PROPERTIES LABELS \"${ARG_LABELS}\")
+endforeach()
+")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_script})
 endfunction()
 
 # kvo_cli_test(name status regex args...): runs `kvoracle args...` as a user would (test cli.<name>)

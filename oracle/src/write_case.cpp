@@ -415,7 +415,9 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     c.geometry.num_blocks = rng.uniform(needed, std::min(room, 2 * needed + 8));
   }
   choose_strides(seed, o.kv_strides, o.index_strides, c);
-  if (huge) c.geometry.num_blocks = draw_huge_blocks(seed, c);
+  // The step's blocks come off the top of the free list (kNearCapacity): past the blocks that
+  // reach the target, so that every written block, not only the last, starts past byte 2^32.
+  if (huge) c.geometry.num_blocks = draw_huge_blocks(seed, c) + blocks_needed();
   spec::validate(c);
   const spec::CacheGeometry& g = c.geometry;
   std::vector<std::int64_t> free_blocks(static_cast<std::size_t>(g.num_blocks));

@@ -123,7 +123,8 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& overrides);
 ///   every op: kThemeStrided (slot 5): the K/V caches as strided views (draw_kv_strides), and
 ///           the index-K cache of every mix with sparse layers (draw_index_strides; a write
 ///           case's mix of dense layers only gets a sparse last layer).
-///   write:  kThemeHugeCache (slot 6): a huge cache (draw_huge_blocks), written near its end.
+///   write:  kThemeHugeCache (slot 6): a huge cache (draw_huge_blocks), written near its end:
+///           every block the step writes starts past byte 2^32 (the allocator near capacity).
 ///   read:   kThemeHugeCache (slot 6): K, V and index-K all past 2^32 bytes, every block a row
 ///           reads near their end.
 /// An override of the dimension a theme sets wins over the theme.
