@@ -15,6 +15,7 @@
 #include "kvo/oracle/report_files.hpp"
 #include "kvo/oracle/shrink.hpp"
 #include "options.hpp"
+#include "shard_processes.hpp"
 
 namespace kvo::cli {
 namespace {
@@ -31,6 +32,8 @@ struct CheckFlags {
   bool detect_modes = false;
   bool coverage = false;
   std::string tier = "cpu";
+  std::string gpus;                       // --gpus: all or a count (shard processes)
+  std::optional<std::int64_t> processes;  // --processes
   oracle::CheckOptions options;
 };
 
@@ -90,6 +93,34 @@ int detect_modes(const CheckFlags& f, oracle::SubjectList& subjects) {
   return spec::exit_status(worst);
 }
 
+/// --gpus / --processes: the campaign as shard processes of this binary (shard_processes.hpp).
+int run_as_shard_processes(const CheckFlags& f, int gpus, const std::string& why_no_gpu) {
+  const char* flag = f.gpus.empty() ? "processes" : "gpus";
+  if (!f.gpus.empty() && f.processes) {
+    throw spec::InvalidInput("processes", -1, std::to_string(*f.processes),
+                             "--gpus and --processes both split the campaign: give one");
+  }
+  if (f.options.case_seed || f.options.total_shards > 1) {
+    throw spec::InvalidInput(
+        flag, -1, f.gpus.empty() ? std::to_string(*f.processes) : f.gpus,
+        f.options.case_seed ? "splits a campaign, not one case (--case-seed)"
+                            : "splits the campaign itself: not within a shard (--total-shards, "
+                              "GTEST_TOTAL_SHARDS or a scheduler's shard index)");
+  }
+  ShardProcessPlan plan;
+  if (f.gpus.empty()) {
+    if (*f.processes < 1 || *f.processes > 1024) {
+      throw spec::InvalidInput("processes", -1, std::to_string(*f.processes),
+                               "must be in [1, 1024]");
+    }
+    plan.count = static_cast<int>(*f.processes);
+    plan.jobs_each = std::max<std::int64_t>(1, oracle::campaign_jobs(0) / plan.count);
+  } else {
+    plan = gpu_shard_plan(f.gpus, gpus, why_no_gpu);
+  }
+  return run_shard_processes(plan, command_line_without_split_flags(), f.junit, f.json, f.coverage);
+}
+
 int run_check_verb(CheckFlags& f) {
   oracle::CheckOptions& o = f.options;
   auto subjects = oracle::make_subjects();
@@ -112,6 +143,7 @@ int run_check_verb(CheckFlags& f) {
   oracle::apply_shard_environment(o, f.total_shards, f.shard_index);
   std::string why_no_gpu;
   const int gpus = gpu::device_count(&why_no_gpu);
+  if (!f.gpus.empty() || f.processes) return run_as_shard_processes(f, gpus, why_no_gpu);
   o.tier = oracle::parse_tier(f.tier, gpus > 0);
   // A shard says so (the scheduler's variables may have set it without a flag).
   const std::string shard = o.total_shards > 1 ? ", shard " + std::to_string(o.shard_index) +
@@ -200,9 +232,18 @@ void add_check(CLI::App& app, int& status) {
   cmd->add_option("--tier-sample-every", flags->options.tier_sample_every,
                   "... and then on one case in N")
       ->capture_default_str();
+  cmd->add_option("--gpus", flags->gpus,
+                  "all or N: the campaign as one shard process per GPU (CUDA_VISIBLE_DEVICES), "
+                  "their reports merged into one verdict");
+  cmd->add_option_function<std::int64_t>(
+      "--processes", [f = flags.get()](const std::int64_t& v) { f->processes = v; },
+      "the campaign as N shard processes of this binary, their reports merged into one verdict");
   cmd->add_option("--junit", flags->junit,
                   "write a JUnit XML report (one testcase per subject and op)");
   cmd->add_option("--json", flags->json, "write the report as JSON");
+  // A shard process's own flags come last on its command line (shard_processes.cpp) and win.
+  for (const char* name : {"--junit", "--json", "--jobs", "--total-shards", "--shard-index"})
+    cmd->get_option(name)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_flag("--no-shrink", flags->no_shrink, "do not shrink failing cases");
   cmd->add_flag("--coverage", flags->coverage,
                 "print how often the cases reached each op's rare conditions (also in --json)");
