@@ -14,7 +14,7 @@
 # 40) for the sanitizer runs; KVO_DEADLINE_S (default 550) the whole run's wall-clock budget;
 # KVO_STAGES (default all) the stages to run, comma-separated: tests, campaign (10,000 random read
 # cases, KVO_READ_CAMPAIGN_CASES per shard), sanitizers, bench, cli (check and replay), scaling (the
-# campaign over jobs), tier (the GPU reference tier against the CPU's), mutants, peer (kvoracle's
+# campaign over jobs, and over GPUs: check --gpus all), tier (the GPU reference tier against the CPU's), mutants, peer (kvoracle's
 # fused write against the Triton peer, bench/bench_write_peer.py), python, example, modes.
 # Everything takes about 1500 s, past one device call (600 s): run it as three calls,
 # KVO_STAGES=tests,sanitizers (about 420 s), then KVO_STAGES=campaign,bench,cli,peer, then
@@ -215,6 +215,22 @@ echo "exit $? (every subject)" >>"$LOGS/campaign_scaling.txt"
 KVO_BIN="$BIN/kvoracle" timeout $(budget 150) bash "$ROOT/scripts/replay_speed.sh" 60 \
   >"$LOGS/replay_speed.txt" 2>&1
 echo "exit $?" >>"$LOGS/replay_speed.txt"
+# One shard process per GPU (check --gpus all, issue 15): the same seed, the same merged report
+# (counts and first failures; timing aside) as one process, and the time of each.
+for mode in one all; do
+  gpus_flag=(); [[ $mode == all ]] && gpus_flag=(--gpus all)
+  t0=$(date +%s%N)
+  timeout $(budget 100) "$BIN/kvoracle" check --cases 2000 --seed 0xC1 --no-shrink "${gpus_flag[@]}" \
+    --json "$LOGS/gpus_$mode.json" >"$LOGS/gpus_$mode.txt" 2>&1
+  echo "exit $? in $((($(date +%s%N) - t0) / 1000000)) ms" >>"$LOGS/gpus_$mode.txt"
+done
+python3 - "$LOGS/gpus_one.json" "$LOGS/gpus_all.json" >"$LOGS/gpus_compare.txt" 2>&1 <<'PY'
+import json, sys
+def rows(path):
+    return [(s["name"], s["op"], s["cases"], s["pass"], s["mismatch"], s["first_failure"])
+            for s in json.load(open(path))["subjects"]]
+print("same merged report as one process:", rows(sys.argv[1]) == rows(sys.argv[2]))
+PY
 T_SCALE=$(($(date +%s) - START))
 fi
 # 3b'''. The GPU reference tier (issue 15): the write and dense cases answered by the canonical
@@ -316,6 +332,7 @@ T_MODES=$(($(date +%s) - START))
     cat "$LOGS/campaign_scaling.txt"
     echo "kvoracle replay over jobs (60 steps, 60 layers, reference + cpu-fused):"
     cat "$LOGS/replay_speed.txt"
+    echo "kvoracle check --cases 2000, one process | --gpus all: $(tail -1 "$LOGS/gpus_one.txt") | $(grep -E '^kvoracle check: [0-9]+ shard' "$LOGS/gpus_all.txt") $(tail -1 "$LOGS/gpus_all.txt"); $(cat "$LOGS/gpus_compare.txt")"
   fi
   if want mutants; then
     echo "kvoracle mutants --cases 200 --seeds 1 (the median over 20 seeds: the CPU run):"
