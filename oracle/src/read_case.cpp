@@ -35,14 +35,15 @@ spec::HostTensor generated(const reference::ValueGenerator& gen, GenTensor which
   const auto eb = spec::dtype_bytes(gen.act);
   t.bytes.resize(keys.size() * static_cast<std::size_t>(heads * dim) * eb);
   std::size_t i = 0;
+  std::vector<float> row(static_cast<std::size_t>(heads * dim));
   for (const auto& [request, position] : keys) {
-    for (std::int64_t h = 0; h < heads; ++h) {
-      for (std::int64_t d = 0; d < dim; ++d, ++i) {
-        const float x =
-            reference::round_to(gen.value(0, which, request, position, h, d) + bias, gen.act);
-        reference::store_code(reference::encode(x, gen.act, spec::Saturation::kSatFinite), gen.act,
-                              &t.bytes[i * eb]);
-      }
+    // The row's values as gen.value(0, which, request, position, h, d) gives them, hashed a row
+    // at a time.
+    gen.fill_row(gen.row_key(0, which, request, position), heads, dim, row.data());
+    for (const float v : row) {
+      const float x = reference::round_to(v + bias, gen.act);
+      reference::store_code(reference::encode(x, gen.act, spec::Saturation::kSatFinite), gen.act,
+                            &t.bytes[i++ * eb]);
     }
   }
   return t;

@@ -64,7 +64,8 @@ RC_GTEST_PROP(ValueGenerator, ValuesAreRepresentableInRangeAndDeterministic, ())
 // the same bits for every element, every activation dtype, with and without the edge table.
 RC_GTEST_PROP(ValueGenerator, FillRowIsValueElementByElement, ()) {
   const ValueGenerator g = arbitrary_generator();
-  const auto tensor = *rc::gen::element(GenTensor::kK, GenTensor::kV, GenTensor::kIndexK);
+  const auto tensor = *rc::gen::element(GenTensor::kK, GenTensor::kV, GenTensor::kIndexK,
+                                        GenTensor::kQ, GenTensor::kIndexQ);
   const std::int64_t layer = *rc::gen::inRange(0, 60), request = *rc::gen::inRange(0, 64);
   const std::int64_t position = *rc::gen::inRange(0, 5000);
   const std::int64_t heads = *rc::gen::inRange(1, 5), dim = *rc::gen::inRange(1, 300);
