@@ -2,6 +2,7 @@
 #include "shard_processes.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -72,7 +73,7 @@ pid_t spawn(std::vector<std::string> args, std::vector<std::string> env, const f
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  posix_spawn_file_actions_addclose(&actions, 0);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);  // nothing to read
   std::vector<char*> argv = c_strings(args), envp = c_strings(env);
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
@@ -168,7 +169,12 @@ int run_shard_processes(const ShardProcessPlan& plan, const std::vector<std::str
     if (has_junit) child.insert(child.end(), {"--junit", (dir / (stem + ".xml")).string()});
     if (!has_jobs) child.insert(child.end(), {"--jobs", std::to_string(plan.jobs_each)});
     const std::string device = plan.devices.empty() ? "" : plan.devices[i];
-    pids.push_back(spawn(child, child_environment(device), dir / (stem + ".log")));
+    try {
+      pids.push_back(spawn(child, child_environment(device), dir / (stem + ".log")));
+    } catch (...) {
+      for (const pid_t pid : pids) kill(pid, SIGTERM), waitpid(pid, nullptr, 0);  // no orphans
+      throw;
+    }
     reports.push_back((dir / (stem + ".json")).string());
   }
   // Every shard runs to its end; then their verdicts.
