@@ -138,13 +138,16 @@ DenseCase make_case_impl(std::uint64_t seed, const CaseOverrides& o, const Dense
       [hd](std::int64_t v) { return v >= 2 && v % 2 == 0 && v <= hd; },
       "must be even, in [2, head_dim]");
   const std::int64_t max_pos = 4096;
+  const std::int64_t half = in.rotary_dim / 2;
+  std::vector<double> inv_freq(static_cast<std::size_t>(half));  // 10000^(-2i / rotary_dim)
+  for (std::int64_t i = 0; i < half; ++i) {
+    inv_freq[static_cast<std::size_t>(i)] =
+        std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(in.rotary_dim));
+  }
   for (std::int64_t p = 0; p < max_pos; ++p) {
-    const std::int64_t half = in.rotary_dim / 2;
     std::vector<float> row(static_cast<std::size_t>(in.rotary_dim));
     for (std::int64_t i = 0; i < half; ++i) {
-      const double theta =
-          static_cast<double>(p) *
-          std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(in.rotary_dim));
+      const double theta = static_cast<double>(p) * inv_freq[static_cast<std::size_t>(i)];
       row[static_cast<std::size_t>(i)] = static_cast<float>(std::cos(theta));
       row[static_cast<std::size_t>(half + i)] = static_cast<float>(std::sin(theta));
     }
