@@ -138,21 +138,7 @@ DenseCase make_case_impl(std::uint64_t seed, const CaseOverrides& o, const Dense
       [hd](std::int64_t v) { return v >= 2 && v % 2 == 0 && v <= hd; },
       "must be even, in [2, head_dim]");
   const std::int64_t max_pos = 4096;
-  const std::int64_t half = in.rotary_dim / 2;
-  std::vector<double> inv_freq(static_cast<std::size_t>(half));  // 10000^(-2i / rotary_dim)
-  for (std::int64_t i = 0; i < half; ++i) {
-    inv_freq[static_cast<std::size_t>(i)] =
-        std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(in.rotary_dim));
-  }
-  for (std::int64_t p = 0; p < max_pos; ++p) {
-    std::vector<float> row(static_cast<std::size_t>(in.rotary_dim));
-    for (std::int64_t i = 0; i < half; ++i) {
-      const double theta = static_cast<double>(p) * inv_freq[static_cast<std::size_t>(i)];
-      row[static_cast<std::size_t>(i)] = static_cast<float>(std::cos(theta));
-      row[static_cast<std::size_t>(half + i)] = static_cast<float>(std::sin(theta));
-    }
-    in.cos_sin.insert(in.cos_sin.end(), row.begin(), row.end());
-  }
+  in.cos_sin = reference::rope_cos_sin(in.rotary_dim, max_pos);
   for (std::size_t t = 0; t < in.kv.slots.slots.size(); ++t)
     in.positions.push_back(rng.uniform(0, max_pos - 1));
   // Tiny heads (a third of the cases, a quarter of the rows): q and k rows times 2^-11, so that

@@ -25,30 +25,6 @@ T pick(SplitMix64& rng, const std::array<T, N>& a) {
   return a[static_cast<std::size_t>(rng.uniform(0, static_cast<std::int64_t>(N) - 1))];
 }
 
-/// [rows, heads, dim] of generated values; row r has key (request, position) = keys[r].
-spec::HostTensor generated(const reference::ValueGenerator& gen, GenTensor which,
-                           const std::vector<std::pair<std::int64_t, std::int64_t>>& keys,
-                           std::int64_t heads, std::int64_t dim, float bias) {
-  spec::HostTensor t;
-  t.dtype = gen.act;
-  t.shape = {static_cast<std::int64_t>(keys.size()), heads, dim};
-  const auto eb = spec::dtype_bytes(gen.act);
-  t.bytes.resize(keys.size() * static_cast<std::size_t>(heads * dim) * eb);
-  std::size_t i = 0;
-  std::vector<float> row(static_cast<std::size_t>(heads * dim));
-  for (const auto& [request, position] : keys) {
-    // The row's values as gen.value(0, which, request, position, h, d) gives them, hashed a row
-    // at a time.
-    gen.fill_row(gen.row_key(0, which, request, position), heads, dim, row.data());
-    for (const float v : row) {
-      const float x = reference::round_to(v + bias, gen.act);
-      reference::store_code(reference::encode(x, gen.act, spec::Saturation::kSatFinite), gen.act,
-                            &t.bytes[i++ * eb]);
-    }
-  }
-  return t;
-}
-
 }  // namespace
 
 std::string ReadOverrides::to_flags() const {
@@ -282,7 +258,7 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
   for (std::int32_t blk : table_blocks) {
     if (blk >= 0 && blk < c.geometry.num_blocks) materialise_block(layout, rc.caches, blk);
   }
-  std::vector<std::pair<std::int64_t, std::int64_t>> keys;
+  std::vector<reference::RowKey> keys;
   spec::SlotMapping slots;
   slots.type = c.slot_type;
   for (std::int64_t r = 0; r < nreq; ++r) {
@@ -291,18 +267,18 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
           b.block_table[static_cast<std::size_t>(r * b.max_blocks + t / c.geometry.block_size)];
       slots.slots.push_back(static_cast<std::int64_t>(blk) * c.geometry.block_size +
                             t % c.geometry.block_size);
-      keys.emplace_back(r, t);
+      keys.push_back({r, t});
     }
   }
   if (!keys.empty()) {
     spec::LayerWrite w;
     w.kind = spec::LayerKind::kSparse;
     // Adversarial V: a large common offset, so the output cancels it against the weights.
-    w.k = generated(gen, GenTensor::kK, keys, nkv, c.geometry.head_dim, 0.0f);
-    w.v =
-        generated(gen, GenTensor::kV, keys, nkv, c.geometry.head_dim, adversarial ? 1000.0f : 0.0f);
-    w.index_k = generated(gen, GenTensor::kIndexK, keys, 1, c.geometry.index_dim, 0.0f);
-    w.index_k.shape = {static_cast<std::int64_t>(keys.size()), c.geometry.index_dim};
+    w.k = reference::generated_rows(gen, 0, GenTensor::kK, keys, nkv, c.geometry.head_dim, 0.0f);
+    w.v = reference::generated_rows(gen, 0, GenTensor::kV, keys, nkv, c.geometry.head_dim,
+                                    adversarial ? 1000.0f : 0.0f);
+    w.index_k =
+        reference::generated_rows(gen, 0, GenTensor::kIndexK, keys, 0, c.geometry.index_dim, 0.0f);
     if (nan_index_k) {
       // One to three tokens get a NaN in one index dim: their token scores are NaN in every head,
       // and the blocks holding them are where the index_nan rules differ (blockscale keeps the
@@ -341,15 +317,15 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
     w.v_scale = rc.v_scale;
     reference::write_layer(c, w, rc.caches);
   }
-  std::vector<std::pair<std::int64_t, std::int64_t>> qkeys;
+  std::vector<reference::RowKey> qkeys;
   for (std::int64_t r = 0; r < nreq; ++r) {
     const std::int64_t q_len = b.query_start_loc[static_cast<std::size_t>(r + 1)] -
                                b.query_start_loc[static_cast<std::size_t>(r)];
     for (std::int64_t j = 0; j < q_len; ++j)
-      qkeys.emplace_back(r, b.seq_lens[static_cast<std::size_t>(r)] - q_len + j);
+      qkeys.push_back({r, b.seq_lens[static_cast<std::size_t>(r)] - q_len + j});
   }
-  rc.index_q = generated(gen, GenTensor::kIndexQ, qkeys, rc.indexer.num_index_heads,
-                         c.geometry.index_dim, 0.0f);
+  rc.index_q = reference::generated_rows(gen, 0, GenTensor::kIndexQ, qkeys,
+                                         rc.indexer.num_index_heads, c.geometry.index_dim, 0.0f);
   if (o.tied_scores.value_or(theme == kThemeTies))
     std::fill(rc.index_q.bytes.begin(), rc.index_q.bytes.end(), 0);
   if (neg_inf_block) {
@@ -366,7 +342,8 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
   }
   // fp8 index-Q: the activation values cast to e4m3.
   rc.index_q = reference::cast_tensor(rc.index_q, spec::index_q_dtype(c, rc.indexer));
-  rc.q = generated(gen, GenTensor::kQ, qkeys, rc.attention.num_q_heads, c.geometry.head_dim, 0.0f);
+  rc.q = reference::generated_rows(gen, 0, GenTensor::kQ, qkeys, rc.attention.num_q_heads,
+                                   c.geometry.head_dim, 0.0f);
   return rc;
 }
 

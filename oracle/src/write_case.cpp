@@ -43,33 +43,6 @@ std::vector<spec::LayerKind> random_mix(SplitMix64& rng) {
   return mix;
 }
 
-/// A tensor [rows, inner...] of generated values for one layer, in the activation dtype.
-spec::HostTensor make_tensor(const reference::ValueGenerator& gen, std::int64_t layer,
-                             GenTensor which,
-                             const std::vector<std::pair<std::int64_t, std::int64_t>>& row_keys,
-                             std::int64_t heads, std::int64_t dim) {
-  spec::HostTensor t;
-  t.dtype = gen.act;
-  const auto rows = static_cast<std::int64_t>(row_keys.size());
-  t.shape = heads > 0 ? std::vector<std::int64_t>{rows, heads, dim}
-                      : std::vector<std::int64_t>{rows, dim};
-  const std::int64_t per_row = std::max<std::int64_t>(heads, 1) * dim;
-  const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(gen.act));
-  t.bytes.resize(static_cast<std::size_t>(rows * per_row * eb));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const auto [request, position] = row_keys[static_cast<std::size_t>(r)];
-    const std::uint64_t key = gen.row_key(layer, which, request, position);
-    for (std::int64_t h = 0; h < std::max<std::int64_t>(heads, 1); ++h) {
-      for (std::int64_t d = 0; d < dim; ++d) {
-        const float x = gen.value_in_row(key, heads > 0 ? h : 0, d);
-        reference::store_code(reference::encode(x, gen.act, spec::Saturation::kSatFinite), gen.act,
-                              t.bytes.data() + ((r * per_row) + h * dim + d) * eb);
-      }
-    }
-  }
-  return t;
-}
-
 std::vector<float> make_scales(SplitMix64& rng, std::int64_t n) {
   std::vector<float> s(static_cast<std::size_t>(n));
   for (float& x : s) {
@@ -442,7 +415,7 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
   // The slot mapping of the step and the (request, position) key of every source row.
   spec::SlotMapping slots;
   slots.type = c.slot_type;
-  std::vector<std::pair<std::int64_t, std::int64_t>> row_keys;
+  std::vector<reference::RowKey> row_keys;
   for (std::size_t ri = 0; ri < wc.requests.size(); ++ri) {
     const StepRequest& r = wc.requests[ri];
     for (std::int64_t j = 0; j < r.q_len; ++j) {
@@ -450,12 +423,12 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
       slots.slots.push_back(r.block_table[static_cast<std::size_t>(p / g.block_size)] *
                                 g.block_size +
                             p % g.block_size);
-      row_keys.emplace_back(static_cast<std::int64_t>(ri), p);
+      row_keys.push_back({static_cast<std::int64_t>(ri), p});
     }
   }
   for (std::int64_t i = 0; i < padding; ++i) {
     slots.slots.push_back(-1);
-    row_keys.emplace_back(-1, i);
+    row_keys.push_back({-1, i});
   }
   // Reach conditions from their own stream (so older seeds keep every other draw): in half the
   // cases with padding the -1 entries are scattered among the real tokens (a kernel that stops at
@@ -466,7 +439,7 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
   if ((theme == kThemeMinusOneInside || theme == kThemeLegacyWrap) && padding == 0) {
     for (std::int64_t i = reach.uniform(1, 3); i > 0; --i) {  // -1 rows to scatter
       slots.slots.push_back(-1);
-      row_keys.emplace_back(-1, padding++);
+      row_keys.push_back({-1, padding++});
     }
     wc.padding = padding;
   }
@@ -476,7 +449,7 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     std::iota(order.begin(), order.end(), 0);
     reach.shuffle(order);
     std::vector<std::int64_t> permuted_slots;
-    std::vector<std::pair<std::int64_t, std::int64_t>> permuted_keys;
+    std::vector<reference::RowKey> permuted_keys;
     for (std::size_t i : order) {
       permuted_slots.push_back(slots.slots[i]);
       permuted_keys.push_back(row_keys[i]);
@@ -494,7 +467,7 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
   // Source tensors padded past the mapping, as CUDA-graph captures are: those rows must stay
   // unread.
   const std::int64_t extra_rows = rng.chance(1, 2) ? rng.uniform(1, 3) : 0;
-  for (std::int64_t i = 0; i < extra_rows; ++i) row_keys.emplace_back(-2, i);
+  for (std::int64_t i = 0; i < extra_rows; ++i) row_keys.push_back({-2, i});
   spec::SlotMapping index_slots;
   index_slots.type = c.slot_type;
   if (c.separate_index_slots) {
@@ -521,10 +494,13 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     spec::LayerWrite w;
     w.kind = c.layers[l];
     const auto layer = static_cast<std::int64_t>(l);
-    w.k = make_tensor(gen, layer, GenTensor::kK, row_keys, g.num_kv_heads, g.head_dim);
-    w.v = make_tensor(gen, layer, GenTensor::kV, row_keys, g.num_kv_heads, g.head_dim);
+    w.k =
+        reference::generated_rows(gen, layer, GenTensor::kK, row_keys, g.num_kv_heads, g.head_dim);
+    w.v =
+        reference::generated_rows(gen, layer, GenTensor::kV, row_keys, g.num_kv_heads, g.head_dim);
     if (w.kind == spec::LayerKind::kSparse) {
-      w.index_k = make_tensor(gen, layer, GenTensor::kIndexK, row_keys, 0, g.index_dim);
+      w.index_k =
+          reference::generated_rows(gen, layer, GenTensor::kIndexK, row_keys, 0, g.index_dim);
       w.index_slots = index_slots;
     }
     for (spec::HostTensor* t : {&w.k, &w.v, &w.index_k}) {

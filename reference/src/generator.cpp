@@ -1,7 +1,9 @@
 #include "kvo/reference/generator.hpp"
 
 #include <array>
+#include <bit>
 #include <cmath>
+#include <cstring>
 
 #include "kvo/reference/numbers.hpp"
 
@@ -132,6 +134,63 @@ float ValueGenerator::value_of_key(std::uint64_t key) const {
     if (allow_nonfinite || std::isfinite(edge)) return edge;
   }
   return round_to(ordinary_value(key), act);
+}
+
+spec::HostTensor generated_rows(const ValueGenerator& gen, std::int64_t layer, GenTensor which,
+                                std::span<const RowKey> keys, std::int64_t heads, std::int64_t dim,
+                                std::optional<float> bias) {
+  static_assert(std::endian::native == std::endian::little, "codes are stored with memcpy");
+  spec::HostTensor t;
+  t.dtype = gen.act;
+  const auto rows = static_cast<std::int64_t>(keys.size());
+  t.shape = heads > 0 ? std::vector<std::int64_t>{rows, heads, dim}
+                      : std::vector<std::int64_t>{rows, dim};
+  const std::int64_t nh = std::max<std::int64_t>(heads, 1);
+  const std::size_t eb = spec::dtype_bytes(gen.act);
+  t.bytes.resize(static_cast<std::size_t>(rows * nh * dim) * eb);
+  std::uint8_t* out = t.bytes.data();
+  std::vector<float> row(static_cast<std::size_t>(nh * dim));
+  for (const RowKey& k : keys) {
+    gen.fill_row(gen.row_key(layer, which, k.request, k.position), nh, dim, row.data());
+    if (bias) {
+      for (float& x : row) x = round_to(x + *bias, gen.act);
+    }
+    // A value rounded to the activation dtype has an exact code. The common bf16 case calls the
+    // codec itself, without encode's and store_code's dtype switches (the same code: encode of a
+    // bf16 value is f32_to_bf16 of it, stored little-endian).
+    if (gen.act == spec::DType::kBF16) {
+      for (const float x : row) {
+        const std::uint16_t code = f32_to_bf16(x);
+        std::memcpy(out, &code, sizeof code);
+        out += sizeof code;
+      }
+    } else {
+      for (const float x : row) {
+        store_code(encode(x, gen.act, spec::Saturation::kSatFinite), gen.act, out);
+        out += eb;
+      }
+    }
+  }
+  return t;
+}
+
+std::vector<float> rope_cos_sin(std::int64_t rotary_dim, std::int64_t positions) {
+  const std::int64_t half = rotary_dim / 2;
+  std::vector<double> inv_freq(static_cast<std::size_t>(half));  // 10000^(-2i / rotary_dim)
+  for (std::int64_t i = 0; i < half; ++i) {
+    inv_freq[static_cast<std::size_t>(i)] =
+        std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(rotary_dim));
+  }
+  std::vector<float> table(static_cast<std::size_t>(positions * rotary_dim));
+  for (std::int64_t p = 0; p < positions; ++p) {
+    float* row = table.data() + p * rotary_dim;
+    for (std::int64_t i = 0; i < half; ++i) {
+      const double theta = static_cast<double>(p) * inv_freq[static_cast<std::size_t>(i)];
+      row[i] = static_cast<float>(std::cos(theta));
+      row[half + i] = static_cast<float>(std::sin(theta));
+    }
+  }
+  return table;
 }
 
 }  // namespace kvo::reference

@@ -1,7 +1,6 @@
 #include "kvo/traces/replay.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -30,71 +29,32 @@
 namespace kvo::traces {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "codes are stored with memcpy");
-
 using reference::GenTensor;
-
-/// [rows, heads, dim] (heads > 0) or [rows, dim] of generated values keyed per row.
-spec::HostTensor make_tensor(const reference::ValueGenerator& gen, std::int64_t layer,
-                             GenTensor which, const std::vector<std::int64_t>& requests,
-                             const std::vector<std::int64_t>& positions, std::size_t rows,
-                             std::int64_t heads, std::int64_t dim) {
-  spec::HostTensor t;
-  t.dtype = gen.act;
-  const auto n = static_cast<std::int64_t>(rows);
-  t.shape =
-      heads > 0 ? std::vector<std::int64_t>{n, heads, dim} : std::vector<std::int64_t>{n, dim};
-  const std::int64_t nh = std::max<std::int64_t>(heads, 1);
-  const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(gen.act));
-  t.bytes.resize(static_cast<std::size_t>(n * nh * dim * eb));
-  std::uint8_t* out = t.bytes.data();
-  std::vector<float> row(static_cast<std::size_t>(nh * dim));
-  for (std::size_t r = 0; r < rows; ++r) {
-    gen.fill_row(gen.row_key(layer, which, requests[r], positions[r]), nh, dim, row.data());
-    // A generated value is already rounded to the activation dtype, so its code is exact. The
-    // common bf16 case calls the codec itself, without encode's and store_code's dtype switches.
-    if (gen.act == spec::DType::kBF16) {
-      for (const float x : row) {
-        const std::uint16_t code = reference::f32_to_bf16(x);
-        std::memcpy(out, &code, sizeof code);  // little-endian (static_assert above), as store_code
-        out += sizeof code;
-      }
-    } else {
-      for (const float x : row) {
-        reference::store_code(reference::encode(x, gen.act, spec::Saturation::kSatFinite), gen.act,
-                              out);
-        out += eb;
-      }
-    }
-  }
-  return t;
-}
 
 /// The generator key of every slot-mapping row of a step: (request id, position) for the real
 /// tokens, in slot-mapping order, then (-1, row) for the padding tail.
 struct RowKeys {
-  std::vector<std::int64_t> requests, positions;
+  std::vector<reference::RowKey> keys;
   std::size_t real = 0;  ///< rows before the padding
+  /// The real tokens' keys.
+  std::span<const reference::RowKey> real_keys() const { return {keys.data(), real}; }
 };
 
 RowKeys row_keys(const TraceStep& st) {
   const std::vector<std::int64_t> starts = st.starts();
   RowKeys k;
-  k.requests.reserve(static_cast<std::size_t>(st.tokens()));
-  k.positions.reserve(static_cast<std::size_t>(st.tokens()));
+  k.keys.reserve(static_cast<std::size_t>(st.tokens()));
   for (std::int64_t b = 0; b < st.batch(); ++b) {
     const auto bi = static_cast<std::size_t>(b);
     const std::int64_t q = starts[bi + 1] - starts[bi];
     const std::int64_t first = st.seq_lens.values[bi] - q;
     for (std::int64_t j = 0; j < q; ++j) {
-      k.requests.push_back(st.request_id(b));
-      k.positions.push_back(first + j);
+      k.keys.push_back({st.request_id(b), first + j});
     }
   }
-  k.real = k.requests.size();
+  k.real = k.keys.size();
   for (std::int64_t i = starts.back(); i < st.tokens(); ++i) {
-    k.requests.push_back(-1);  // padding rows: generated but never read
-    k.positions.push_back(i);
+    k.keys.push_back({-1, i});  // padding rows: generated but never read
   }
   return k;
 }
@@ -184,18 +144,14 @@ spec::LayerWrite make_step_write(const Trace& trace, std::int64_t step, std::int
   const spec::ModelConfig& c = trace.config;
   const TraceStep& st = trace.steps.at(static_cast<std::size_t>(step));
   const RowKeys k = row_keys(st);
-  const std::size_t rows = k.requests.size();
   spec::LayerWrite w;
   w.kind = c.layers.at(static_cast<std::size_t>(layer));
   const spec::CacheGeometry& g = c.geometry;
-  w.k = make_tensor(gen, layer, GenTensor::kK, k.requests, k.positions, rows, g.num_kv_heads,
-                    g.head_dim);
-  w.v = make_tensor(gen, layer, GenTensor::kV, k.requests, k.positions, rows, g.num_kv_heads,
-                    g.head_dim);
+  w.k = reference::generated_rows(gen, layer, GenTensor::kK, k.keys, g.num_kv_heads, g.head_dim);
+  w.v = reference::generated_rows(gen, layer, GenTensor::kV, k.keys, g.num_kv_heads, g.head_dim);
   w.slots = slot_mapping(st.slot_mapping);
   if (w.kind == spec::LayerKind::kSparse) {
-    w.index_k =
-        make_tensor(gen, layer, GenTensor::kIndexK, k.requests, k.positions, rows, 0, g.index_dim);
+    w.index_k = reference::generated_rows(gen, layer, GenTensor::kIndexK, k.keys, 0, g.index_dim);
     if (st.index_slot_mapping) w.index_slots = slot_mapping(*st.index_slot_mapping);
   }
   w.k_scale = trace.k_scale;
@@ -210,18 +166,7 @@ std::vector<float> rope_table(const Trace& trace) {
   for (const TraceStep& st : trace.steps) {
     for (std::int64_t len : st.seq_lens.values) max_pos = std::max(max_pos, len - 1);
   }
-  std::vector<float> table(static_cast<std::size_t>((max_pos + 1) * rd));
-  const std::int64_t half = rd / 2;
-  for (std::int64_t p = 0; p <= max_pos; ++p) {
-    for (std::int64_t i = 0; i < half; ++i) {
-      const double theta =
-          static_cast<double>(p) *
-          std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(rd));
-      table[static_cast<std::size_t>(p * rd + i)] = static_cast<float>(std::cos(theta));
-      table[static_cast<std::size_t>(p * rd + half + i)] = static_cast<float>(std::sin(theta));
-    }
-  }
-  return table;
+  return reference::rope_cos_sin(rd, max_pos + 1);
 }
 
 spec::DenseInsert make_step_dense(const Trace& trace, std::int64_t step, std::int64_t layer,
@@ -232,8 +177,8 @@ spec::DenseInsert make_step_dense(const Trace& trace, std::int64_t step, std::in
   const std::int64_t hd = trace.config.geometry.head_dim;
   spec::DenseInsert d;
   d.kv = make_step_write(trace, step, layer, gen);
-  d.q = make_tensor(gen, layer, GenTensor::kQ, k.requests, k.positions, k.requests.size(),
-                    attention_params(trace).num_q_heads, hd);
+  d.q = reference::generated_rows(gen, layer, GenTensor::kQ, k.keys,
+                                  attention_params(trace).num_q_heads, hd);
   // Weights near 0, so that (1 + w) stays near 1: generated values scaled by 1/8 (exact).
   for (auto [which, out] :
        {std::pair{GenTensor::kQ, &d.q_norm_weight}, std::pair{GenTensor::kK, &d.k_norm_weight}}) {
@@ -245,9 +190,8 @@ spec::DenseInsert make_step_dense(const Trace& trace, std::int64_t step, std::in
   d.rotary_dim = trace.read.dense_rotary_dim;
   d.fp8_store = trace.read.dense_fp8_store;
   d.cos_sin = cos_sin;
-  d.positions.assign(k.requests.size(), 0);  // padding rows: position 0 (q only, no insert)
-  std::copy(k.positions.begin(), k.positions.begin() + static_cast<std::ptrdiff_t>(k.real),
-            d.positions.begin());
+  d.positions.assign(k.keys.size(), 0);  // padding rows: position 0 (q only, no insert)
+  for (std::size_t r = 0; r < k.real; ++r) d.positions[r] = k.keys[r].position;
   return d;
 }
 
@@ -272,12 +216,12 @@ oracle::ReadCase make_step_read(const Trace& trace, std::int64_t step, std::int6
   b.seq_lens = st.seq_lens.values;
   b.query_start_loc = st.starts();
   const spec::CacheGeometry& g = trace.config.geometry;
-  rc.index_q =
-      reference::cast_tensor(make_tensor(gen, layer, GenTensor::kIndexQ, k.requests, k.positions,
-                                         k.real, rc.indexer.num_index_heads, g.index_dim),
-                             spec::index_q_dtype(trace.config, rc.indexer));
-  rc.q = make_tensor(gen, layer, GenTensor::kQ, k.requests, k.positions, k.real,
-                     rc.attention.num_q_heads, g.head_dim);
+  rc.index_q = reference::cast_tensor(
+      reference::generated_rows(gen, layer, GenTensor::kIndexQ, k.real_keys(),
+                                rc.indexer.num_index_heads, g.index_dim),
+      spec::index_q_dtype(trace.config, rc.indexer));
+  rc.q = reference::generated_rows(gen, layer, GenTensor::kQ, k.real_keys(),
+                                   rc.attention.num_q_heads, g.head_dim);
   rc.k_scale = trace.k_scale;
   rc.v_scale = trace.v_scale;
   return rc;

@@ -6,10 +6,13 @@
 /// rounding ties and values at and past the fp8 maxima, and, where allowed, infinities and NaN.
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "kvo/spec/types.hpp"
+#include "kvo/spec/write.hpp"
 
 namespace kvo::reference {
 
@@ -81,5 +84,24 @@ struct ValueGenerator {
     return unit * range;
   }
 };
+
+/// A generated row's key fields past (layer, tensor): the request id and the token position.
+struct RowKey {
+  std::int64_t request = 0, position = 0;
+};
+
+/// Generated values as the activations a case or a replay step hands a kernel: one row per key,
+/// [keys, heads, dim] (heads > 0) or [keys, dim] (heads == 0: one head), in `gen.act` codes.
+/// Row r, head h, dim d holds encode(x, act, satfinite) of x = gen.value(layer, which,
+/// keys[r].request, keys[r].position, h, d), or, with a `bias`, of round_to(x + bias, act) (a read
+/// case's shifted V; adding 0 turns -0 into +0).
+spec::HostTensor generated_rows(const ValueGenerator& gen, std::int64_t layer, GenTensor which,
+                                std::span<const RowKey> keys, std::int64_t heads, std::int64_t dim,
+                                std::optional<float> bias = std::nullopt);
+
+/// The rope table the dense insert's cases and replays hand it: [positions, rotary_dim], row p =
+/// cos(p * theta_i) for i < rotary_dim / 2, then the sines, theta_i = 10000^(-2i / rotary_dim),
+/// computed in double and rounded once (rotary_dim even, >= 2).
+std::vector<float> rope_cos_sin(std::int64_t rotary_dim, std::int64_t positions);
 
 }  // namespace kvo::reference

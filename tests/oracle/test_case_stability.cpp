@@ -1,0 +1,83 @@
+// A seed names the same case in every version: a reproduce line printed by an older kvoracle (a CI
+// log, an issue) must still rebuild the case that failed. Each op's first 40 cases of the default
+// campaign seed, as their case files hold them (configuration, inputs, caches and the reference's
+// answer: OpDriver::encode_case), hash to the value recorded when the generator last changed on
+// purpose. A change that moves a hash changes what old seeds mean: it is a change of the case
+// distribution, to be made knowingly and said in the changelog, never as a side effect of a
+// refactor or a speed-up.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kvo/oracle/campaign.hpp"
+#include "kvo/oracle/case_tensors.hpp"
+#include "kvo/oracle/op_driver.hpp"
+#include "kvo/oracle/write_case.hpp"
+#include "kvo/reference/generator.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::oracle {
+namespace {
+
+/// FNV-1a over a byte string, then SplitMix64's finaliser into the running hash.
+std::uint64_t fold(std::uint64_t h, const void* data, std::size_t n) {
+  std::uint64_t f = 0xCBF29CE484222325ull;
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  for (std::size_t i = 0; i < n; ++i) f = (f ^ p[i]) * 0x100000001B3ull;
+  return reference::mix64(h ^ f ^ n);
+}
+std::uint64_t fold(std::uint64_t h, const std::string& s) { return fold(h, s.data(), s.size()); }
+
+/// The hash of `cases` cases of `op` drawn as the default campaign draws them (huge cases, whose
+/// lazy caches no case file holds, count by their seed alone).
+std::uint64_t case_hash(spec::Op op, std::int64_t cases) {
+  const OpDriver& driver = driver_of(op);
+  const CheckOptions defaults;
+  std::uint64_t h = 0;
+  for (std::int64_t i = 0; i < cases; ++i) {
+    const std::uint64_t seed = case_seed(defaults.seed, static_cast<std::uint64_t>(i));
+    h = fold(h, &seed, sizeof seed);
+    const auto c = driver.prepare(seed, defaults.overrides);
+    TensorSet set;
+    TensorWriter out(set);
+    try {
+      driver.encode_case(*c, out);
+    } catch (const spec::Unsupported&) {
+      continue;
+    }
+    for (const auto& [key, value] : set.metadata) h = fold(fold(h, key), value);
+    for (const NamedTensor& t : set.tensors) {
+      h = fold(h, t.name);
+      h = fold(h, t.shape.data(), t.shape.size() * sizeof t.shape[0]);
+      h = fold(h, t.bytes.data(), t.bytes.size());
+    }
+  }
+  return h;
+}
+
+struct Recorded {
+  spec::Op op;
+  std::uint64_t hash;
+};
+
+TEST(CaseStability, EachOpsCasesAreTheRecordedOnes) {
+  constexpr Recorded kRecorded[] = {
+      {spec::Op::kWrite, 0x5189BA0AF57F5298ull},
+      {spec::Op::kDense, 0x3DEC22CE2922B356ull},
+      {spec::Op::kIndexer, 0x21A9B22E3EE9CC32ull},
+      {spec::Op::kAttention, 0xCE7C70D30E28B144ull},
+  };
+  for (const Recorded& r : kRecorded) {
+    const std::uint64_t h = case_hash(r.op, 40);
+    char text[32];
+    std::snprintf(text, sizeof text, "0x%016llX", static_cast<unsigned long long>(h));
+    EXPECT_EQ(h, r.hash) << spec::name_of(r.op)
+                         << ": the first 40 cases of seed 0x6B766F72 hash to " << text
+                         << ", not the recorded value: this change moves what a seed "
+                         << "means (see the comment at the top of this file)";
+  }
+}
+
+}  // namespace
+}  // namespace kvo::oracle
