@@ -220,18 +220,9 @@ void add_check(CLI::App& app, int& status) {
   cmd->add_option("--jobs,-j", flags->options.jobs,
                   "cases worked on at once on the CPU (0: one per hardware thread); the report is "
                   "the same for any number");
-  cmd->add_option("--tier", flags->tier,
-                  "who answers the cases: cpu (the CPU reference), gpu (the canonical CUDA writes "
-                  "answer write and dense cases, checked against the CPU reference on a sample "
-                  "and on every failure; the reads stay on the CPU) or auto (gpu when a GPU "
-                  "answers)")
-      ->capture_default_str();
-  cmd->add_option("--tier-sample-first", flags->options.tier_sample_first,
-                  "the GPU tier is checked against the CPU reference on the first N cases")
-      ->capture_default_str();
-  cmd->add_option("--tier-sample-every", flags->options.tier_sample_every,
-                  "... and then on one case in N")
-      ->capture_default_str();
+  add_tier_flags(*cmd, flags->tier, flags->options.tier_sample_first,
+                 flags->options.tier_sample_every, "cases",
+                 "the canonical CUDA writes answer the write and dense cases");
   cmd->add_option("--gpus", flags->gpus,
                   "all or N: the campaign as one shard process per GPU (CUDA_VISIBLE_DEVICES), "
                   "their reports merged into one verdict");

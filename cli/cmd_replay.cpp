@@ -24,6 +24,7 @@ struct ReplayFlags {
   std::string layers;
   std::vector<std::string> subjects;
   std::string ops;  ///< empty: write, and dense when the trace's dense layers use the fused insert
+  std::string tier = "cpu";
   traces::ReplayOptions options;
 };
 
@@ -91,12 +92,15 @@ int run_replay(ReplayFlags& f) {
   oracle::add_named_mutants(o.subjects, subjects);
   std::string why_no_gpu;
   const int gpus = gpu::device_count(&why_no_gpu);
+  o.tier = oracle::parse_tier(f.tier, gpus > 0);
   std::printf(
-      "kvoracle replay: %s, %zu steps, %zu layers (%s), value seed 0x%016llX, %lld jobs, GPU: %s\n",
+      "kvoracle replay: %s, %zu steps, %zu layers (%s), value seed 0x%016llX, %lld jobs, %s tier, "
+      "GPU: %s\n",
       f.path.c_str(), trace.steps.size(), trace.config.layers.size(),
       spec::format_layer_mix(trace.config.layers).c_str(),
       static_cast<unsigned long long>(o.value_seed),
       static_cast<long long>(oracle::campaign_jobs(o.jobs)),
+      std::string(spec::name_of(o.tier)).c_str(),
       gpus > 0 ? gpu::device_description().c_str() : ("none (" + why_no_gpu + ")").c_str());
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr)) != 0;
@@ -139,6 +143,9 @@ void add_replay(CLI::App& app, int& status) {
                   "layers worked on at once on the CPU (0: one per hardware thread); the report is "
                   "the same for any number")
       ->capture_default_str();
+  add_tier_flags(*cmd, flags->tier, flags->options.tier_sample_first,
+                 flags->options.tier_sample_every, "replayed steps (every layer of a step)",
+                 "the canonical CUDA write and dense insert write the reference caches");
   cmd->add_option("--steps", flags->steps, "step range a:b (b exclusive; a: or :b)");
   cmd->add_option("--layers", flags->layers, "layer indices, e.g. 0,3,5-7 (default all)");
   cmd->add_flag("--keep-going", flags->options.keep_going,

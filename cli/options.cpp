@@ -115,6 +115,21 @@ void add_case_flags(CLI::App& app, oracle::Overrides& o) {
                   "fused insert) (SPEC 4)");
 }
 
+void add_tier_flags(CLI::App& app, std::string& tier, std::int64_t& sample_first,
+                    std::int64_t& sample_every, const std::string& units,
+                    const std::string& answers) {
+  app.add_option("--tier", tier,
+                 "who answers: cpu (the CPU reference), gpu (" + answers +
+                     ", checked against the CPU reference on a sample and wherever a subject "
+                     "fails; the reads stay on the CPU) or auto (gpu when a GPU answers)")
+      ->capture_default_str();
+  app.add_option("--tier-sample-first", sample_first,
+                 "the GPU tier is checked against the CPU reference on the first N " + units)
+      ->capture_default_str();
+  app.add_option("--tier-sample-every", sample_every, "... and then on one in N")
+      ->capture_default_str();
+}
+
 oracle::Overrides parse_case_flags(const std::vector<std::string>& flags) {
   oracle::Overrides o;
   CLI::App app{"kvoracle case flags"};

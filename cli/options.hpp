@@ -42,6 +42,13 @@ void add_read_flags(CLI::App& app, oracle::ReadOverrides& overrides);
 /// dense insert's (--rotary-dim). `check` and `explain` take them all.
 void add_case_flags(CLI::App& app, oracle::Overrides& overrides);
 
+/// The reference tier's flags of `check` and `replay`: --tier (cpu, gpu or auto: read by
+/// oracle::parse_tier), --tier-sample-first and --tier-sample-every; `units` names what the
+/// sample counts ("cases", "replayed steps") and `answers` what the GPU tier answers.
+void add_tier_flags(CLI::App& app, std::string& tier, std::int64_t& sample_first,
+                    std::int64_t& sample_every, const std::string& units,
+                    const std::string& answers);
+
 /// A 64-bit value in decimal or 0x-hex; throws spec::InvalidInput naming `field` otherwise.
 std::uint64_t parse_u64(const std::string& text, const char* field);
 

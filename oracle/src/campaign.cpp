@@ -32,77 +32,7 @@ std::string hex64(std::uint64_t v) {
   return buf;
 }
 
-/// A tier's answerer called on one thread of its own: workers prepare cases side by side, a GPU
-/// subject is called one call at a time, and every call comes from the same host thread, so its
-/// device memory pool and stream are one (kvo_gpu keeps one per host thread: sixteen workers
-/// calling it would hold sixteen pools of device memory).
-class OneThreadSubject final : public Subject {
- public:
-  explicit OneThreadSubject(Subject& inner) : inner_(inner), thread_([this] { serve(); }) {}
-  ~OneThreadSubject() override {
-    {
-      const std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    ready_.notify_all();
-    thread_.join();
-  }
-  std::string name() const override { return inner_.name(); }
-  std::string unavailable_reason() const override { return inner_.unavailable_reason(); }
-  bool implements(spec::Op op) const override { return inner_.implements(op); }
-  spec::Ordering ordering() const override { return inner_.ordering(); }
-  void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& write,
-                   spec::LayerCaches& caches) override {
-    call([&] { inner_.write_layer(config, write, caches); });
-  }
-  spec::HostTensor dense_insert(const spec::ModelConfig& config, const spec::DenseInsert& in,
-                                spec::LayerCaches& caches) override {
-    spec::HostTensor out;
-    call([&] { out = inner_.dense_insert(config, in, caches); });
-    return out;
-  }
-
- private:
-  /// Runs `fn` on the subject's thread and waits for it; what it throws is rethrown here.
-  void call(const std::function<void()>& fn) {
-    std::packaged_task<void()> task(fn);
-    std::future<void> done = task.get_future();
-    {
-      const std::lock_guard<std::mutex> lock(mu_);
-      tasks_.push_back(std::move(task));
-    }
-    ready_.notify_all();
-    done.get();
-  }
-  void serve() {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      ready_.wait(lock, [&] { return done_ || !tasks_.empty(); });
-      if (tasks_.empty()) return;
-      std::packaged_task<void()> task = std::move(tasks_.front());
-      tasks_.pop_front();
-      lock.unlock();
-      task();
-      lock.lock();
-    }
-  }
-
-  Subject& inner_;
-  std::mutex mu_;
-  std::condition_variable ready_;
-  std::deque<std::packaged_task<void()>> tasks_;
-  bool done_ = false;
-  std::thread thread_;  ///< last: started once the rest exists
-};
-
 }  // namespace
-
-ReferenceTier parse_tier(const std::string& name, bool gpu_answers) {
-  if (name == "auto") return gpu_answers ? ReferenceTier::kGpu : ReferenceTier::kCpu;
-  if (const std::optional<ReferenceTier> tier = spec::parse_enum<ReferenceTier>(name)) return *tier;
-  throw spec::InvalidInput("tier", -1, name,
-                           "expected " + spec::enum_choices<ReferenceTier>() + " or auto");
-}
 
 std::int64_t campaign_jobs(std::int64_t jobs) {
   if (jobs < 0) throw spec::InvalidInput("jobs", -1, std::to_string(jobs), "must be >= 0");
@@ -338,12 +268,7 @@ Campaign::Campaign(CheckOptions options, SubjectList& subjects) : o_(std::move(o
         "shard_index", -1, std::to_string(o_.shard_index),
         "must be in [0, total_shards = " + std::to_string(o_.total_shards) + ")");
   }
-  if (o_.tier_sample_first < 0 || o_.tier_sample_every < 1) {
-    throw spec::InvalidInput(
-        o_.tier_sample_every < 1 ? "tier_sample_every" : "tier_sample_first", -1,
-        std::to_string(o_.tier_sample_every < 1 ? o_.tier_sample_every : o_.tier_sample_first),
-        o_.tier_sample_every < 1 ? "must be >= 1" : "must be >= 0");
-  }
+  check_tier_sample(o_.tier_sample_first, o_.tier_sample_every);
   report_.seed = o_.seed;
   report_.total_shards = o_.total_shards;
   report_.shard_index = o_.shard_index;
@@ -357,29 +282,10 @@ Campaign::Campaign(CheckOptions options, SubjectList& subjects) : o_(std::move(o
   }
   report_.tier = o_.tier;
   if (o_.tier == ReferenceTier::kGpu) {
-    // Every answerer must run here: a tier that cannot is an error, never a silent fall back.
-    for (const auto& [op, name] : kGpuTierAnswerers) {
-      if (std::find(o_.ops.begin(), o_.ops.end(), op) == o_.ops.end()) continue;
-      const auto given = o_.tier_answerers.find(op);
-      Subject& answerer = given != o_.tier_answerers.end()
-                              ? *given->second
-                              : find_subject(subjects, std::string(name));
-      if (!answerer.implements(op)) {
-        throw spec::InvalidInput("tier", -1, answerer.name(),
-                                 "does not implement " + std::string(spec::name_of(op)));
-      }
-      if (const std::string why = answerer.unavailable_reason(); !why.empty()) {
-        throw spec::FailedToRun("the gpu tier cannot run here: its " +
-                                std::string(spec::name_of(op)) + " answerer " + answerer.name() +
-                                " is unavailable (" + why + "); --tier cpu runs the CPU reference");
-      }
-      answerers_[op] = std::make_unique<OneThreadSubject>(answerer);
-      if (std::any_of(rows_.begin(), rows_.end(),
-                      [&](const Row& r) { return r.op == op && r.subject == &answerer; }))
-        self_judged_.insert(op);
-      report_.tier_answerers += (report_.tier_answerers.empty() ? "" : ", ") +
-                                std::string(spec::name_of(op)) + ": " + answerer.name();
-    }
+    std::vector<std::pair<const Subject*, spec::Op>> judged;
+    for (const Row& r : rows_) judged.emplace_back(r.subject, r.op);
+    tier_ = gpu_tier_answerers(subjects, o_.ops, o_.tier_answerers, judged);
+    report_.tier_answerers = tier_.names;
   }
   // Coverage rows: each op that runs, its table's conditions, grouped by op.
   for (const spec::Op op : o_.ops) {
@@ -427,15 +333,6 @@ void Campaign::record(const Row& row, const Verdict& v, std::int64_t index, std:
   }
 }
 
-Subject* Campaign::tier_answerer(spec::Op op) const {
-  const auto it = answerers_.find(op);
-  return it == answerers_.end() ? nullptr : it->second.get();
-}
-
-bool Campaign::tier_sampled(std::int64_t index) const {
-  return index < o_.tier_sample_first || (index - o_.tier_sample_first) % o_.tier_sample_every == 0;
-}
-
 CheckReport Campaign::run(const Progress& progress) {
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
@@ -481,15 +378,15 @@ CheckReport Campaign::run(const Progress& progress) {
   };
   const auto work = [this, &check_tier](std::uint64_t seed, std::int64_t index) {
     CaseWork w;
-    const bool sampled = tier_sampled(index);
+    const bool sampled = tier_sampled(index, o_.tier_sample_first, o_.tier_sample_every);
     for (const Row& row : rows_) {
       const OpDriver& driver = driver_of(row.op);
       std::unique_ptr<PreparedCase>& c = w.cases[driver.case_kind()];
       if (c) continue;
-      Subject* answerer = driver.answers_through_tier() ? tier_answerer(row.op) : nullptr;
+      Subject* answerer = driver.answers_through_tier() ? tier_.of(row.op) : nullptr;
       // The answerer judged as a subject of the campaign is judged against the CPU reference's
       // answer on every case, never against its own.
-      const bool cpu_answers = sampled || self_judged_.contains(row.op);
+      const bool cpu_answers = sampled || tier_.self_judged.contains(row.op);
       if (answerer != nullptr && !cpu_answers) {
         try {
           c = driver.prepare(seed, o_.overrides, answerer);
@@ -615,7 +512,7 @@ CheckReport Campaign::run(const Progress& progress) {
         if (!w.tiered.contains(driver.case_kind()) || o == Outcome::kPass ||
             o == Outcome::kUnsupported)
           continue;
-        Subject* answerer = tier_answerer(rows_[r].op);
+        Subject* answerer = tier_.of(rows_[r].op);
         std::unique_ptr<PreparedCase>& cpu = cpu_cases[driver.case_kind()];
         if (!cpu) {
           cpu = driver.prepare(seed, o_.overrides);

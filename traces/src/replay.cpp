@@ -243,6 +243,12 @@ std::string ReplayReport::summary() const {
     if (!r.note.empty()) s << " (" << r.note << ")";
     s << "\n";
   }
+  if (tier != oracle::ReferenceTier::kCpu) {
+    s << "reference: the " << spec::name_of(tier) << " tier (" << tier_answerers << ") answered "
+      << tier_layers << " layer writes, the CPU reference " << cpu_layers
+      << "; the tier checked against the CPU reference on " << tier_checks << "\n";
+  }
+  if (!tier_disagreement.empty()) s << "tier disagreement: " << tier_disagreement << "\n";
   s << "result: " << spec::name_of(worst) << " (" << steps_run << " steps)";
   return s.str();
 }
@@ -327,14 +333,43 @@ class Replayer {
   /// One layer of one step as the workers leave it: its inputs, the reference's write of them
   /// into expected_[li], and the concurrent rows' writes into their caches (per write row; empty
   /// for a row written on the calling thread).
+  /// Who answered one layer write of a replayed step, and a disagreement of the tier with the CPU
+  /// reference (or the tier's failure) found there.
+  struct TierNote {
+    enum class Answer { kCpu, kTier, kChecked } answer = Answer::kCpu;
+    std::string problem;
+  };
   struct LayerWork {
     LayerInput in;
+    TierNote tier;
     std::vector<std::optional<SubjectWrite>> writes;
   };
+  /// The answer to layer li's inputs at replayed step `step`, into expected_[li] (and
+  /// in.q_expected): the CPU reference's, or the tier's; on a sampled step both, the tier's into a
+  /// copy, compared whole. Runs on a worker.
+  TierNote answer_layer(std::int64_t step, std::size_t li, LayerInput& in);
+  /// The tier's answerer of layer li's op (null: the CPU reference answers it).
+  oracle::Subject* tier_answerer(std::size_t li) const {
+    return tier_.answering(fused_dense(li) ? spec::Op::kDense : spec::Op::kWrite);
+  }
+  /// After a tier-answered layer li at step s failed a subject: the CPU reference's own caches of
+  /// the layer (shadow_[li], replayed from the poisoned caches through step s) compared whole
+  /// with expected_[li], and q_out with `in`'s (a dense insert at s). Empty when they agree, else
+  /// the disagreement. Runs on the calling thread.
+  std::string tier_recheck(std::size_t li, std::int64_t s, const LayerInput* in);
+  /// "the write answerer cuda-fused" of layer li.
+  std::string tier_who(std::size_t li) const;
+  /// Empty when the tier's answer to layer li equals the CPU reference's, else the SPEC 7 report
+  /// (a dense insert's caches and q_out judged as a canonical subject's; a write's whole caches).
+  std::string tier_diff(std::size_t li, const LayerInput& in, const spec::LayerCaches& cpu,
+                        const spec::HostTensor& q_cpu, const spec::LayerCaches& tier,
+                        const spec::HostTensor& q_tier);
+  /// Records a tier disagreement at step s, layer li: the replay stops, failed to run.
+  bool tier_failed(std::int64_t s, std::size_t li, const std::string& problem);
   SubjectWrite run_write(WriteRow& w, std::size_t li, const LayerInput& in);
   /// Judges row w's write of layer li (the pages the step names, or the dense judgement); true
   /// when the replay must stop.
-  bool judge_write(WriteRow& w, std::size_t li, std::int64_t step, const LayerInput& in,
+  bool judge_write(WriteRow& w, std::size_t li, std::int64_t step, const LayerWork& work,
                    SubjectWrite run, const std::vector<std::int64_t>& blocks,
                    std::vector<bool>& mismatched);
   bool read_layer(std::size_t li, std::int64_t step, std::vector<bool>& mismatched);
@@ -357,6 +392,11 @@ class Replayer {
   std::size_t workers_ = 1;  ///< --jobs: threads working on layers
   /// touched_blocks of each step up to end_: the pages each step is judged on, computed once.
   std::vector<std::vector<std::int64_t>> step_blocks_;
+  oracle::TierAnswerers tier_;  ///< the GPU tier's answerers (none in the CPU tier)
+  /// Per selected layer, the CPU reference's own caches (tier_recheck) and the next step they
+  /// have not written.
+  std::vector<std::optional<spec::LayerCaches>> shadow_;
+  std::vector<std::int64_t> shadow_next_;
 };
 
 void Replayer::check_arguments() {
@@ -477,6 +517,101 @@ void Replayer::reference_layer(std::size_t li, LayerInput& in) {
   }
 }
 
+Replayer::TierNote Replayer::answer_layer(std::int64_t step, std::size_t li, LayerInput& in) {
+  oracle::Subject* answerer = tier_answerer(li);
+  // Where the modes admit several codes (SPEC 7: div_approx, legacy-wrap races) the answer is not
+  // one set of bytes, and the subjects are judged against the CPU reference's.
+  if (answerer == nullptr || reference::admits_several(c_, in.write)) {
+    reference_layer(li, in);
+    return {};
+  }
+  oracle::materialise_write(layout_, expected_[li], in.write);
+  const bool sampled =
+      oracle::tier_sampled(step - o_.step_begin, o_.tier_sample_first, o_.tier_sample_every);
+  TierNote note{sampled ? TierNote::Answer::kChecked : TierNote::Answer::kTier, {}};
+  spec::LayerCaches copy;
+  spec::LayerCaches& into = sampled ? (copy = expected_[li]) : expected_[li];
+  spec::HostTensor q_tier;
+  try {
+    if (in.dense) {
+      q_tier = answerer->dense_insert(c_, *in.dense, into);
+    } else {
+      answerer->write_layer(c_, in.write, into);
+    }
+  } catch (const spec::Unsupported& e) {
+    // One configuration for the whole trace: a tier that cannot answer it cannot run this replay.
+    note.problem = tier_who(li) + " does not implement this trace's configuration (" + e.what() +
+                   "); --tier cpu replays it on the CPU reference";
+    return note;
+  } catch (const std::exception& e) {
+    note.problem = tier_who(li) + " failed: " + e.what();
+    return note;
+  }
+  if (!sampled) {
+    in.q_expected = std::move(q_tier);
+    return note;
+  }
+  reference_layer(li, in);
+  if (const std::string diff = tier_diff(li, in, expected_[li], in.q_expected, copy, q_tier);
+      !diff.empty())
+    note.problem = tier_who(li) + " disagrees with the CPU reference on a sampled step\n" + diff;
+  return note;
+}
+
+std::string Replayer::tier_who(std::size_t li) const {
+  return "the " + std::string(fused_dense(li) ? "dense" : "write") + " answerer " +
+         tier_answerer(li)->name();
+}
+
+std::string Replayer::tier_diff(std::size_t li, const LayerInput& in, const spec::LayerCaches& cpu,
+                                const spec::HostTensor& q_cpu, const spec::LayerCaches& tier,
+                                const spec::HostTensor& q_tier) {
+  const std::int64_t l = layers_[li];
+  if (in.dense) {
+    const oracle::DenseJudgement j = oracle::judge_dense(c_, layout_, *in.dense, cpu, q_cpu, tier,
+                                                         q_tier, spec::Ordering::kCanonical, l, 1);
+    return j.pass ? std::string() : j.report;
+  }
+  if (same_bytes(cpu, tier)) return {};
+  return oracle::diff_layer_caches(layout_, l, cpu, tier, nullptr).report();
+}
+
+std::string Replayer::tier_recheck(std::size_t li, std::int64_t s, const LayerInput* in) {
+  const std::int64_t l = layers_[li];
+  std::optional<spec::LayerCaches>& shadow = shadow_[li];
+  if (!shadow) {
+    shadow = oracle::make_layer_caches(layout_, l, c_.layers[static_cast<std::size_t>(l)]);
+    shadow_next_[li] = 0;
+  }
+  const bool fresh_step = shadow_next_[li] <= s;
+  spec::HostTensor q;
+  for (std::int64_t t = shadow_next_[li]; t <= s; ++t) {
+    LayerInput x = generate_layer(t, li);
+    oracle::materialise_write(layout_, *shadow, x.write);
+    if (x.dense) {
+      q = reference::dense_insert(c_, *x.dense, *shadow);
+    } else {
+      reference::write_layer(c_, x.write, *shadow);
+    }
+  }
+  shadow_next_[li] = s + 1;
+  ++report_.tier_checks;
+  // The step's q_out is judged with the caches when this call wrote step s (a dense insert).
+  const std::string diff = in != nullptr && in->dense && fresh_step
+                               ? tier_diff(li, *in, *shadow, q, expected_[li], in->q_expected)
+                               : tier_diff(li, LayerInput{}, *shadow, q, expected_[li], q);
+  if (diff.empty()) return {};
+  return tier_who(li) + " disagrees with the CPU reference (its caches replayed from step 0 " +
+         "through " + std::to_string(s) + ")\n" + diff;
+}
+
+bool Replayer::tier_failed(std::int64_t s, std::size_t li, const std::string& problem) {
+  report_.tier_disagreement =
+      "step " + std::to_string(s) + ", layer " + std::to_string(layers_[li]) + ": " + problem;
+  report_.worst = spec::worst(report_.worst, spec::Outcome::kFailedToRun);
+  return true;
+}
+
 Replayer::SubjectWrite Replayer::run_write(WriteRow& w, std::size_t li, const LayerInput& in) {
   SubjectWrite out;
   spec::LayerCaches& got = w.caches[li];
@@ -493,9 +628,17 @@ Replayer::SubjectWrite Replayer::run_write(WriteRow& w, std::size_t li, const La
   return out;
 }
 
-bool Replayer::judge_write(WriteRow& w, std::size_t li, std::int64_t s, const LayerInput& in,
+bool Replayer::judge_write(WriteRow& w, std::size_t li, std::int64_t s, const LayerWork& work,
                            SubjectWrite run, const std::vector<std::int64_t>& blocks,
                            std::vector<bool>& mismatched) {
+  const LayerInput& in = work.in;
+  // A subject failing against the tier's answer is judged against an answer the CPU reference
+  // agrees with: the tier's caches are checked first (a disagreement stops the replay).
+  const auto tier_disagrees = [&] {
+    if (work.tier.answer != TierNote::Answer::kTier) return false;
+    const std::string problem = tier_recheck(li, s, &in);
+    return !problem.empty() && tier_failed(s, li, problem);
+  };
   ReplaySubjectResult& r = report_.subjects[w.row];
   const std::int64_t l = layers_[li];
   spec::LayerCaches& got = w.caches[li];
@@ -525,8 +668,12 @@ bool Replayer::judge_write(WriteRow& w, std::size_t li, std::int64_t s, const La
         oracle::judge_dense(c_, layout_, *in.dense, expected_[li], in.q_expected, got, q_got,
                             w.subject->ordering(), l, 1);
     report_.compared_bytes += j.bytes_compared;
-    got = expected_[li];  // resync: admitted codes and any difference reported once
-    if (j.pass) return false;
+    if (j.pass) {
+      got = expected_[li];  // resync: admitted codes
+      return false;
+    }
+    if (tier_disagrees()) return true;
+    got = expected_[li];  // resync: any difference reported once
     return mismatch(w.row, mismatched,
                     "mismatch: subject " + r.name + " (dense), step " + std::to_string(s) +
                         ", layer " + std::to_string(l) + "\n" + j.report);
@@ -547,6 +694,7 @@ bool Replayer::judge_write(WriteRow& w, std::size_t li, std::int64_t s, const La
     got = expected_[li];
   }
   if (pages) return false;
+  if (tier_disagrees()) return true;
   std::string text = "mismatch: subject " + r.name + (w.op == spec::Op::kDense ? " (dense)" : "") +
                      ", step " + std::to_string(s) + ", layer " + std::to_string(l) + "\n";
   if (!rejected.empty()) {
@@ -629,6 +777,10 @@ bool Replayer::sweep(std::int64_t first, std::int64_t s, std::vector<bool>& mism
       if (!runs(w, li)) continue;  // that layer is another op's, and this row never wrote it
       report_.compared_bytes += total_bytes(expected_[li]);
       if (same[i][li] != 0) continue;
+      if (tier_answerer(li) != nullptr) {
+        if (const std::string problem = tier_recheck(li, s, nullptr); !problem.empty())
+          return tier_failed(s, li, problem);
+      }
       const std::int64_t l = layers_[li];
       std::string text =
           "mismatch: subject " + report_.subjects[w.row].name +
@@ -655,6 +807,19 @@ void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress
     }
   }
 
+  report_.tier = o_.tier;
+  if (o_.tier == oracle::ReferenceTier::kGpu) {
+    oracle::check_tier_sample(o_.tier_sample_first, o_.tier_sample_every);
+    std::vector<spec::Op> ops;  // the ops whose layers the replay writes
+    for (const spec::Op op : {spec::Op::kWrite, spec::Op::kDense}) {
+      if (op == spec::Op::kWrite || !cos_sin_.empty()) ops.push_back(op);
+    }
+    std::vector<std::pair<const oracle::Subject*, spec::Op>> judged;
+    for (const WriteRow& w : write_rows_) judged.emplace_back(w.subject, w.op);
+    tier_ = oracle::gpu_tier_answerers(subjects, ops, o_.tier_answerers, judged);
+    report_.tier_answerers = tier_.names;
+  }
+
   step_blocks_.clear();
   for (std::int64_t s = 0; s < end_; ++s)
     step_blocks_.push_back(touched_blocks(c_, trace_.steps[static_cast<std::size_t>(s)]));
@@ -664,6 +829,8 @@ void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress
   // The poisoned caches; the reference alone writes the steps before the range into them; then
   // each write row starts from a copy.
   expected_.resize(layers_.size());
+  shadow_.assign(layers_.size(), std::nullopt);
+  shadow_next_.assign(layers_.size(), 0);
   for (WriteRow& w : write_rows_) w.caches.resize(layers_.size());
   each_layer([&](std::size_t li) {
     const std::int64_t l = layers_[li];
@@ -699,10 +866,10 @@ void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress
       } const release{running};
       LayerWork work;
       work.in = generate_layer(step, li);
-      reference_layer(li, work.in);
+      work.tier = answer_layer(step, li, work.in);
       work.writes.resize(write_rows_.size());
       for (std::size_t i = 0; i < write_rows_.size(); ++i) {
-        if (!ahead[i]) continue;
+        if (!ahead[i] || !work.tier.problem.empty()) continue;
         WriteRow& w = write_rows_[i];
         SubjectWrite run = run_write(w, li, work.in);
         // The step's pages compared here too, so that the calling thread only reads the verdict.
@@ -745,11 +912,27 @@ void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress
     for (std::size_t li = 0; li < layers_.size() && !stop; ++li) {
       LayerWork work = pending.front().get();
       pending.pop_front();
+      switch (work.tier.answer) {
+        case TierNote::Answer::kCpu:
+          ++report_.cpu_layers;
+          break;
+        case TierNote::Answer::kTier:
+          ++report_.tier_layers;
+          break;
+        case TierNote::Answer::kChecked:
+          ++report_.cpu_layers;
+          ++report_.tier_checks;
+          break;
+      }
+      if (!work.tier.problem.empty()) {
+        stop = tier_failed(s, li, work.tier.problem);
+        break;
+      }
       for (std::size_t i = 0; i < write_rows_.size() && !stop; ++i) {
         WriteRow& wr = write_rows_[i];
         if (!wr.running || !runs(wr, li)) continue;
         SubjectWrite run = work.writes[i] ? std::move(*work.writes[i]) : run_write(wr, li, work.in);
-        stop = judge_write(wr, li, s, work.in, std::move(run), blocks, mismatched);
+        stop = judge_write(wr, li, s, work, std::move(run), blocks, mismatched);
       }
       if (!stop && !read_rows_.empty()) stop = read_layer(li, s, mismatched);
       if (!stop) start_ready(s, li + 1);

@@ -18,26 +18,10 @@
 #include <vector>
 
 #include "kvo/oracle/op_driver.hpp"
+#include "kvo/oracle/reference_tier.hpp"
 #include "kvo/oracle/subject.hpp"
 #include "kvo/spec/op.hpp"
 #include "kvo/spec/outcome.hpp"
-
-namespace kvo::oracle {
-
-/// Who answers a campaign's cases: the CPU reference (the root of truth), or the GPU tier.
-enum class ReferenceTier { kCpu, kGpu };
-}  // namespace kvo::oracle
-
-namespace kvo::spec {
-/// The tiers' names (spec::name_of, spec::parse_enum): the one table the CLI, the summary and the
-/// JSON report read.
-template <>
-struct EnumInfo<oracle::ReferenceTier> {
-  static constexpr std::string_view kNoun = "reference tier";
-  static constexpr std::array<EnumName<oracle::ReferenceTier>, 2> kNames{
-      {{oracle::ReferenceTier::kCpu, "cpu"}, {oracle::ReferenceTier::kGpu, "gpu"}}};
-};
-}  // namespace kvo::spec
 
 namespace kvo::oracle {
 
@@ -67,18 +51,6 @@ struct CheckOptions {
   /// divergent one); each must implement its op and be available.
   std::map<spec::Op, Subject*> tier_answerers;
 };
-
-/// The GPU tier's answer to each op it answers: the canonical CUDA subject of that name. The read
-/// ops are answered by the CPU reference in every tier (their selections carry the reference's
-/// scores).
-inline constexpr std::array<std::pair<spec::Op, std::string_view>, 2> kGpuTierAnswerers{{
-    {spec::Op::kWrite, "cuda-fused"},
-    {spec::Op::kDense, "cuda-dense-qknorm-rope"},
-}};
-
-/// The tier a run asked for by name: a tier's, or "auto" (gpu when `gpu_answers`, else cpu).
-/// Anything else is InvalidInput naming "tier".
-ReferenceTier parse_tier(const std::string& name, bool gpu_answers);
 
 /// The number of jobs `jobs` asks for: itself when positive, one per hardware thread for 0 (at
 /// least 1); InvalidInput naming "jobs" when negative.
@@ -196,20 +168,10 @@ class Campaign {
   void record(const Row& row, const Verdict& verdict, std::int64_t index, std::uint64_t seed,
               const std::string& what);
 
-  /// The answerer of `op`'s cases when case `index` is answered by the tier (null: the CPU).
-  Subject* tier_answerer(spec::Op op) const;
-  /// Whether case `index` is one the tier is checked on (the first ones, then one in N).
-  bool tier_sampled(std::int64_t index) const;
-
   CheckOptions o_;
   std::vector<Row> rows_;
   CheckReport report_;
-  /// The tier's answerers by op, each called on a thread of its own (workers prepare cases side
-  /// by side; a GPU subject is called one call at a time, always from the same thread).
-  std::map<spec::Op, std::unique_ptr<Subject>> answerers_;
-  /// The ops whose tier answerer is also a subject of the campaign: their cases are answered by
-  /// the CPU reference (an answerer is never judged by itself).
-  std::set<spec::Op> self_judged_;
+  TierAnswerers tier_;  ///< the GPU tier's answerers (none in the CPU tier)
 };
 
 /// Campaign(options, subjects).run(progress).

@@ -12,11 +12,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kvo/oracle/read_case.hpp"
+#include "kvo/oracle/reference_tier.hpp"
 #include "kvo/oracle/subject.hpp"
 #include "kvo/reference/generator.hpp"
 #include "kvo/spec/dense_insert.hpp"
@@ -44,6 +46,20 @@ struct ReplayOptions {
   /// the reads and every comparison on the calling thread, in layer order, so the report is the
   /// same for any number.
   std::int64_t jobs = 0;
+  /// Who answers the layer writes of the replayed steps (issue 15; the steps before the range are
+  /// the CPU reference's): the CPU reference, or the GPU tier (oracle::kGpuTierAnswerers:
+  /// cuda-fused for the write layers, cuda-dense-qknorm-rope for fused dense ones), checked bit
+  /// for bit against the CPU reference on every layer of the first `tier_sample_first` replayed
+  /// steps and then of one step in `tier_sample_every`, and on every layer where a write subject
+  /// fails (against the CPU reference's own caches of that layer, replayed from the start); a
+  /// disagreement stops the replay, failed to run. Where the modes admit several codes (SPEC 7:
+  /// div_approx, legacy-wrap races) the CPU reference answers the layer. Reads are answered by
+  /// the CPU reference over the caches the writes built.
+  oracle::ReferenceTier tier = oracle::ReferenceTier::kCpu;
+  std::int64_t tier_sample_first = 8, tier_sample_every = 64;
+  /// The tier's answerers by op, in place of kGpuTierAnswerers' subjects (a test plants a
+  /// divergent one).
+  std::map<spec::Op, oracle::Subject*> tier_answerers;
 };
 
 /// The ops a trace holds cases for (`kvoracle replay --ops`). On a trace whose dense layers use the
@@ -67,6 +83,14 @@ struct ReplayReport {
   std::vector<ReplaySubjectResult> subjects;
   std::vector<std::string> mismatches;  ///< one SPEC 7 report per mismatching (subject, step)
   std::int64_t compared_bytes = 0;      ///< cache bytes compared (touched pages, guards, sweeps)
+  /// The reference tier: its name, its answerers ("write: cuda-fused"), the layer writes it
+  /// answered, those the CPU reference answered (the steps before the range excluded), the layer
+  /// writes on which the tier was checked against the CPU reference, and a disagreement (empty:
+  /// none; the replay stopped, failed to run).
+  oracle::ReferenceTier tier = oracle::ReferenceTier::kCpu;
+  std::string tier_answerers;
+  std::int64_t tier_layers = 0, cpu_layers = 0, tier_checks = 0;
+  std::string tier_disagreement;
   std::string summary() const;
 };
 
