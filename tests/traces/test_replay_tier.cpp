@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <memory>
 
+#include "kvo/oracle/campaign.hpp"
 #include "kvo/oracle/harness.hpp"
+#include "kvo/oracle/mutants.hpp"
 #include "kvo/reference/dense_insert.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/paged_cache.hpp"
@@ -292,6 +294,39 @@ TEST(TraceReplayTier, ATierThatCannotRunIsRefusedBeforeAnyStep) {
                                      "implement this trace's configuration (this layout)"),
             std::string::npos)
       << r.tier_disagreement;
+}
+
+/// On a GPU: the CUDA tier (cuda-fused) replays a committed trace with the CPU subjects passing,
+/// and a planted CUDA fault as the answerer is caught on the first sampled step.
+TEST(TraceReplayTier, TheCudaTierReplaysACommittedTraceAndAPlantedFaultIsCaught) {
+  oracle::SubjectList subjects = oracle::make_subjects();
+  const oracle::Subject* fused = nullptr;
+  for (const auto& s : subjects) {
+    if (s->name() == "cuda-fused") fused = s.get();
+  }
+  if (fused == nullptr) GTEST_SKIP() << "built without CUDA";
+  if (!fused->unavailable_reason().empty()) GTEST_SKIP() << fused->unavailable_reason();
+  const Trace t = load_trace(std::string(KVO_TRACE_DATA_DIR) + "/serving_bf16_nhd.st");
+  ReplayOptions o;
+  o.tier = oracle::ReferenceTier::kGpu;
+  o.tier_sample_first = 2;
+  o.tier_sample_every = 8;
+  o.step_end = 40;
+  o.subjects = {"cpu-fused", "cpu-unfused"};
+  const ReplayReport r = replay_trace(t, o, subjects);
+  EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
+  EXPECT_EQ(r.tier_answerers, "write: cuda-fused");
+  const auto layers = static_cast<std::int64_t>(t.config.layers.size());
+  EXPECT_EQ(r.tier_checks, 7 * layers) << "steps 0, 1, 2, 10, 18, 26, 34";
+  EXPECT_EQ(r.tier_layers, 33 * layers);
+  oracle::add_named_mutants({"cuda-off-by-one-offset"}, subjects);
+  o.tier_answerers[spec::Op::kWrite] = &oracle::find_subject(subjects, "cuda-off-by-one-offset");
+  const ReplayReport bad = replay_trace(t, o, subjects);
+  EXPECT_EQ(bad.worst, spec::Outcome::kFailedToRun) << bad.summary();
+  EXPECT_NE(bad.tier_disagreement.find("step 0, layer 0: the write answerer "
+                                       "cuda-off-by-one-offset disagrees with the CPU reference"),
+            std::string::npos)
+      << bad.tier_disagreement;
 }
 
 }  // namespace
