@@ -233,6 +233,14 @@ TEST(TraceReplayTier, TheDenseTierAnswersFusedDenseLayersAndItsQIsChecked) {
       << bad.tier_disagreement;
 }
 
+/// A passing replay whose every layer write the CPU reference answered, the tier never asked.
+void expect_answered_by_the_cpu(const Trace& t, const ReplayReport& r) {
+  EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
+  EXPECT_EQ(r.tier_layers, 0);
+  EXPECT_EQ(r.tier_checks, 0);
+  EXPECT_EQ(r.cpu_layers, static_cast<std::int64_t>(t.steps.size() * t.config.layers.size()));
+}
+
 /// div_approx admits several codes per element: the answer is not one set of bytes, so the CPU
 /// reference answers every layer (the tier, planted here, is never asked).
 TEST(TraceReplayTier, WhereTheModesAdmitSeveralCodesTheCpuAnswers) {
@@ -242,10 +250,7 @@ TEST(TraceReplayTier, WhereTheModesAdmitSeveralCodesTheCpuAnswers) {
   auto answerer = diverging_at(t, 0);
   oracle::SubjectList subjects = subjects_named({"cpu-fused"});
   const ReplayReport r = replay_trace(t, tier_options(answerer.get()), subjects);
-  EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
-  EXPECT_EQ(r.tier_layers, 0);
-  EXPECT_EQ(r.tier_checks, 0);
-  EXPECT_EQ(r.cpu_layers, static_cast<std::int64_t>(t.steps.size() * t.config.layers.size()));
+  expect_answered_by_the_cpu(t, r);
 }
 
 /// The answerer judged as a subject is never judged against itself: the CPU reference answers its
@@ -254,10 +259,7 @@ TEST(TraceReplayTier, AnAnswererThatIsAlsoJudgedLeavesItsOpToTheCpu) {
   const Trace t = small_trace();
   oracle::SubjectList subjects = subjects_named({"cpu-fused"});
   const ReplayReport r = replay_trace(t, tier_options(subjects.front().get()), subjects);
-  EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
-  EXPECT_EQ(r.tier_layers, 0);
-  EXPECT_EQ(r.tier_checks, 0);
-  EXPECT_EQ(r.cpu_layers, static_cast<std::int64_t>(t.steps.size() * t.config.layers.size()));
+  expect_answered_by_the_cpu(t, r);
 }
 
 TEST(TraceReplayTier, ATierThatCannotRunIsRefusedBeforeAnyStep) {
