@@ -294,11 +294,27 @@ TEST(TraceReplay, AReplayThatCannotFitSaysSoBeforeItStarts) {
   } catch (const spec::FailedToRun& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("the replay needs about"), std::string::npos) << m;
-    EXPECT_NE(m.find("copies: the reference's and " + std::to_string(subjects.size()) +
-                     " write subject(s)'"),
+    EXPECT_NE(m.find(" x " + std::to_string(subjects.size() + 1) + " copies: the reference's, " +
+                     std::to_string(subjects.size()) + " write subject(s)'; "),
               std::string::npos)
         << m;
     EXPECT_NE(m.find("are available (KVO_HOST_MEMORY_BYTES)"), std::string::npos) << m;
+  }
+  // The GPU tier's rechecks may keep the CPU reference's own copy of the caches: one more.
+  oracle::SubjectList answerers = cpu_subjects();
+  ReplayOptions tier;
+  tier.tier = oracle::ReferenceTier::kGpu;
+  tier.tier_answerers[spec::Op::kWrite] = answerers.front().get();
+  try {
+    replay_trace(t, tier, subjects);
+    ADD_FAILURE() << "expected FailedToRun";
+  } catch (const spec::FailedToRun& e) {
+    const std::string m = e.what();
+    EXPECT_NE(
+        m.find(" x " + std::to_string(subjects.size() + 2) + " copies: the reference's, " +
+               std::to_string(subjects.size()) + " write subject(s)' and the tier's CPU check's; "),
+        std::string::npos)
+        << m;
   }
   ::setenv("KVO_HOST_MEMORY_BYTES", "40", 1);  // not a replay's worth, whatever the subjects
   EXPECT_THROW(replay_trace(t, ReplayOptions{}, subjects), spec::FailedToRun);

@@ -472,7 +472,9 @@ void Replayer::check_host_memory() const {
       per_copy += bytes < spec::kLazyStorageBytes ? bytes : std::min(bytes, held);
     }
   }
-  const auto copies = static_cast<std::int64_t>(1 + write_rows_.size());
+  // The GPU tier's rechecks may hold the CPU reference's own copy of every layer (shadow_).
+  const auto copies =
+      static_cast<std::int64_t>(1 + write_rows_.size() + (tier_.by_op.empty() ? 0 : 1));
   const std::int64_t needed = per_copy * copies;
   if (needed <= available->bytes) return;
   const auto gib = [](std::int64_t v) {
@@ -484,15 +486,16 @@ void Replayer::check_host_memory() const {
     }
     return std::string(text);
   };
-  throw spec::FailedToRun("the replay needs about " + gib(needed) + " of host memory (" +
-                          std::to_string(layers_.size()) + " layers' caches, " + gib(per_copy) +
-                          " a copy, x " + std::to_string(copies) + " copies: the reference's and " +
-                          std::to_string(write_rows_.size()) + " write subject(s)'; a buffer of " +
-                          gib(spec::kLazyStorageBytes) + " or more counted by the " +
-                          std::to_string(named_blocks) + " blocks the steps name) and " +
-                          gib(available->bytes) + " are available (" + available->source +
-                          "): replay fewer layers (--layers), fewer subjects (--subject) or "
-                          "fewer steps (--steps)");
+  throw spec::FailedToRun(
+      "the replay needs about " + gib(needed) + " of host memory (" +
+      std::to_string(layers_.size()) + " layers' caches, " + gib(per_copy) + " a copy, x " +
+      std::to_string(copies) + " copies: the reference's, " + std::to_string(write_rows_.size()) +
+      " write subject(s)'" + (tier_.by_op.empty() ? "" : " and the tier's CPU check's") +
+      "; a buffer of " + gib(spec::kLazyStorageBytes) + " or more counted by the " +
+      std::to_string(named_blocks) + " blocks the steps name) and " + gib(available->bytes) +
+      " are available (" + available->source +
+      "): replay fewer layers (--layers), fewer subjects (--subject) or "
+      "fewer steps (--steps)");
 }
 
 Replayer::LayerInput Replayer::generate_layer(std::int64_t step, std::size_t li) const {
