@@ -131,6 +131,7 @@ int run_check_verb(CheckFlags& f) {
   o.subjects = split_list(f.subjects);
   if (!f.ops.empty()) o.ops = oracle::parse_ops(split_list(f.ops));
   oracle::add_named_mutants(o.subjects, subjects);
+  oracle::require_named_subjects_run(subjects, o.subjects, o.ops);
   // --profile judges foreign attention under another bound: on a canonical subject it is bad input.
   if (const auto profile = o.overrides.read.profile) {
     for (const oracle::SubjectOp& so : oracle::select_subject_ops(subjects, o.subjects, o.ops)) {

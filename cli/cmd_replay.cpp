@@ -90,6 +90,7 @@ int run_replay(ReplayFlags& f) {
   o.ops = oracle::parse_ops(op_names);
   auto subjects = oracle::make_subjects();
   oracle::add_named_mutants(o.subjects, subjects);
+  oracle::require_named_subjects_run(subjects, o.subjects, o.ops);
   std::string why_no_gpu;
   const int gpus = gpu::device_count(&why_no_gpu);
   o.tier = oracle::parse_tier(f.tier, gpus > 0);
@@ -115,7 +116,10 @@ int run_replay(ReplayFlags& f) {
   };
   const traces::ReplayReport report = traces::replay_trace(trace, o, subjects, progress);
   if (tty) std::fprintf(stderr, "\n");
-  for (const std::string& m : report.mismatches) std::cout << m << "\n";
+  for (std::size_t i = 0; i < report.mismatches.size(); ++i) {
+    std::cout << report.mismatches[i] << "\nreproduce: kvoracle replay " << f.path << " "
+              << report.reproduce[i] << "\n";
+  }
   std::cout << report.summary() << std::endl;
   return spec::exit_status(report.worst);
 }

@@ -256,6 +256,21 @@ std::vector<SubjectOp> select_subject_ops(SubjectList& subjects,
   return out;
 }
 
+void require_named_subjects_run(SubjectList& subjects, const std::vector<std::string>& names,
+                                const std::vector<spec::Op>& ops) {
+  if (names.empty()) return;
+  std::string cannot;
+  for (const SubjectOp& so : select_subject_ops(subjects, names, ops)) {
+    if (so.skipped.empty()) continue;
+    cannot += (cannot.empty() ? "" : "; ") + so.subject->name() + " (" +
+              std::string(spec::name_of(so.op)) + "): " + so.skipped;
+  }
+  if (!cannot.empty()) {
+    throw spec::FailedToRun("a subject asked for by name cannot run here: " + cannot +
+                            " (leave it out of --subject where it cannot run)");
+  }
+}
+
 Campaign::Campaign(CheckOptions options, SubjectList& subjects) : o_(std::move(options)) {
   if (o_.cases < 1 && !o_.case_seed) {
     throw spec::InvalidInput("cases", -1, std::to_string(o_.cases), "must be >= 1");

@@ -49,29 +49,9 @@ ReplayOptions tier_options(oracle::Subject* write, oracle::Subject* dense = null
   return o;
 }
 
-/// The reference's write, then byte 0 of token `slot`'s K row flipped wherever the mapping is
-/// step `step`'s of `t` (`stray_block` >= 0: a byte of that block instead, one the steps never
-/// name). Pure, so it may be called from any thread in any order.
 std::unique_ptr<oracle::Subject> diverging_at(const Trace& t, std::size_t step,
                                               std::int64_t stray_block = -1) {
-  const std::vector<std::int64_t> slots = t.steps[step].slot_mapping.values;
-  return oracle::make_function_subject(
-      "diverging-tier", [slots, stray_block](const spec::ModelConfig& c, const spec::LayerWrite& w,
-                                             spec::LayerCaches& out) {
-        reference::write_layer(c, w, out);
-        if (w.slots.slots != slots) return;
-        const reference::PagedCacheLayout layout(c);
-        spec::CacheBuffer* k = out.find(layout.kv_buffer(0));
-        if (stray_block >= 0) {
-          k->body()[stray_block * (k->body_bytes() / c.geometry.num_blocks) + 3] ^= 0x20;
-          return;
-        }
-        const std::int64_t slot =
-            *std::find_if(slots.begin(), slots.end(), [](std::int64_t s) { return s >= 0; });
-        const std::int64_t bs = c.geometry.block_size;
-        k->body()[layout.kv_element(0, slot / bs, slot % bs, 0, 0) *
-                  static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype))] ^= 0x40;
-      });
+  return testing::planted_at("diverging-tier", t, step, stray_block);
 }
 
 TEST(TraceReplayTier, AnAgreeingTierAnswersAndIsCheckedOnItsSample) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "kvo/oracle/cpu_subjects.hpp"
 #include "kvo/oracle/harness.hpp"
@@ -662,6 +663,53 @@ TEST(TraceReplay, StrayWriteOutsideTheNamedPagesIsCaught) {
         << m;
     EXPECT_EQ(r.steps_run, found + 1);
   }
+}
+
+/// Each mismatch carries the replay flags that rerun it alone (the steps before its range written
+/// by the reference): rerun with them, the same subject mismatches at the same step and layer. A
+/// step's mismatch names that step; a whole-cache comparison's, the steps since the last one.
+TEST(TraceReplay, EveryMismatchCarriesTheFlagsThatRerunItAlone) {
+  const Trace t = small_trace();
+  const std::int64_t page = unnamed_page(t, 5);
+  ASSERT_LT(page, t.config.geometry.num_blocks);
+  const auto planted = [&] {
+    oracle::SubjectList s;
+    s.push_back(testing::planted_at("flips-k", t, 4));
+    s.push_back(testing::planted_at("strays", t, 5, page));
+    return s;
+  };
+  oracle::SubjectList subjects = planted();
+  ReplayOptions o;
+  o.keep_going = true;
+  o.full_diff_every = 4;  // whole caches after steps 3, 7, 11
+  const ReplayReport r = replay_trace(t, o, subjects);
+  ASSERT_EQ(r.reproduce.size(), r.mismatches.size());
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < r.reproduce.size(); ++i) {
+    SCOPED_TRACE(r.reproduce[i]);
+    std::istringstream flags(r.reproduce[i]);
+    std::string steps_flag, steps, layers_flag, subject_flag, subject, ops_flag, op;
+    std::int64_t layer = -1;
+    flags >> steps_flag >> steps >> layers_flag >> layer >> subject_flag >> subject >> ops_flag >>
+        op;
+    ASSERT_EQ(steps_flag + layers_flag + subject_flag + ops_flag, "--steps--layers--subject--ops");
+    EXPECT_EQ(op, "write");
+    seen.insert(subject + " " + steps);
+    ReplayOptions again;
+    again.step_begin = std::stoll(steps.substr(0, steps.find(':')));
+    again.step_end = std::stoll(steps.substr(steps.find(':') + 1));
+    again.layers = {layer};
+    again.subjects = {subject};
+    oracle::SubjectList fresh = planted();
+    const ReplayReport rr = replay_trace(t, again, fresh);
+    EXPECT_EQ(rr.worst, spec::Outcome::kMismatch) << rr.summary();
+    ASSERT_FALSE(rr.mismatches.empty());
+    EXPECT_NE(rr.mismatches[0].find("subject " + subject), std::string::npos) << rr.mismatches[0];
+    EXPECT_NE(rr.mismatches[0].find("layer " + std::to_string(layer)), std::string::npos)
+        << rr.mismatches[0];
+    EXPECT_EQ(rr.reproduce[0], r.reproduce[i]) << "the rerun's own flags are the same";
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"flips-k 4:5", "strays 4:8"}));
 }
 
 TEST(TraceReplay, StrayWriteIntoAGuardIsCaughtAtItsStep) {

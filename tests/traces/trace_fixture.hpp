@@ -1,11 +1,16 @@
 #pragma once
 // Shared helpers of the trace tests: a small valid trace, and a way to rewrite a file's header
 // JSON or data section to build each class of malformed file from a valid one.
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "kvo/oracle/subject.hpp"
+#include "kvo/reference/layer_write.hpp"
+#include "kvo/reference/paged_cache.hpp"
 #include "kvo/traces/simulator.hpp"
 #include "kvo/traces/trace.hpp"
 
@@ -25,6 +30,35 @@ inline Trace small_trace(std::uint64_t seed = 5, bool separate_index = false) {
   o.prompt_max = 40;
   o.output_max = 20;
   return simulate(o);
+}
+
+/// A write subject named `name`: the reference's write, then byte 0 of the first real token's K
+/// row flipped wherever the slot mapping is step `step`'s of `t` (`stray_block` >= 0: a byte of
+/// that block instead, which a test picks among those the later steps never name). It decides by
+/// the call's content alone, so it may be called from any thread, in any order, from any step.
+inline std::unique_ptr<oracle::Subject> planted_at(const std::string& name, const Trace& t,
+                                                   std::size_t step,
+                                                   std::int64_t stray_block = -1) {
+  const std::vector<std::int64_t> slots = t.steps[step].slot_mapping.values;
+  return oracle::make_function_subject(
+      name,
+      [slots, stray_block](const spec::ModelConfig& c, const spec::LayerWrite& w,
+                           spec::LayerCaches& out) {
+        reference::write_layer(c, w, out);
+        if (w.slots.slots != slots) return;
+        const reference::PagedCacheLayout layout(c);
+        spec::CacheBuffer* k = out.find(layout.kv_buffer(0));
+        if (stray_block >= 0) {
+          k->body()[stray_block * (k->body_bytes() / c.geometry.num_blocks) + 3] ^= 0x20;
+          return;
+        }
+        const std::int64_t slot =
+            *std::find_if(slots.begin(), slots.end(), [](std::int64_t s) { return s >= 0; });
+        const std::int64_t bs = c.geometry.block_size;
+        k->body()[layout.kv_element(0, slot / bs, slot % bs, 0, 0) *
+                  static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype))] ^= 0x40;
+      },
+      true);
 }
 
 /// A file split into its header JSON and its data section.

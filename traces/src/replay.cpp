@@ -292,13 +292,25 @@ class Replayer {
     report_.subjects.push_back(ReplaySubjectResult{.name = name, .op = op, .note = note});
     return report_.subjects.size() - 1;
   }
-  /// Records a mismatch of a row in this step; true when the replay must stop.
-  bool mismatch(std::size_t row, std::vector<bool>& mismatched, std::string text) {
+  /// Records a mismatch of a row found at steps [first, s] of layer li (one step, or a sweep's
+  /// range), with the replay flags that rerun it alone; true when the replay must stop.
+  bool mismatch(std::size_t row, std::vector<bool>& mismatched, std::string text,
+                std::int64_t first, std::int64_t s, std::size_t li) {
     ReplaySubjectResult& r = report_.subjects[row];
     r.outcome = spec::worst(r.outcome, spec::Outcome::kMismatch);
     if (!mismatched[row]) ++r.mismatching_steps;
     mismatched[row] = true;
     report_.mismatches.push_back(std::move(text));
+    std::ostringstream flags;
+    flags << "--steps " << first << ":" << s + 1 << " --layers " << layers_[li] << " --subject "
+          << r.name << " --ops " << spec::name_of(r.op);
+    if (o_.value_seed != ReplayOptions{}.value_seed) {
+      char seed[24];
+      std::snprintf(seed, sizeof seed, "0x%016llX", static_cast<unsigned long long>(o_.value_seed));
+      flags << " --value-seed " << seed;
+    }
+    if (o_.edge_values) flags << " --edge-values";
+    report_.reproduce.push_back(flags.str());
     return !o_.keep_going;
   }
   /// One layer's inputs at one step, and the reference's q_out of a fused dense insert.
@@ -679,7 +691,8 @@ bool Replayer::judge_write(WriteRow& w, std::size_t li, std::int64_t s, const La
     got = expected_[li];  // resync: any difference reported once
     return mismatch(w.row, mismatched,
                     "mismatch: subject " + r.name + " (dense), step " + std::to_string(s) +
-                        ", layer " + std::to_string(l) + "\n" + j.report);
+                        ", layer " + std::to_string(l) + "\n" + j.report,
+                    s, s, li);
   }
   bool pages = false;
   if (rejected.empty() && run.pages_same.has_value()) {  // compared by the worker that wrote them
@@ -708,7 +721,7 @@ bool Replayer::judge_write(WriteRow& w, std::size_t li, std::int64_t s, const La
             .report();
   }
   got = expected_[li];  // resync, so a later report shows only new differences
-  return mismatch(w.row, mismatched, std::move(text));
+  return mismatch(w.row, mismatched, std::move(text), s, s, li);
 }
 
 bool Replayer::read_layer(std::size_t li, std::int64_t s, std::vector<bool>& mismatched) {
@@ -745,7 +758,7 @@ bool Replayer::read_layer(std::size_t li, std::int64_t s, std::vector<bool>& mis
                 std::to_string(st.request_id(q.request)) + ", position " +
                 std::to_string(q.position) + ")";
       }
-      stop = mismatch(rr.row, mismatched, text + "\n" + v.report);
+      stop = mismatch(rr.row, mismatched, text + "\n" + v.report, s, s, li);
     }
   }
   expected_[li] = std::move(rc.caches);
@@ -792,7 +805,7 @@ bool Replayer::sweep(std::int64_t first, std::int64_t s, std::vector<bool>& mism
           std::to_string(s) + " named\n" +
           oracle::diff_layer_caches(layout_, l, expected_[li], w.caches[li], nullptr).report();
       w.caches[li] = expected_[li];
-      stop = mismatch(w.row, mismatched, std::move(text));
+      stop = mismatch(w.row, mismatched, std::move(text), first, s, li);
     }
   }
   return stop;

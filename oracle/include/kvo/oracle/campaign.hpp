@@ -93,6 +93,13 @@ std::vector<SubjectOp> select_subject_ops(SubjectList& subjects,
                                           const std::vector<std::string>& names,
                                           const std::vector<spec::Op>& ops);
 
+/// Throws spec::FailedToRun, naming each pair and why, when a subject named in `names` cannot run
+/// here (Subject::unavailable_reason) for an op of `ops`: a command that names its subjects judges
+/// every one of them or fails to run, never passes having judged fewer. Nothing named: nothing to
+/// require (every available subject runs, the others are listed as skipped).
+void require_named_subjects_run(SubjectList& subjects, const std::vector<std::string>& names,
+                                const std::vector<spec::Op>& ops);
+
 /// One row of the summary: a subject on an op.
 struct SubjectSummary {
   std::string name;

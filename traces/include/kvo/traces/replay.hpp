@@ -82,7 +82,10 @@ struct ReplayReport {
   std::int64_t steps_run = 0;
   std::vector<ReplaySubjectResult> subjects;
   std::vector<std::string> mismatches;  ///< one SPEC 7 report per mismatching (subject, step)
-  std::int64_t compared_bytes = 0;      ///< cache bytes compared (touched pages, guards, sweeps)
+  /// Per mismatch, the `kvoracle replay TRACE` flags that rerun it alone: its steps (the steps
+  /// before them written by the reference), its layer, subject and op, the value seed.
+  std::vector<std::string> reproduce;
+  std::int64_t compared_bytes = 0;  ///< cache bytes compared (touched pages, guards, sweeps)
   /// The reference tier: its name, its answerers ("write: cuda-fused"), the layer writes it
   /// answered, those the CPU reference answered (the steps before the range excluded), the layer
   /// writes on which the tier was checked against the CPU reference, and a disagreement (empty:
