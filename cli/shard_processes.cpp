@@ -192,7 +192,9 @@ int run_shard_processes(const ShardProcessPlan& plan, const std::vector<std::str
                 code >= 0 ? std::to_string(code).c_str()
                           : ("signal " + std::to_string(WTERMSIG(status))).c_str(),
                 log.c_str());
-    if ((code == spec::kExitPass || code == spec::kExitMismatch) && fs::exists(reports[i])) {
+    // A report (written atomically into a fresh folder) means the shard's campaign ran to its end,
+    // whatever its verdict: a mismatch, or a subject or the tier that failed to run, is in it.
+    if (fs::exists(reports[i])) {
       const std::vector<std::uint8_t> bytes = traces::read_file_bytes(reports[i], "report");
       shards.push_back(
           oracle::read_report_json(std::string(bytes.begin(), bytes.end()), reports[i]));
