@@ -114,7 +114,6 @@ int run_as_shard_processes(const CheckFlags& f, int gpus, const std::string& why
                                "must be in [1, 1024]");
     }
     plan.count = static_cast<int>(*f.processes);
-    plan.jobs_each = std::max<std::int64_t>(1, oracle::campaign_jobs(0) / plan.count);
   } else {
     plan = gpu_shard_plan(f.gpus, gpus, why_no_gpu);
   }

@@ -117,7 +117,6 @@ ShardProcessPlan gpu_shard_plan(const std::string& value, int visible,
   for (int i = 0; i < count; ++i) {
     plan.devices.push_back(i < static_cast<int>(names.size()) ? names[i] : std::to_string(i));
   }
-  plan.jobs_each = std::max<std::int64_t>(1, oracle::campaign_jobs(0) / count);
   return plan;
 }
 
@@ -146,6 +145,8 @@ int run_shard_processes(const ShardProcessPlan& plan, const std::vector<std::str
     has_jobs = has_jobs || is_flag(a, "--jobs") || a.rfind("-j", 0) == 0;
     has_junit = has_junit || is_flag(a, "--junit");
   }
+  // The hardware threads shared among the shards, where the command line does not say.
+  const std::int64_t jobs_each = std::max<std::int64_t>(1, oracle::campaign_jobs(0) / plan.count);
   std::string dir_template = (fs::temp_directory_path() / "kvoracle-shards-XXXXXX").string();
   if (mkdtemp(dir_template.data()) == nullptr) {
     throw std::runtime_error("cannot create a folder for the shards' reports: " +
@@ -167,7 +168,7 @@ int run_shard_processes(const ShardProcessPlan& plan, const std::vector<std::str
       child.push_back(a);
     }
     if (has_junit) child.insert(child.end(), {"--junit", (dir / (stem + ".xml")).string()});
-    if (!has_jobs) child.insert(child.end(), {"--jobs", std::to_string(plan.jobs_each)});
+    if (!has_jobs) child.insert(child.end(), {"--jobs", std::to_string(jobs_each)});
     const std::string device = plan.devices.empty() ? "" : plan.devices[i];
     try {
       pids.push_back(spawn(child, child_environment(device), dir / (stem + ".log")));

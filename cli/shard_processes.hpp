@@ -16,7 +16,6 @@ namespace kvo::cli {
 struct ShardProcessPlan {
   int count = 1;
   std::vector<std::string> devices;
-  std::int64_t jobs_each = 1;  ///< --jobs of each child where the command line gives none
 };
 
 /// The plan of `--gpus value` ("all" or a count): one process per visible device, the i-th of
@@ -28,10 +27,11 @@ ShardProcessPlan gpu_shard_plan(const std::string& value, int visible, const std
 std::vector<std::string> command_line_without_split_flags();
 
 /// Runs `args` (args[0] the binary) as plan.count shard processes, each with --total-shards,
-/// --shard-index, --json <its report> (and --jobs plan.jobs_each where args have no --jobs) added,
-/// its output in a log file; waits for all; prints each shard's outcome and the merged summary
-/// (coverage too when asked); writes the merged JUnit / JSON where asked. Returns the exit
-/// status: the merged verdict's, or the worst failure of a shard that left no report.
+/// --shard-index, --json <its report> (and, where args have no --jobs, --jobs of the hardware
+/// threads over the shards) added, its output in a log file; waits for all; prints each shard's
+/// outcome and the merged summary (coverage too when asked); writes the merged JUnit / JSON where
+/// asked. Returns the exit status: the merged verdict's, or the worst failure of a shard that left
+/// no report.
 int run_shard_processes(const ShardProcessPlan& plan, const std::vector<std::string>& args,
                         const std::string& junit, const std::string& json, bool coverage);
 
