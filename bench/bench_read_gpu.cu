@@ -10,8 +10,11 @@
 //     x_generic = canonical time / the generic chunk kernel's (launch_attention_generic), same run
 // BM_IndexerTopk/batch:B/context:L — decode rows of L-token contexts: block scores of every
 //   128-token block (4 index heads, 4 KV heads, index_dim 128, block-scaled fp8 index-K) and the
-//   top 16. The same run times a kernel that reads those index-K pages once.
+//   top 16, in one launch (the fused kernel: DeviceIndexer::row_done given). The same run times
+//   the two-launch path (score kernel, then top-k kernel) and a kernel that reads those index-K
+//   pages once.
 //     x_read = indexer + top-k time / read-once time           (target <= 2)
+//     x_two_launch = one-launch time / two-launch time (canonical)
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -252,6 +255,13 @@ void BM_IndexerTopk(benchmark::State& state) {
     ix.max_n_valid = context / kSparseBlock;
     ix.scores = arena.alloc<float>(static_cast<std::size_t>(batch * kNkv * ix.max_n_valid * 4));
     ix.ids = arena.alloc<std::int32_t>(static_cast<std::size_t>(batch * kNkv * kTopk * 4));
+    const auto two_launch = time_families([&](kvo::gpu::ReadKernel kernel, cudaStream_t s) {
+      kvo::gpu::launch_indexer_topk(c, p, rows.dev, ix, kernel, s);
+    });
+    ix.row_done = arena.alloc<std::uint32_t>(static_cast<std::size_t>(batch) * 4);
+    check(cudaMemset(ix.row_done, 0, static_cast<std::size_t>(batch) * 4), "row_done");
+    const bool fused =
+        kvo::gpu::indexer_is_fused(c, p, kvo::gpu::ReadKernel::kCanonical, ix.max_n_valid);
     const auto times = time_families([&](kvo::gpu::ReadKernel kernel, cudaStream_t s) {
       kvo::gpu::launch_indexer_topk(c, p, rows.dev, ix, kernel, s);
     });
@@ -269,6 +279,9 @@ void BM_IndexerTopk(benchmark::State& state) {
     state.counters["MB"] = static_cast<double>(index_bytes) * 1e-6;
     state.counters["x_read"] = times[0] / t_read;
     state.counters["x_read_fast"] = times[1] / t_read;
+    state.counters["two_launch_us"] = two_launch[0] * 1e6;
+    state.counters["x_two_launch"] = times[0] / two_launch[0];
+    state.counters["fused"] = fused ? 1 : 0;
     state.counters["read_once_GBps"] = static_cast<double>(index_bytes) / t_read * 1e-9;
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());

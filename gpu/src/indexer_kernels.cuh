@@ -17,35 +17,12 @@
 #include <cmath>
 #include <string>
 
+#include "indexer_common.cuh"
+#include "indexer_fused.cuh"
 #include "read_launch.cuh"
 #include "topk.cuh"
 
 namespace kvo::gpu::detail {
-
-struct IndexArgs : BatchView {
-  const unsigned char* cache;    // the index-K view's first element (SPEC 3)
-  long long ix_block, ix_token;  // the view's block and token-row strides in bytes
-  const unsigned char* iq;       // [Tq, nih, idim] of iq_dtype
-  float* scores;                 // [Tq, score_rows, max_nv]
-  int* ids;                      // [Tq, nkv, topk * lanes]
-  int nih;
-  int iq_dtype;    // the activation dtype, or e4m3 (SPEC 5 fp8 index-Q)
-  int score_rows;  // nkv * lanes: KV heads (index_group max) or index heads (union)
-  long long lanes;
-  bool drop_neg_inf;
-  bool head_major;    // ids [nkv, Tq, width] (spec::TopkLayout::kHeadMajor)
-  unsigned key_mask;  // the top spec::TopkForm::key_bits bits of each score's image (fast only)
-  int id_mask;        // TopkArgs::id_mask
-  unsigned tie_xor;   // TopkArgs::tie_xor
-  int tile;           // tokens per staged tile
-  int unit;           // bytes per staging copy: divides every index-K row's address and size
-  long long sb, topk, init_blocks, local_blocks, max_nv;
-  float score_factor;  // 1 or fl(index_dim^-0.5): token score = fl(dot * score_factor)
-  int index_nan;       // spec::IndexNan
-};
-
-/// The token-score flags of one (segment, head) of kernel 1: a NaN score seen, a number seen.
-inline constexpr int kSawNan = 1, kSawNumber = 2;
 
 /// Shared-memory sections of kernel 1 of the indexer: iq [nih][idim] floats, per segment and
 /// head the running maximum and the score flags (kSawNan | kSawNumber) [segs][nih] each, the byte
@@ -147,26 +124,20 @@ __global__ void __launch_bounds__(kScoreThreads) index_score_kernel(IndexArgs a)
     __syncthreads();  // raw is staged again by the next tile
   }
   // Score row sr: KV head sr over its index heads (index_group max), or index head sr (union).
-  const int per_row = nih / a.score_rows;
-  for (int sr = threadIdx.x; sr < a.score_rows; sr += blockDim.x) {
-    float gs = 0.0f;
-    for (int h = sr * per_row; h < (sr + 1) * per_row; ++h) {
-      float best = -INFINITY;
-      int saw = 0;
-      for (int sg = 0; sg < segs; ++sg) {
-        saw |= nan_s[sg * nih + h];
-        if (best_s[sg * nih + h] > best) best = best_s[sg * nih + h];
-      }
-      const bool skip = a.index_nan == static_cast<int>(spec::IndexNan::kSkip);
-      if ((saw & kSawNan) != 0 && (!skip || (saw & kSawNumber) == 0)) {
-        best = a.index_nan == static_cast<int>(spec::IndexNan::kFirst) ? INFINITY : -1e30f;
-      }
-      if (h == sr * per_row || best > gs) gs = best;
-    }
-    if (jb < a.init_blocks) gs = 1e30f;
-    if (F != ReadBug::kIgnoreLocal && jb >= n_valid - a.local_blocks) gs = 1e29f;  // overrides init
-    a.scores[(row * a.score_rows + sr) * a.max_nv + jb] = gs;
-  }
+  const auto best_of = [&](int h) {
+    float best = -INFINITY;
+    for (int sg = 0; sg < segs; ++sg)
+      if (best_s[sg * nih + h] > best) best = best_s[sg * nih + h];
+    return best;
+  };
+  const auto saw_of = [&](int h) {
+    int saw = 0;
+    for (int sg = 0; sg < segs; ++sg) saw |= nan_s[sg * nih + h];
+    return saw;
+  };
+  for (int sr = threadIdx.x; sr < a.score_rows; sr += blockDim.x)
+    a.scores[(row * a.score_rows + sr) * a.max_nv + jb] =
+        block_score<F>(a, sr, jb, n_valid, best_of, saw_of);
 }
 
 template <bool kCanonical, int Dt, bool kBlockScale, int L, ReadBug F>
@@ -199,6 +170,38 @@ void run_indexer_lanes(const IndexArgs& a, std::int64_t rows, std::size_t smem, 
   }
 }
 
+/// The fused kernel's dispatch over L (index_dim 64 .. 256: 8, 16 or 32 groups' lanes).
+template <bool kCanonical, int Dt, bool kBlockScale, ReadBug F>
+void run_fused_lanes(const IndexArgs& a, std::int64_t rows, std::size_t smem, cudaStream_t s) {
+  switch (next_pow2(a.g.index_dim / 8)) {
+    case 8:
+      return run_fused_indexer<kCanonical, Dt, kBlockScale, 8, F>(a, rows, smem, s);
+    case 16:
+      return run_fused_indexer<kCanonical, Dt, kBlockScale, 16, F>(a, rows, smem, s);
+    default:
+      return run_fused_indexer<kCanonical, Dt, kBlockScale, 32, F>(a, rows, smem, s);
+  }
+}
+
+template <bool kCanonical, ReadBug F>
+void dispatch_fused_indexer(const IndexArgs& a, std::int64_t rows, std::size_t smem,
+                            cudaStream_t s) {
+  if (a.g.index_layout == static_cast<int>(spec::IndexLayout::kBlockScale))
+    return run_fused_lanes<kCanonical, kDtE4m3, true, F>(a, rows, smem, s);
+  switch (a.g.index_dtype) {
+    case kDtF32:
+      return run_fused_lanes<kCanonical, kDtF32, false, F>(a, rows, smem, s);
+    case kDtBf16:
+      return run_fused_lanes<kCanonical, kDtBf16, false, F>(a, rows, smem, s);
+    case kDtF16:
+      return run_fused_lanes<kCanonical, kDtF16, false, F>(a, rows, smem, s);
+    case kDtE4m3:
+      return run_fused_lanes<kCanonical, kDtE4m3, false, F>(a, rows, smem, s);
+    default:
+      return run_fused_lanes<kCanonical, kDtE5m2, false, F>(a, rows, smem, s);
+  }
+}
+
 template <bool kCanonical, ReadBug F>
 void dispatch_indexer(const IndexArgs& a, std::int64_t rows, std::size_t smem, cudaStream_t s) {
   if (a.g.index_layout == static_cast<int>(spec::IndexLayout::kBlockScale))
@@ -222,6 +225,10 @@ extern template void dispatch_indexer<true, ReadBug::kNone>(const IndexArgs&, st
                                                             std::size_t, cudaStream_t);
 extern template void dispatch_indexer<false, ReadBug::kNone>(const IndexArgs&, std::int64_t,
                                                              std::size_t, cudaStream_t);
+extern template void dispatch_fused_indexer<true, ReadBug::kNone>(const IndexArgs&, std::int64_t,
+                                                                  std::size_t, cudaStream_t);
+extern template void dispatch_fused_indexer<false, ReadBug::kNone>(const IndexArgs&, std::int64_t,
+                                                                   std::size_t, cudaStream_t);
 
 /// launch_indexer_topk (kvo/gpu/read.hpp) with bug F planted. F = kIgnoreLocal: the score kernel
 /// leaves the local blocks unforced; kIdsWrapAt1024: the fast selection keeps 10 bits of each id;
@@ -292,6 +299,24 @@ void launch_indexer_topk_t(const spec::ModelConfig& c, const spec::IndexerParams
   a.id_mask = F == ReadBug::kIdsWrapAt1024 ? 1023 : ~0;
   a.tie_xor = F == ReadBug::kTiesToHigherId ? 0u : ~0u;
   const auto s = static_cast<cudaStream_t>(stream);
+  FusedPlan plan;
+  if (ix.row_done != nullptr) {
+    int dev = 0, sms = 1;  // the current device's multiprocessors (the runtime caches them)
+    check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
+               "cudaDeviceGetAttribute");
+    plan = fused_indexer_plan(c, p, kernel, b.num_rows, a.max_nv, start, sms);
+  }
+  if (plan.span > 0) {  // one launch: scores and selection
+    a.row_done = ix.row_done;
+    a.span = plan.span;
+    if constexpr (kScoreBug == ReadBug::kNone) {
+      if (kernel == ReadKernel::kCanonical) {
+        return dispatch_fused_indexer<true, kScoreBug>(a, b.num_rows, plan.smem, s);
+      }
+    }
+    return dispatch_fused_indexer<false, kScoreBug>(a, b.num_rows, plan.smem, s);
+  }
   if constexpr (kScoreBug == ReadBug::kNone) {  // score bugs: the fast family only is instantiated
     if (kernel == ReadKernel::kCanonical) {
       return dispatch_indexer<true, kScoreBug>(a, b.num_rows, smem, s);

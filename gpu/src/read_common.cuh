@@ -187,31 +187,36 @@ constexpr float kLog2e = 1.4426950408889634f;
 /// (another association); every lane gets the result. All 32 lanes must call it.
 /// segment_dots computes NH dots of the same K rows with NH query rows at once: independent
 /// chains, so that their latencies overlap.
+/// One group's dot: q8 [8] (16-byte aligned) with k [8]. Canonical: the fma chain in order from +0;
+/// fast: two interleaved accumulators, then their sum.
+template <bool kCanonical>
+__device__ inline float group_dot(const float* q8, const float (&k)[8]) {
+  const float4 q0 = reinterpret_cast<const float4*>(q8)[0];
+  const float4 q1 = reinterpret_cast<const float4*>(q8)[1];
+  const float qv[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+  if constexpr (kCanonical) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc = __fmaf_rn(qv[e], k[e], acc);
+    return acc;
+  } else {
+    float even = 0.0f, odd = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      even = fmaf(qv[e], k[e], even);
+      odd = fmaf(qv[e + 1], k[e + 1], odd);
+    }
+    return even + odd;
+  }
+}
+
 template <bool kCanonical, int L, int NH>
 __device__ inline void segment_dots(const float* const (&q)[NH], const float (&k)[8], int lane_in,
                                     int groups, float (&out)[NH]) {
   float acc[NH];
 #pragma unroll
-  for (int h = 0; h < NH; ++h) {
-    acc[h] = 0.0f;
-    if (lane_in < groups) {
-      const float4 q0 = reinterpret_cast<const float4*>(q[h] + 8 * lane_in)[0];
-      const float4 q1 = reinterpret_cast<const float4*>(q[h] + 8 * lane_in)[1];
-      const float qv[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-      if constexpr (kCanonical) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[h] = __fmaf_rn(qv[e], k[e], acc[h]);
-      } else {
-        float even = 0.0f, odd = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {
-          even = fmaf(qv[e], k[e], even);
-          odd = fmaf(qv[e + 1], k[e + 1], odd);
-        }
-        acc[h] = even + odd;
-      }
-    }
-  }
+  for (int h = 0; h < NH; ++h)
+    acc[h] = lane_in < groups ? group_dot<kCanonical>(q[h] + 8 * lane_in, k) : 0.0f;
   if constexpr (kCanonical) {
 #pragma unroll
     for (int off = L / 2; off > 0; off /= 2) {

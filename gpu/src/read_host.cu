@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,8 +71,18 @@ std::vector<std::int32_t> indexer_topk_host(const spec::ModelConfig& c,
                                             const spec::IndexerParams& p, const spec::ReadBatch& b,
                                             const spec::HostTensor& index_q,
                                             const spec::LayerCaches& caches, ReadKernel kernel,
-                                            const spec::TopkForm& form) {
-  return detail::indexer_topk_host_via(launch_indexer_topk, c, p, b, index_q, caches, kernel, form);
+                                            const spec::TopkForm& form, IndexerPath path) {
+  return detail::indexer_topk_host_via(launch_indexer_topk, c, p, b, index_q, caches, kernel, form,
+                                       path);
+}
+
+bool indexer_is_fused(const spec::ModelConfig& config, const spec::IndexerParams& params,
+                      ReadKernel kernel, std::int64_t max_n_valid) {
+  // The view's start: a 256-byte-aligned allocation plus the view's offset. One multiprocessor:
+  // the largest span, so the most shared memory any device's launch asks.
+  const long long start = spec::index_view(config).offset * spec::index_stride_bytes(config);
+  return detail::fused_indexer_plan(config, params, kernel, 1, max_n_valid, 256 + start, 1).span >
+         0;
 }
 
 spec::HostTensor attention_host(const spec::ModelConfig& c, const spec::AttentionParams& p,
@@ -99,7 +110,7 @@ spec::HostTensor flash_attention_host(const spec::ModelConfig& c, const spec::At
 std::vector<std::int32_t> detail::indexer_topk_host_via(
     IndexerLaunch launch, const spec::ModelConfig& c, const spec::IndexerParams& p,
     const spec::ReadBatch& b, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
-    ReadKernel kernel, const spec::TopkForm& form) {
+    ReadKernel kernel, const spec::TopkForm& form, IndexerPath path) {
   const QueryRows rows = detail::check_indexer_inputs(c, p, b, index_q, caches);
   const std::int64_t tq = rows.size();
   const std::int64_t max_nvalid = rows.max_n_valid(b, p.sparse_block);
@@ -115,13 +126,26 @@ std::vector<std::int32_t> detail::indexer_topk_host_via(
       static_cast<std::size_t>(tq * c.geometry.num_kv_heads *
                                spec::selection_lanes(p, c.geometry.num_kv_heads) * max_nvalid) *
       sizeof(float));
+  // The one-launch path's counters (IndexerPath::kFused): zero before, and zero after (checked: a
+  // row whose last CUDA block never selected would leave its counter behind).
+  const DeviceBuffer d_done(static_cast<std::size_t>(tq) * sizeof(std::uint32_t));
+  d_done.fill(0);
   launch(c, p, d_rows.view,
          {static_cast<const std::uint8_t*>(mirror.body(spec::BufferKind::kIndexK)) +
               spec::index_view(c).offset * spec::index_stride_bytes(c),
-          d_q.data(), max_nvalid, d_scores.as<float>(), d_out.as<std::int32_t>(), form},
+          d_q.data(), max_nvalid, d_scores.as<float>(), d_out.as<std::int32_t>(), form,
+          path == IndexerPath::kFused ? d_done.as<std::uint32_t>() : nullptr},
          kernel, nullptr);
   check_cuda(cudaDeviceSynchronize(), "indexer");
   d_out.download(ids.data(), ids.size() * sizeof(std::int32_t));
+  std::vector<std::uint32_t> done(static_cast<std::size_t>(tq));
+  d_done.download(done.data(), done.size() * sizeof(std::uint32_t));
+  for (std::size_t i = 0; i < done.size(); ++i) {
+    if (done[i] != 0) {
+      throw std::runtime_error("indexer: row " + std::to_string(i) + "'s counter left at " +
+                               std::to_string(done[i]) + " (must return to 0)");
+    }
+  }
   return ids;
 }
 

@@ -93,6 +93,19 @@ void allow_smem(K kernel, std::size_t bytes) {
              "cudaFuncSetAttribute");
 }
 
+/// The fused indexer launch's plan for a call (indexer_fused.cuh; host): its logical blocks per
+/// CUDA block and shared memory, or span 0 where fused_indexer_applies refuses the call. `start`:
+/// the index-K view's first element's address (only its alignment matters); `sms`: the device's
+/// multiprocessors. About four CUDA blocks per multiprocessor over the whole batch, and at least a
+/// CUDA block of threads' worth of tokens each.
+struct FusedPlan {
+  int span = 0;
+  std::size_t smem = 0;
+};
+FusedPlan fused_indexer_plan(const spec::ModelConfig& c, const spec::IndexerParams& p,
+                             ReadKernel kernel, std::int64_t rows, std::int64_t max_nv,
+                             long long start, int sms);
+
 /// The public launchers' signatures (kvo/gpu/read.hpp), and the host-memory paths of read_host.cu
 /// over any launcher of that signature.
 using IndexerLaunch = void (*)(const spec::ModelConfig&, const spec::IndexerParams&,
@@ -103,7 +116,7 @@ using AttentionLaunch = void (*)(const spec::ModelConfig&, const spec::Attention
 std::vector<std::int32_t> indexer_topk_host_via(
     IndexerLaunch launch, const spec::ModelConfig& config, const spec::IndexerParams& params,
     const spec::ReadBatch& batch, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
-    ReadKernel kernel, const spec::TopkForm& form = {});
+    ReadKernel kernel, const spec::TopkForm& form = {}, IndexerPath path = IndexerPath::kTwoLaunch);
 
 spec::HostTensor attention_host_via(
     AttentionLaunch launch, const spec::ModelConfig& config, const spec::AttentionParams& params,

@@ -64,6 +64,20 @@ struct KeyForm {
   unsigned key_mask = ~0u, tie_xor = ~0u;
 };
 
+/// Score rows of one selection: row h's block j at p[h * stride + j]. `coherent`: loaded through
+/// L2 (__ldcg), for rows that other CUDA blocks of the same launch wrote (the fused indexer's last
+/// CUDA block of a row, indexer_fused.cuh); else plain loads.
+struct ScoreRows {
+  const float* p;
+  long long stride = 0;
+  bool coherent = false;
+  __device__ float operator()(long long h, long long j) const {
+    const float* at = p + h * stride + j;
+    return coherent ? __ldcg(at) : *at;
+  }
+  __device__ ScoreRows from(long long h) const { return {p + h * stride, stride, coherent}; }
+};
+
 /// (score descending, id ascending) as one unsigned key, larger is better. Scores are never NaN
 /// here (a NaN block scores -1e30); -0 and +0 are one score.
 /// `f.key_mask` keeps the top bits of the order-preserving image (spec::topk_score_key's keys; all
@@ -93,43 +107,50 @@ __device__ inline unsigned long long warp_sort_desc(unsigned long long v, int la
   return v;
 }
 
-/// Best first: the k_eff largest keys of blocks [0, n) into best[0, k_eff). k_eff <= 16 and up to
-/// kKeyTile blocks (decode with the MSA defaults): a tournament of warp sorts. Otherwise up to
+/// The tournament top-k of `heads` score rows at once (rows 0 .. heads - 1 of sc, n blocks each):
+/// each warp sorts 32 candidates of one row (a bitonic network in registers) and keeps the best
+/// 16; each round halves every row's field, alternating between the two halves of `keys`, until
+/// one sorted chunk per row remains. Row h's k_eff best (k_eff <= kTourney), best first, go to
+/// best[h * k_eff, (h + 1) * k_eff). Needs heads * tourney_region(n) <= kKeyTile / 2.
+__device__ inline long long tourney_region(long long n) { return (n + 31) / 32 * kTourney; }
+__device__ inline void tournament_best(const ScoreRows& sc, int heads, long long n, long long k_eff,
+                                       unsigned long long* keys, int* best, KeyForm f) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const long long region = tourney_region(n);
+  long long field = n;
+  const unsigned long long* in = nullptr;
+  unsigned long long* out = keys;
+  for (;;) {
+    const long long chunks = (field + 31) / 32;
+    for (long long c = warp; c < heads * chunks; c += warps) {
+      const long long h = c / chunks, at = (c - h * chunks) * 32 + lane;
+      unsigned long long v = 0;  // below every real key
+      if (at < field) v = in == nullptr ? rank_key(sc(h, at), at, f) : in[h * region + at];
+      v = warp_sort_desc(v, lane);
+      if (lane < kTourney) out[h * region + (c - h * chunks) * kTourney + lane] = v;
+    }
+    __syncthreads();
+    if (chunks == 1) break;
+    field = chunks * kTourney;
+    in = out;
+    out = out == keys ? keys + kKeyTile / 2 : keys;
+  }
+  for (long long e = threadIdx.x; e < heads * k_eff; e += blockDim.x)
+    best[e] = key_id(out[e / k_eff * region + e % k_eff], f);
+}
+
+/// Best first: the k_eff largest keys of row 0 of sc's blocks [0, n) into best[0, k_eff). k_eff
+/// <= 16 and up to kKeyTile blocks (decode with the MSA defaults): the tournament. Otherwise up to
 /// kKeyTile blocks: a bitonic sort of the keys in shared memory. More: each block's rank is counted
 /// against every other, tile by tile (quadratic, for small sparse blocks over long sequences).
-__device__ inline void select_best(const float* sc, long long n, long long k_eff,
+__device__ inline void select_best(const ScoreRows& sc, long long n, long long k_eff,
                                    unsigned long long* keys, int* best, KeyForm f) {
   if (n == 0) return;  // a padded row: nothing to select
-  if (k_eff <= kTourney && n <= kKeyTile) {
-    // Tournament: each warp sorts 32 candidates (a bitonic network in registers) and keeps the
-    // best 16; each round halves the field, alternating between the two halves of `keys`, until
-    // one sorted chunk remains. The first round reads the scores.
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    long long field = n;
-    const unsigned long long* in = nullptr;
-    unsigned long long* out = keys;
-    for (;;) {
-      const long long chunks = (field + 31) / 32;
-      for (long long c = warp; c < chunks; c += warps) {
-        const long long at = c * 32 + lane;
-        unsigned long long v = 0;  // below every real key
-        if (at < field) v = in == nullptr ? rank_key(sc[at], at, f) : in[at];
-        v = warp_sort_desc(v, lane);
-        if (lane < kTourney) out[c * kTourney + lane] = v;
-      }
-      __syncthreads();
-      if (chunks == 1) break;
-      field = chunks * kTourney;
-      in = out;
-      out = out == keys ? keys + kKeyTile / 2 : keys;
-    }
-    for (int e = threadIdx.x; e < k_eff; e += blockDim.x) best[e] = key_id(out[e], f);
-    return;
-  }
+  if (k_eff <= kTourney && n <= kKeyTile) return tournament_best(sc, 1, n, k_eff, keys, best, f);
   if (n <= kKeyTile) {
     const int width = next_pow2(n);
     for (int e = threadIdx.x; e < width; e += blockDim.x)
-      keys[e] = e < n ? rank_key(sc[e], e, f) : 0;
+      keys[e] = e < n ? rank_key(sc(0, e), e, f) : 0;
     __syncthreads();
     for (int k = 2; k <= width; k *= 2) {
       for (int j = k / 2; j > 0; j /= 2) {
@@ -150,12 +171,12 @@ __device__ inline void select_best(const float* sc, long long n, long long k_eff
   for (int u = 0; u < kRanksPerThread; ++u) {
     const long long jj = threadIdx.x + static_cast<long long>(u) * blockDim.x;
     rank[u] = 0;
-    mine[u] = jj < n ? rank_key(sc[jj], jj, f) : 0;
+    mine[u] = jj < n ? rank_key(sc(0, jj), jj, f) : 0;
   }
   for (long long t0 = 0; t0 < n; t0 += kKeyTile) {
     __syncthreads();
     for (long long e = threadIdx.x; e < kKeyTile && t0 + e < n; e += blockDim.x)
-      keys[e] = rank_key(sc[t0 + e], t0 + e, f);
+      keys[e] = rank_key(sc(0, t0 + e), t0 + e, f);
     __syncthreads();
     const int m = static_cast<int>(n - t0 < kKeyTile ? n - t0 : kKeyTile);
     for (int u = 0; u < kRanksPerThread; ++u) {
@@ -183,13 +204,13 @@ __device__ inline void select_union(const TopkArgs& a, long long row, long long 
   const int words = static_cast<int>((n_valid + 31) / 32);
   for (int w = threadIdx.x; w < words; w += blockDim.x) chosen[w] = 0;
   for (long long l = 0; l < a.lanes; ++l) {
-    const float* sc = a.scores + ((row * a.heads + grp) * a.lanes + l) * a.stride;
+    const ScoreRows sc{a.scores + ((row * a.heads + grp) * a.lanes + l) * a.stride};
     __syncthreads();  // best and keys are reused lane after lane
     select_best(sc, n_valid, k_eff, keys, best, {a.key_mask, a.tie_xor});
     __syncthreads();
     for (int e = threadIdx.x; e < k_eff; e += blockDim.x) {
       const int id = best[e];
-      if (!(a.drop_neg_inf && sc[id] == -INFINITY)) atomicOr(&chosen[id / 32], 1u << (id % 32));
+      if (!(a.drop_neg_inf && sc(0, id) == -INFINITY)) atomicOr(&chosen[id / 32], 1u << (id % 32));
     }
   }
   __syncthreads();
@@ -208,27 +229,30 @@ __device__ inline void select_union(const TopkArgs& a, long long row, long long 
     out[k] = -1;
 }
 
-/// Kernel 2 of the indexer: one CUDA block per (head, row); n_valid(row) blocks of scores.
-template <bool kCanonical, class NValid>
-__global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkArgs a, NValid n_valid_of) {
-  __shared__ unsigned long long keys[kKeyTile];
-  __shared__ int best[kMaxTopk];
-  const long long grp = blockIdx.x, row = blockIdx.y;
-  const long long out_row = a.head_major ? grp * gridDim.y + row : row * a.heads + grp;
-  int* out = a.ids + out_row * a.topk * a.lanes;
-  const long long n_valid = n_valid_of(row);
-  const long long k_eff = a.topk < n_valid ? a.topk : n_valid;
-  if (a.lanes > 1 || (kCanonical && a.drop_neg_inf)) {
-    select_union(a, row, grp, n_valid, k_eff, keys, best, out);
+/// Writes one (row, head)'s selection to out[0, topk): best[0, k_eff) holds its chosen blocks best
+/// first; sc (row 0) their scores. Canonical: ascending ids; fast: best first; the -inf blocks
+/// left out under drop_neg_inf (the fast family's are the last chosen; the canonical family's
+/// ranks are counted among the kept, k_eff^2 score loads: the fused indexer's k_eff <= kTourney
+/// only, topk_kernel takes select_union). Then -1. Every thread takes part.
+template <bool kCanonical>
+__device__ inline void write_selection(const TopkArgs& a, const ScoreRows& sc, long long k_eff,
+                                       const int* best, int* out) {
+  if (kCanonical && a.drop_neg_inf) {
+    const auto kept = [&](int id) { return sc(0, id) != -INFINITY; };
+    int n_kept = 0;
+    for (int f = 0; f < k_eff; ++f) n_kept += kept(best[f]);
+    for (int e = threadIdx.x; e < k_eff; e += blockDim.x) {
+      if (!kept(best[e])) continue;
+      int at = 0;
+      for (int f = 0; f < k_eff; ++f) at += best[f] < best[e] && kept(best[f]);
+      out[at] = best[e];
+    }
+    for (long long k = n_kept + threadIdx.x; k < a.topk; k += blockDim.x) out[k] = -1;
     return;
   }
-  const float* sc = a.scores + (row * a.heads + grp) * a.stride;
-  select_best(sc, n_valid, k_eff, keys, best, {a.key_mask, a.tie_xor});
-  __syncthreads();
   if (!kCanonical && a.drop_neg_inf) {
-    // Best first: the -inf blocks are the last chosen, so dropping them shortens the row.
     long long kept = k_eff;
-    while (kept > 0 && sc[best[kept - 1]] == -INFINITY) --kept;
+    while (kept > 0 && sc(0, best[kept - 1]) == -INFINITY) --kept;
     for (long long k = threadIdx.x; k < a.topk; k += blockDim.x)
       out[k] = k < kept ? best[k] & a.id_mask : -1;
     return;
@@ -243,6 +267,31 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkArgs a, NValid n
     }
   }
   for (long long k = k_eff + threadIdx.x; k < a.topk; k += blockDim.x) out[k] = -1;
+}
+
+/// Row `row`, head `grp`'s output: a.ids + its offset (TopkArgs::head_major), of `rows` rows.
+__device__ inline int* selection_out(const TopkArgs& a, long long row, long long grp,
+                                     long long rows) {
+  return a.ids + (a.head_major ? grp * rows + row : row * a.heads + grp) * a.topk * a.lanes;
+}
+
+/// Kernel 2 of the indexer: one CUDA block per (head, row); n_valid(row) blocks of scores.
+template <bool kCanonical, class NValid>
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkArgs a, NValid n_valid_of) {
+  __shared__ unsigned long long keys[kKeyTile];
+  __shared__ int best[kMaxTopk];
+  const long long grp = blockIdx.x, row = blockIdx.y;
+  int* out = selection_out(a, row, grp, gridDim.y);
+  const long long n_valid = n_valid_of(row);
+  const long long k_eff = a.topk < n_valid ? a.topk : n_valid;
+  if (a.lanes > 1 || (kCanonical && a.drop_neg_inf)) {
+    select_union(a, row, grp, n_valid, k_eff, keys, best, out);
+    return;
+  }
+  const ScoreRows sc{a.scores + (row * a.heads + grp) * a.stride};
+  select_best(sc, n_valid, k_eff, keys, best, {a.key_mask, a.tie_xor});
+  __syncthreads();
+  write_selection<kCanonical>(a, sc, k_eff, best, out);
 }
 
 /// Launches topk_kernel over a grid of (heads, rows) on `s`.

@@ -7,6 +7,7 @@
 // same mode. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +41,30 @@ std::string tag(const oracle::ReadCase& rc) {
   return buf + rc.describe();
 }
 
+/// The largest n_valid of a case's query rows (a row sits at most at its request's last token).
+std::int64_t max_n_valid(const oracle::ReadCase& rc) {
+  std::int64_t m = 1;
+  for (std::int64_t len : rc.batch.seq_lens)
+    if (len > 0) m = std::max(m, (len - 1) / rc.indexer.sparse_block + 1);
+  return m;
+}
+
+/// The indexer's one-launch path (IndexerPath::kFused, where the call is fused) gives the ids of
+/// its two-launch path (`two`), first difference named.
+void expect_same_ids_both_paths(const oracle::ReadCase& rc, const std::vector<std::int32_t>& two,
+                                gpu::ReadKernel kernel) {
+  const auto ids = gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches,
+                                          kernel, {}, gpu::IndexerPath::kFused);
+  ASSERT_EQ(two.size(), ids.size()) << tag(rc);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_EQ(ids[i], two[i]) << tag(rc) << ": id " << i << " (fused "
+                              << gpu::indexer_is_fused(rc.config, rc.indexer, kernel,
+                                                       max_n_valid(rc))
+                              << ", kernel " << static_cast<int>(kernel)
+                              << ") differs from the two-launch path's";
+  }
+}
+
 /// The fast family's verdicts on one case in foreign mode: tie-aware top-k and bounded attention
 /// (sparse over the reference selection). Empty strings: accepted.
 struct ForeignVerdict {
@@ -54,6 +79,9 @@ ForeignVerdict judge_fast(const oracle::ReadCase& rc, const reference::TopkSelec
                                                                 rc.batch, rc.index_q, rc.caches)
                        : gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q,
                                                 rc.caches, gpu::ReadKernel::kFast);
+  if (!fault.has_value()) {
+    EXPECT_NO_FATAL_FAILURE(expect_same_ids_both_paths(rc, ids, gpu::ReadKernel::kFast));
+  }
   const truth::ScoreTruth st = truth::indexer_truth(rc.config, rc.indexer, rc.batch, rc.index_q,
                                                     rc.caches, spec::Ordering::kForeign);
   const oracle::TopkDiff td =
@@ -81,6 +109,7 @@ void check_case(const oracle::ReadCase& rc, bool dense) {
   const auto ids = gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
   const oracle::TopkDiff td = oracle::diff_topk_exact(sel, ids);
   ASSERT_TRUE(td.equal()) << tag(rc) << "\n" << td.report();
+  ASSERT_NO_FATAL_FAILURE(expect_same_ids_both_paths(rc, ids, gpu::ReadKernel::kCanonical));
   // Attention is handed the rows as the case arranges them (SPEC 6: engine orders, -1 and ids past
   // n_valid anywhere) and must equal the reference over its own ascending rows, bit for bit.
   const std::vector<std::int32_t> handed = oracle::arrange_selection(sel, rc.attended, rc.seed);
@@ -223,6 +252,71 @@ TEST(SpecialisedAttention, TheCaseDistributionReachesBothKernels) {
   std::printf("[specialised] attention: %d of %d default read cases\n", specialised, kCases);
   EXPECT_GE(specialised * 10, kCases) << "fewer than 10% of the cases reach the specialised kernel";
   EXPECT_GE((kCases - specialised) * 2, kCases) << "fewer than half reach the generic kernel";
+}
+
+TEST(FusedIndexer, TheCaseDistributionReachesBothPaths) {
+  int fused = 0;
+  constexpr int kCases = 300;
+  for (std::uint64_t i = 0; i < kCases; ++i) {
+    const oracle::ReadCase rc = oracle::make_read_case(oracle::case_seed(0xDEC0DEu, i), {});
+    if (gpu::indexer_is_fused(rc.config, rc.indexer, gpu::ReadKernel::kCanonical,
+                              max_n_valid(rc))) {
+      ++fused;
+    }
+  }
+  std::printf("[fused] indexer: %d of %d default read cases in one launch\n", fused, kCases);
+  EXPECT_GE(fused * 4, kCases) << "fewer than a quarter of the cases reach the fused indexer";
+  EXPECT_GE((kCases - fused) * 10, kCases) << "fewer than 10% reach the two-launch path";
+}
+
+// The fused indexer over every index-K form it compiles (flat f32, bf16, f16, e4m3, e5m2 and
+// block-scaled e4m3) and index_dim 64, 128, 256; logical blocks of 128, 100 and 16 tokens (warps
+// that straddle two blocks), top 16 (the tournament, several KV heads a pass) and top 40 (the
+// bitonic sort, head by head), up to 2,000 logical blocks a row (200 under the sanitizers): against
+// the reference (canonical) and its two-launch path (both families), its counters back at 0
+// (indexer_topk_host checks).
+TEST(FusedIndexer, EveryFormMatchesTheReferenceAndTheTwoLaunchPath) {
+  std::string why;
+  if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  const char* long_env = std::getenv("KVO_GPU_READ_LONG");  // 0 under compute-sanitizer
+  const std::int64_t longest = long_env != nullptr && std::atoi(long_env) == 0 ? 3000 : 32000;
+  int cases = 0;
+  for (const bool block_scale : {false, true}) {
+    for (DType dt : {DType::kBF16, DType::kFp8E4M3}) {  // the flat index-K cache's dtypes
+      if (block_scale && dt != DType::kFp8E4M3) continue;
+      for (std::int64_t idim : {64, 128, 256}) {
+        if (block_scale && idim == 64) continue;  // block-scaled: groups of 128
+        oracle::ReadOverrides o;
+        o.index_layout = block_scale ? spec::IndexLayout::kBlockScale : spec::IndexLayout::kFlat;
+        if (!block_scale) o.index_dtype = dt;
+        o.index_dim = idim;
+        o.index_group = spec::IndexGroup::kMax;
+        o.sparse_block = std::array<std::int64_t, 3>{128, 100, 16}[cases % 3];
+        o.topk = cases % 4 == 3 ? 40 : 16;
+        o.max_seq_len = cases % 2 == 0 ? 1500 : longest;
+        const oracle::ReadCase rc = oracle::make_read_case(0xF05ED000ull + cases, o);
+        ++cases;
+        const reference::TopkSelection sel =
+            reference::indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+        for (const auto kernel : {gpu::ReadKernel::kCanonical, gpu::ReadKernel::kFast}) {
+          if (!gpu::indexer_is_fused(rc.config, rc.indexer, kernel, max_n_valid(rc))) continue;
+          const auto ids = gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q,
+                                                  rc.caches, kernel, {}, gpu::IndexerPath::kFused);
+          if (kernel == gpu::ReadKernel::kCanonical) {
+            const oracle::TopkDiff td = oracle::diff_topk_exact(sel, ids);
+            ASSERT_TRUE(td.equal()) << tag(rc) << " (fused)\n" << td.report();
+          }
+          ASSERT_NO_FATAL_FAILURE(
+              expect_same_ids_both_paths(rc,
+                                         gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch,
+                                                                rc.index_q, rc.caches, kernel),
+                                         kernel));
+        }
+      }
+    }
+  }
+  std::printf("[fused] indexer: %d forms, each against the reference and the two-launch path\n",
+              cases);
 }
 
 // Every instantiation (cache dtype x head_dim x query heads per KV head), over random layouts,

@@ -288,7 +288,7 @@ TEST(TraceReplayTier, TheCudaTierReplaysACommittedTraceAndAPlantedFaultIsCaught)
   }
   if (fused == nullptr) GTEST_SKIP() << "built without CUDA";
   if (!fused->unavailable_reason().empty()) GTEST_SKIP() << fused->unavailable_reason();
-  const Trace t = load_trace(std::string(KVO_TRACE_DATA_DIR) + "/serving_bf16_nhd.st");
+  const Trace t = load_trace(testing::trace_data_dir() / "serving_bf16_nhd.st");
   ReplayOptions o;
   o.tier = oracle::ReferenceTier::kGpu;
   o.tier_sample_first = 2;

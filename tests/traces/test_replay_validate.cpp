@@ -31,7 +31,7 @@ using testing::small_trace;
 
 std::vector<std::filesystem::path> committed_traces() {
   std::vector<std::filesystem::path> out;
-  for (const auto& e : std::filesystem::directory_iterator(KVO_TRACE_DATA_DIR)) {
+  for (const auto& e : std::filesystem::directory_iterator(testing::trace_data_dir())) {
     if (e.path().extension() == ".st" && e.path().filename().string().rfind("planted", 0) != 0) {
       out.push_back(e.path());
     }
@@ -185,8 +185,7 @@ TEST(TraceReplay, CommittedTracesReplayCleanOnCpuSubjects) {
 }
 
 TEST(TraceReplay, PlantedTraceIsRejectedWithItsLocation) {
-  const Trace t =
-      load_trace(std::filesystem::path(KVO_TRACE_DATA_DIR) / "planted_duplicate_slot.st");
+  const Trace t = load_trace(testing::trace_data_dir() / "planted_duplicate_slot.st");
   auto subjects = cpu_subjects();
   try {
     (void)replay_trace(t, ReplayOptions{}, subjects);
@@ -463,7 +462,7 @@ std::int64_t reported_step(const std::string& report) {
 }
 
 TEST(TraceReadReplay, CommittedTraceReadsPassOnEveryReadSubject) {
-  const Trace t = load_trace(std::filesystem::path(KVO_TRACE_DATA_DIR) / "mtp_fp8_split_hnd.st");
+  const Trace t = load_trace(testing::trace_data_dir() / "mtp_fp8_split_hnd.st");
   auto writes = cpu_subjects();
   auto reads = read_subjects();
   ReplayOptions o = read_ops();

@@ -3,6 +3,8 @@
 // JSON or data section to build each class of malformed file from a valid one.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,6 +17,14 @@
 #include "kvo/traces/trace.hpp"
 
 namespace kvo::traces::testing {
+
+/// The committed traces' folder: KVO_TRACE_DATA_DIR from the environment where set (the device
+/// runs this binary in a copy of the tree at another path), else the source tree's.
+inline std::filesystem::path trace_data_dir() {
+  const char* dir = std::getenv("KVO_TRACE_DATA_DIR");
+  return dir != nullptr && *dir != '\0' ? std::filesystem::path(dir)
+                                        : std::filesystem::path(KVO_TRACE_DATA_DIR);
+}
 
 /// A small simulated trace (2 layers, 12 steps) of the given seed.
 inline Trace small_trace(std::uint64_t seed = 5, bool separate_index = false) {

@@ -26,6 +26,12 @@ namespace kvo::gpu {
 /// Which kernel family runs a read.
 enum class ReadKernel : std::uint8_t { kCanonical, kFast };
 
+/// How the indexer runs: kTwoLaunch, the score kernel then the top-k kernel; kFused, one launch
+/// (scores and selection, the last CUDA block of a row selecting) where indexer_is_fused, else
+/// two. Both give the same ids. (launch_indexer_topk takes the one launch when handed
+/// DeviceIndexer::row_done; the host paths hand it under kFused.)
+enum class IndexerPath : std::uint8_t { kTwoLaunch, kFused };
+
 /// SPEC 5: ids [Tq, nkv, spec::selection_width] ([nkv, Tq, width] when form.layout is head-major).
 /// kCanonical: the chosen logical blocks ascending, then -1.
 /// kFast: the chosen blocks by descending score (ranked by form.key_bits-bit keys), then -1 (under
@@ -34,7 +40,16 @@ enum class ReadKernel : std::uint8_t { kCanonical, kFast };
 std::vector<std::int32_t> indexer_topk_host(
     const spec::ModelConfig& config, const spec::IndexerParams& params,
     const spec::ReadBatch& batch, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
-    ReadKernel kernel = ReadKernel::kCanonical, const spec::TopkForm& form = {});
+    ReadKernel kernel = ReadKernel::kCanonical, const spec::TopkForm& form = {},
+    IndexerPath path = IndexerPath::kTwoLaunch);
+
+/// Whether launch_indexer_topk runs this call in one launch (given DeviceIndexer::row_done and an
+/// index-K view starting 16-byte aligned): index_group max (one score row per KV head), the
+/// canonical family under drop_neg_inf only up to topk 16, index_dim 64 .. 256, at most 4096
+/// logical blocks a row, index-K rows whose 8-element groups are aligned for vector loads.
+/// Host-only; needs no GPU (the device's multiprocessor count only sizes the launch).
+bool indexer_is_fused(const spec::ModelConfig& config, const spec::IndexerParams& params,
+                      ReadKernel kernel, std::int64_t max_n_valid);
 
 /// Which chunk kernel runs attention (either family): kAuto, the specialised one where
 /// attention_is_specialised (and the K and V pointers are 16-byte aligned), else the generic one;
@@ -140,10 +155,14 @@ struct DeviceIndexer {
   /// (the fast family; the canonical one ranks by exact scores: key_bits 32). The order is the
   /// family's: ascending ids (canonical), best first (fast).
   spec::TopkForm form;
+  /// [Tq] counters of the one-launch path (indexer_is_fused): zero before the first call, and
+  /// left zero by every call (so one call at a time may use them); null: two launches.
+  std::uint32_t* row_done = nullptr;
 };
 
-/// Two launches on `stream`: block scores (one CUDA block per (row, logical block), all KV groups),
-/// then top-k (one CUDA block per (row, KV head)).
+/// On `stream`: one launch where indexer_is_fused and ix.row_done is given (CUDA blocks of a row
+/// score its logical blocks; the last of them selects), else two: block scores (one CUDA block per
+/// (row, logical block), all KV groups), then top-k (one CUDA block per (row, KV head)).
 void launch_indexer_topk(const spec::ModelConfig& config, const spec::IndexerParams& params,
                          const DeviceReadBatch& batch, const DeviceIndexer& ix, ReadKernel kernel,
                          void* stream);

@@ -1,0 +1,248 @@
+#pragma once
+/// \file indexer_fused.cuh
+/// The indexer in one launch (issue 16): block scores and the top-k selection, for the calls
+/// fused_indexer_applies accepts, with the ids, and the scores workspace, the two-launch path
+/// (indexer_kernels.cuh, topk.cuh) writes.
+///
+/// Grid (CUDA blocks per row, Tq) of kFusedThreads threads. CUDA block c of query row `row` scores
+/// the row's logical blocks [c * span, min((c + 1) * span, n_valid)) with a thread per token (the
+/// range's visible tokens in order, kFusedThreads at a time; whole warps step together):
+/// - each token's dot with every index head, four heads at a time, in one thread: SPEC 6.1's
+///   canonical order as one thread evaluates it, the group fma chains (8 elements each, from +0)
+///   and then the tree over the L = next_pow2(groups) group results (padded with +0) that the
+///   shuffle-down tree of segment_dots computes: P(r, m) = P(r, 2m) + P(r + m, 2m), P(r, L) =
+///   group r, the dot P(0, 1), evaluated depth first (a few partials live at a time). The fast
+///   family: two interleaved accumulators per group and the xor butterfly's association, the
+///   halves of each range added, as segment_dots. q is read from shared memory (every lane the
+///   same address: a broadcast), the token's index-K row straight from global memory;
+/// - token scores fl(dot * factor) fold into each (logical block, index head)'s `>` maximum as an
+///   order-preserving key (atomicMax in shared memory: a maximum does not depend on the order, up
+///   to the sign of a zero, which the selection's keys do not see) and its NaN flags, a warp at a
+///   time where the warp's tokens share a logical block;
+/// - block_score (indexer_common.cuh) turns them into the score rows, written to the workspace.
+/// The last CUDA block of a row to finish (a counter per row, IndexArgs::row_done, which it resets
+/// to 0) selects the row's top k for every KV head, reading the rows' scores through L2: the
+/// tournament of topk.cuh over as many heads at once as its key buffer holds (k <= 16), or
+/// select_best head by head; write_selection writes the ids in the family's order.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "indexer_common.cuh"
+#include "read_launch.cuh"
+#include "topk.cuh"
+
+namespace kvo::gpu::detail {
+
+inline constexpr int kFusedThreads = 256;
+inline constexpr int kMaxFusedSpan = 64;  // logical blocks per CUDA block
+
+/// Shared-memory sections of the fused kernel (dynamic): iq [nih][idim] floats, then per (logical
+/// block of the span, index head) the maximum's key and the flags [span][nih] each.
+struct FusedSmem {
+  std::size_t iq = 0, key = 0, saw = 0, total = 0;
+  __host__ __device__ FusedSmem(int nih, int idim, int span) {
+    SmemCarver c;
+    iq = c.take(static_cast<std::size_t>(nih) * idim * 4);
+    key = c.take(static_cast<std::size_t>(span) * nih * 4);
+    saw = c.take(static_cast<std::size_t>(span) * nih * 4);
+    total = c.at;
+  }
+};
+
+/// A float's order-preserving key (larger float, larger key; -0 below +0); 0 is below every key of
+/// a number, so it stands for "no number seen".
+__device__ inline unsigned max_key(float s) {
+  const unsigned u = __float_as_uint(s);
+  return (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
+}
+__device__ inline float key_value(unsigned key) {
+  return key == 0 ? -INFINITY
+                  : __uint_as_float((key & 0x80000000u) != 0 ? key & 0x7FFFFFFFu : ~key);
+}
+
+/// One token's index-K row: its bytes (row) and, block-scaled, its group scales (scales).
+struct TokenRow {
+  const unsigned char* row;
+  const float* scales;
+};
+
+/// The four dots (heads h0 .. h0 + 3 of q [heads][idim], past the last head its row) of one
+/// token's index-K row: the tree node over groups X (first) and Y (canonical: the stride m, the
+/// node P(X, m); fast: the range length, the node over [X, X + Y)), into out.
+template <bool kCanonical, int Dt, bool kBlockScale, int L, int X, int Y>
+__device__ inline void token_dots(const TokenRow& t, const float* const (&q)[4], int groups,
+                                  float (&out)[4]) {
+  constexpr bool kLeaf = kCanonical ? Y == L : Y == 1;
+  if constexpr (kLeaf) {
+    // Group X: elements 8X .. 8X + 7, dequantized (block-scaled: times their group's scale).
+    if (X >= groups) {  // a padding lane's +0
+#pragma unroll
+      for (int u = 0; u < 4; ++u) out[u] = 0.0f;
+      return;
+    }
+    constexpr int eb = kBlockScale ? 1 : dtype_size(Dt);
+    float k[8];
+    load8_scaled<kBlockScale ? kDtE4m3 : Dt>(t.row + 8 * X * eb, kBlockScale,
+                                             kBlockScale ? t.scales[8 * X / 128] : 1.0f, k);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) out[u] = group_dot<kCanonical>(q[u] + 8 * X, k);
+  } else {
+    // Canonical: P(X, m) = P(X, 2m) + P(X + m, 2m); fast: [X, X + Y) = its halves.
+    constexpr int kLeftX = X, kLeftY = kCanonical ? 2 * Y : Y / 2;
+    constexpr int kRightX = kCanonical ? X + Y : X + Y / 2, kRightY = kLeftY;
+    float left[4], right[4];
+    token_dots<kCanonical, Dt, kBlockScale, L, kLeftX, kLeftY>(t, q, groups, left);
+    token_dots<kCanonical, Dt, kBlockScale, L, kRightX, kRightY>(t, q, groups, right);
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      out[u] = kCanonical ? __fadd_rn(left[u], right[u]) : left[u] + right[u];
+  }
+}
+
+/// The fused indexer kernel (see the top of this file).
+template <bool kCanonical, int Dt, bool kBlockScale, int L, ReadBug F>
+__global__ void __launch_bounds__(kFusedThreads) indexer_fused_kernel(IndexArgs a) {
+  extern __shared__ float4 smem4[];
+  __shared__ unsigned long long keys[kKeyTile];
+  __shared__ int best[kMaxTopk];
+  __shared__ bool last;
+  unsigned char* smem = reinterpret_cast<unsigned char*>(smem4);
+  const long long c = blockIdx.x, row = blockIdx.y, rows = gridDim.y;
+  const long long r = a.row_req[row], pos = a.row_pos[row];
+  const long long n_valid = a.seq_lens[r] == 0 ? 0 : pos / a.sb + 1;
+  const TopkArgs t{a.scores,       a.ids,        a.score_rows, a.max_nv,  a.topk,   1,
+                   a.drop_neg_inf, a.head_major, a.key_mask,   a.id_mask, a.tie_xor};
+  if (n_valid == 0) {  // a padded request: its rows are -1
+    if (c == 0) {
+      for (int h = 0; h < a.score_rows; ++h) {
+        int* out = selection_out(t, row, h, rows);
+        for (long long k = threadIdx.x; k < a.topk; k += blockDim.x) out[k] = -1;
+      }
+    }
+    return;
+  }
+  const long long ctas = (n_valid + a.span - 1) / a.span;
+  if (c >= ctas) return;  // past this row's blocks: not counted
+  const ReadGeom& g = a.g;
+  const int idim = static_cast<int>(g.index_dim), nih = a.nih, groups = idim / 8;
+  const FusedSmem lay(nih, idim, a.span);
+  float* iq_s = reinterpret_cast<float*>(smem + lay.iq);
+  unsigned* key_s = reinterpret_cast<unsigned*>(smem + lay.key);
+  int* saw_s = reinterpret_cast<int*>(smem + lay.saw);
+  const long long jb0 = c * a.span, jb1 = jb0 + a.span < n_valid ? jb0 + a.span : n_valid;
+  const int ab = dtype_size(a.iq_dtype);
+  for (int e = threadIdx.x; e < nih * idim; e += blockDim.x)
+    iq_s[e] = load_act(a.iq + (row * nih * idim + e) * ab, a.iq_dtype);
+  for (int e = threadIdx.x; e < a.span * nih; e += blockDim.x) key_s[e] = 0, saw_s[e] = 0;
+  __syncthreads();
+
+  const int lane = threadIdx.x % 32, sb = static_cast<int>(a.sb);
+  const int bs = static_cast<int>(g.block_size), scale_groups = kBlockScale ? idim / 128 : 0;
+  const long long t_end = jb1 * a.sb < pos + 1 ? jb1 * a.sb : pos + 1;
+  for (long long base = jb0 * a.sb + (threadIdx.x - lane); base < t_end; base += kFusedThreads) {
+    const long long tok = base + lane;
+    const bool valid = tok < t_end;
+    // Positions past 2^31 do not occur (kMaxNValid blocks); 32-bit divisions.
+    const int tk = static_cast<int>(valid ? tok : base);
+    const int lb = tk / sb - static_cast<int>(jb0);
+    const int lb0 = __shfl_sync(0xFFFFFFFFu, lb, 0);
+    const bool uniform = __all_sync(0xFFFFFFFFu, !valid || lb == lb0);
+    const long long page = a.table[r * g.max_blocks + tk / bs] * a.ix_block;
+    const int o = tk % bs;
+    const TokenRow row_of{a.cache + page + o * a.ix_token,
+                          reinterpret_cast<const float*>(a.cache + page + g.block_size * idim +
+                                                         o * scale_groups * 4)};
+    for (int h0 = 0; h0 < nih; h0 += 4) {  // four heads at a time (padded with the last)
+      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (valid) {
+        const float* qs[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) qs[u] = iq_s + (h0 + u < nih ? h0 + u : nih - 1) * idim;
+        token_dots<kCanonical, Dt, kBlockScale, L, 0, kCanonical ? 1 : L>(row_of, qs, groups, d);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (h0 + u >= nih) break;
+        const float score = __fmul_rn(d[u], a.score_factor);
+        const unsigned key = !valid || isnan(score) ? 0u : max_key(score);
+        const int saw = !valid ? 0 : isnan(score) ? kSawNan : kSawNumber;
+        const int at = lb0 * nih + h0 + u;
+        if (uniform) {
+          const unsigned wkey = __reduce_max_sync(0xFFFFFFFFu, key);
+          const int wsaw = static_cast<int>(__reduce_or_sync(0xFFFFFFFFu, saw));
+          if (lane == 0) atomicMax(&key_s[at], wkey), atomicOr(&saw_s[at], wsaw);
+        } else if (valid) {
+          atomicMax(&key_s[lb * nih + h0 + u], key);
+          atomicOr(&saw_s[lb * nih + h0 + u], saw);
+        }
+      }
+    }
+  }
+  __syncthreads();
+  const int nb = static_cast<int>(jb1 - jb0);
+  for (int e = threadIdx.x; e < nb * a.score_rows; e += blockDim.x) {
+    const int lb = e / a.score_rows, sr = e - lb * a.score_rows;
+    const auto best_of = [&](int h) { return key_value(key_s[lb * nih + h]); };
+    const auto saw_of = [&](int h) { return saw_s[lb * nih + h]; };
+    a.scores[(row * a.score_rows + sr) * a.max_nv + jb0 + lb] =
+        block_score<F>(a, sr, jb0 + lb, n_valid, best_of, saw_of);
+  }
+
+  // Last block done: the scores of every CUDA block of the row are visible to the last one.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&a.row_done[row], 1u) == static_cast<unsigned>(ctas - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x == 0) a.row_done[row] = 0;  // ready for the next launch
+  const ScoreRows sc{a.scores + row * a.score_rows * a.max_nv, a.max_nv, true};
+  const long long k_eff = a.topk < n_valid ? a.topk : n_valid;
+  const KeyForm f{a.key_mask, a.tie_xor};
+  const int heads = a.score_rows;
+  const int per_pass =
+      k_eff <= kTourney ? static_cast<int>(std::min<long long>(
+                              {heads, kKeyTile / 2 / tourney_region(n_valid), kMaxTopk / kTourney}))
+                        : 1;
+  for (int h0 = 0; h0 < heads; h0 += per_pass) {
+    const int hp = h0 + per_pass < heads ? per_pass : heads - h0;
+    if (k_eff <= kTourney) {
+      tournament_best(sc.from(h0), hp, n_valid, k_eff, keys, best, f);
+    } else {
+      select_best(sc.from(h0), n_valid, k_eff, keys, best, f);
+    }
+    __syncthreads();
+    for (int h = 0; h < hp; ++h)
+      write_selection<kCanonical>(t, sc.from(h0 + h), k_eff, best + h * k_eff,
+                                  selection_out(t, row, h0 + h, rows));
+    __syncthreads();  // keys and best serve the next pass
+  }
+}
+
+/// Whether the fused kernel takes a call (host): one score row per KV head (index_group max), the
+/// canonical drop_neg_inf at topk <= kTourney only (write_selection), at most kKeyTile logical
+/// blocks, topk within best[], index-K rows whose 8-element groups are aligned for load8 (`unit`:
+/// the largest of 16, 8, 4 dividing the view's start, strides and row size), the shared memory in
+/// bounds.
+inline bool fused_indexer_applies(long long lanes, bool canonical, bool drop_neg_inf,
+                                  long long max_nv, long long topk, int group_bytes, int unit,
+                                  std::size_t smem) {
+  return lanes == 1 && !(canonical && drop_neg_inf && topk > kTourney) && max_nv <= kKeyTile &&
+         topk <= kMaxTopk && unit >= std::min(group_bytes, 16) && smem <= kMaxSmem - 48 * 1024;
+}
+
+/// Launches the fused kernel over (CUDA blocks per row, rows); a.span set.
+template <bool kCanonical, int Dt, bool kBlockScale, int L, ReadBug F>
+void run_fused_indexer(const IndexArgs& a, std::int64_t rows, std::size_t smem, cudaStream_t s) {
+  allow_smem(indexer_fused_kernel<kCanonical, Dt, kBlockScale, L, F>, smem);
+  const long long per_row = (a.max_nv + a.span - 1) / a.span;
+  indexer_fused_kernel<kCanonical, Dt, kBlockScale, L, F>
+      <<<dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows)), kFusedThreads, smem,
+         s>>>(a);
+  check_cuda(cudaGetLastError(), "indexer_fused_kernel launch");
+}
+
+}  // namespace kvo::gpu::detail
