@@ -13,9 +13,13 @@
 # KVO_GPU_CASES random cases per RandomCases shard (default 400; 8 shards); SAN_CASES (default
 # 40) for the sanitizer runs; KVO_DEADLINE_S (default 550) the whole run's wall-clock budget;
 # KVO_STAGES (default all) the stages to run, comma-separated: tests, campaign (10,000 random read
-# cases, KVO_READ_CAMPAIGN_CASES per shard, each round of four shards KVO_CAMPAIGN_ROUND_S), sanitizers, bench, cli (check and replay), scaling (the
+# cases, KVO_READ_CAMPAIGN_CASES per shard, each round of four shards at most
+# KVO_CAMPAIGN_ROUND_S seconds), sanitizers, bench, profile (ncu on both indexer paths), cli
+# (check and replay), scaling (the
 # campaign over jobs, and over GPUs: check --gpus all), tier (the GPU reference tier against the CPU's), mutants, peer (kvoracle's
 # fused write against the Triton peer, bench/bench_write_peer.py), python, example, modes.
+# KVO_TEST_FILTER and KVO_SAN_FILTER narrow the tests and sanitizer stages (gtest filters);
+# --stage with KVO_STAGE_LEAN=1 leaves out what only the python and example stages use.
 # Everything takes about 1500 s, past one device call (600 s): run it as three calls,
 # KVO_STAGES=tests,sanitizers (about 420 s), then KVO_STAGES=campaign,bench,cli,peer, then
 # KVO_STAGES=scaling,tier,mutants,python,example,modes.
