@@ -269,11 +269,11 @@ TEST(FusedIndexer, TheCaseDistributionReachesBothPaths) {
   EXPECT_GE((kCases - fused) * 10, kCases) << "fewer than 10% reach the two-launch path";
 }
 
-// The fused indexer over every index-K form it compiles (flat f32, bf16, f16, e4m3, e5m2 and
-// block-scaled e4m3) and index_dim 64, 128, 256; logical blocks of 128, 100 and 16 tokens (warps
-// that straddle two blocks), top 16 (the tournament, several KV heads a pass) and top 40 (the
-// bitonic sort, head by head), up to 2,000 logical blocks a row (200 under the sanitizers): against
-// the reference (canonical) and its two-launch path (both families), its counters back at 0
+// The fused indexer over every index-K form the spec admits (flat bf16 and e4m3, block-scaled
+// e4m3) and index_dim 64, 128, 256 (block-scaled: 128, 256); logical blocks of 128, 100 and 16
+// tokens (warps that straddle two blocks), top 16 (the tournament, several KV heads a pass) and top
+// 40 (the bitonic sort, head by head), up to 2,000 logical blocks a row (200 under the sanitizers):
+// against the reference (canonical) and its two-launch path (both families), its counters back at 0
 // (indexer_topk_host checks).
 TEST(FusedIndexer, EveryFormMatchesTheReferenceAndTheTwoLaunchPath) {
   std::string why;
