@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "commands.hpp"
@@ -25,6 +26,7 @@ struct ReplayFlags {
   std::vector<std::string> subjects;
   std::string ops;  ///< empty: write, and dense when the trace's dense layers use the fused insert
   std::string tier = "cpu";
+  std::optional<traces::Residence> resident;
   traces::ReplayOptions options;
 };
 
@@ -94,6 +96,7 @@ int run_replay(ReplayFlags& f) {
   std::string why_no_gpu;
   const int gpus = gpu::device_count(&why_no_gpu);
   o.tier = oracle::parse_tier(f.tier, gpus > 0);
+  if (f.resident) o.residence = *f.resident;
   std::printf(
       "kvoracle replay: %s, %zu steps, %zu layers (%s), value seed 0x%016llX, %lld jobs, %s tier, "
       "GPU: %s\n",
@@ -150,6 +153,12 @@ void add_replay(CLI::App& app, int& status) {
   add_tier_flags(*cmd, flags->tier, flags->options.tier_sample_first,
                  flags->options.tier_sample_every, "replayed steps (every layer of a step)",
                  "the canonical CUDA write and dense insert write the reference caches");
+  add_enum_option(
+      *cmd, "--resident", flags->resident,
+      "the GPU tier's caches on the device across steps: values generated there, "
+      "the tier's and the CUDA subjects' writes, the comparisons; the host sees "
+      "verdicts and the pages of a report or a sampled check (auto: where the replay "
+      "allows it: op write, strict slots, no div_approx, subjects with a device write)");
   cmd->add_option("--steps", flags->steps, "step range a:b (b exclusive; a: or :b)");
   cmd->add_option("--layers", flags->layers, "layer indices, e.g. 0,3,5-7 (default all)");
   cmd->add_flag("--keep-going", flags->options.keep_going,

@@ -134,7 +134,7 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 # The GPU tests of the trace replay (its GPU reference tier) against the committed traces here.
 KVO_TRACE_DATA_DIR=$ROOT/traces/data timeout $(budget 120) "$BIN/test_traces" \
-  --gtest_filter='TraceReplayTier.*' >"$LOGS/tests_traces.log" 2>&1 &
+  --gtest_filter='TraceReplayTier.*:TraceReplayResident.*' >"$LOGS/tests_traces.log" 2>&1 &
 wait
 # A test that failed for want of device memory while eight processes shared it (huge caches of
 # 8-9 GB each) runs again alone; the table names each such test and its second verdict.
@@ -281,12 +281,35 @@ done
 # reference caches written by the CPU, then by the CUDA answerers (sampled against the CPU), with
 # a CUDA subject judged (cuda-unfused: the answerer, cuda-fused, is never judged by itself) and 2
 # jobs; the time of each.
+# The GPU tier twice: staged through the host per layer (--resident off), and resident on the
+# device (issue 15 item 3: values generated there, copies compared there).
 "$BIN/kvoracle" trace gen --steps 120 --max-batch 64 --layers 3D57S -o /tmp/kvo-tier.st >/dev/null 2>&1
-for tier in cpu gpu; do
+for tier in cpu gpu-staged gpu-resident gpu-resident-fused gpu-resident-fused-alljobs; do
+  subject=cuda-unfused
+  jobs="--jobs 2"
+  case $tier in
+    cpu) flags="--tier cpu" ;;
+    gpu-staged) flags="--tier gpu --resident off" ;;
+    gpu-resident) flags="--tier gpu --resident on" ;;
+    gpu-resident-fused) flags="--tier gpu --resident on"; subject=cuda-fused-generic ;;
+    gpu-resident-fused-alljobs) flags="--tier gpu --resident on"; subject=cuda-fused-generic; jobs= ;;
+  esac
   t0=$(date +%s%N)
-  timeout $(budget 120) "$BIN/kvoracle" replay /tmp/kvo-tier.st --subject cuda-unfused --jobs 2 \
-    --tier $tier >"$LOGS/replay_tier_$tier.txt" 2>&1
+  timeout $(budget 120) "$BIN/kvoracle" replay /tmp/kvo-tier.st --subject $subject $jobs \
+    $flags >"$LOGS/replay_tier_$tier.txt" 2>&1
   echo "exit $? in $((($(date +%s%N) - t0) / 1000000)) ms" >>"$LOGS/replay_tier_$tier.txt"
+done
+# Resident at a production geometry (issue 15 item 5): 4096 blocks of 64 tokens, fp8 K/V,
+# blockscale index-K, 60 layers, two judged CUDA subjects; 2,000 steps timed against 200.
+"$BIN/kvoracle" trace gen --steps 2000 --max-batch 64 --layers 3D57S --num-blocks 4096 \
+  --block-size 64 --num-kv-heads 4 --head-dim 128 --index-dim 128 --kv-dtype fp8_e4m3 \
+  --index-layout blockscale -o /tmp/kvo-prod.st >/dev/null 2>&1
+for steps in 200 2000; do
+  t0=$(date +%s%N)
+  timeout $(budget 150) "$BIN/kvoracle" replay /tmp/kvo-prod.st --steps 0:$steps \
+    --subject cuda-unfused,cuda-fused-generic --tier gpu --resident on \
+    >"$LOGS/replay_prod_$steps.txt" 2>&1
+  echo "exit $? in $((($(date +%s%N) - t0) / 1000000)) ms" >>"$LOGS/replay_prod_$steps.txt"
 done
 T_TIER=$(($(date +%s) - START))
 fi
@@ -470,9 +493,13 @@ PY
     for tier in cpu gpu; do
       echo "  --tier $tier: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/tier_$tier.txt"); $(grep -m1 '^reference:' "$LOGS/tier_$tier.txt"); $(tail -2 "$LOGS/tier_$tier.txt" | tr '\n' ' ')"
     done
-    echo "replay of a 120-step 60-layer batch-64 trace, subject cuda-unfused, --jobs 2:"
-    for tier in cpu gpu; do
-      echo "  --tier $tier: $(grep -E '^(reference|tier disagreement|result|  cuda-unfused:)' "$LOGS/replay_tier_$tier.txt" | tr '\n' ' ') $(tail -1 "$LOGS/replay_tier_$tier.txt")"
+    echo "replay of a 120-step 60-layer batch-64 trace, subject cuda-unfused (fused: cuda-fused-generic), --jobs 2 (alljobs: one per hardware thread):"
+    for tier in cpu gpu-staged gpu-resident gpu-resident-fused gpu-resident-fused-alljobs; do
+      echo "  $tier: $(grep -E '^(reference|caches|resident|tier disagreement|result|  cuda-)' "$LOGS/replay_tier_$tier.txt" | tr '\n' ' ') $(tail -1 "$LOGS/replay_tier_$tier.txt")"
+    done
+    echo "resident replay at a production geometry (4096 blocks x 64, fp8, blockscale), cuda-unfused + cuda-fused-generic:"
+    for steps in 200 2000; do
+      echo "  $steps steps: $(grep -E '^(reference|caches|resident|tier disagreement|result|  cuda-)' "$LOGS/replay_prod_$steps.txt" | tr '\n' ' ') $(tail -1 "$LOGS/replay_prod_$steps.txt")"
     done
   fi
   echo "stage ends (s from start): tests ${T_TESTS}, campaign ${T_CAMP}, sanitizers ${T_SAN}, benchmarks ${T_BENCH}, check+replay ${T_CLI}, scaling ${T_SCALE}, tier ${T_TIER}, mutants ${T_MUT}, peer ${T_PEER}, python ${T_PY}, modes+example ${T_MODES}"

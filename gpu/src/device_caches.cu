@@ -104,11 +104,37 @@ void download_lazy(const std::uint8_t* src, spec::ByteStorage& s) {
   }
 }
 
+/// Where a mirror puts each buffer: [margin | buffer 0 | pad | buffer 1 ... | margin].
+struct MirrorPlacement {
+  std::vector<std::size_t> offsets;  ///< each buffer's storage in the allocation
+  std::size_t total = 0;             ///< the allocation's bytes
+};
+
+MirrorPlacement place_buffers(const spec::ModelConfig& c, const spec::LayerCaches& caches) {
+  // The margin: one token row of the widest buffer (Triton's truncating // and % turn slot -1 into
+  // page 0, offset -1: one token stride before the body, which must land in memory the mirror
+  // owns), at least 256 bytes.
+  const std::int64_t kv_token_bytes =
+      detail::kv_strides(c).token * static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
+  const std::int64_t index_token_bytes = spec::index_view(c).token * spec::index_stride_bytes(c);
+  const std::size_t margin =
+      round_up(static_cast<std::size_t>(std::max<std::int64_t>(kv_token_bytes, index_token_bytes)));
+  MirrorPlacement p;
+  p.total = margin;
+  for (const spec::CacheBuffer& b : caches.buffers) {
+    p.offsets.push_back(p.total);
+    p.total += round_up(static_cast<std::size_t>(b.storage.size()));
+  }
+  p.total += margin;
+  return p;
+}
+
 }  // namespace
 
 struct DeviceCacheMirror::Impl {
   DeviceBuffer memory;
   std::vector<std::size_t> offsets;  ///< where each buffer's storage starts in `memory`
+  std::vector<std::int64_t> sizes;   ///< each buffer's storage bytes
   std::vector<spec::BufferKind> kinds;
   std::vector<std::uint8_t*> bodies;
   DeviceKvCaches views;
@@ -118,21 +144,13 @@ DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::Lay
     : impl_(std::make_unique<Impl>()) {
   spec::validate(c);
   detail::require_buffers(c, caches);
-  // The margin: one token row of the widest buffer (Triton's truncating // and % turn slot -1 into
-  // page 0, offset -1: one token stride before the body, which must land in memory the mirror
-  // owns), at least 256 bytes.
-  const std::int64_t kv_token_bytes =
-      detail::kv_strides(c).token * static_cast<std::int64_t>(spec::dtype_bytes(c.kv.cache_dtype));
-  const std::int64_t index_token_bytes = spec::index_view(c).token * spec::index_stride_bytes(c);
-  const std::size_t margin =
-      round_up(static_cast<std::size_t>(std::max<std::int64_t>(kv_token_bytes, index_token_bytes)));
-  std::size_t total = margin;
+  MirrorPlacement placement = place_buffers(c, caches);
+  const std::size_t total = placement.total;
+  impl_->offsets = std::move(placement.offsets);
   for (const spec::CacheBuffer& b : caches.buffers) {
-    impl_->offsets.push_back(total);
     impl_->kinds.push_back(b.kind);
-    total += round_up(static_cast<std::size_t>(b.storage.size()));
+    impl_->sizes.push_back(b.storage.size());
   }
-  total += margin;
   impl_->memory = DeviceBuffer(total);
   std::uint8_t* base = impl_->memory.data();
   // The margin poison everywhere but over the buffers, which their own poison or bytes cover
@@ -164,6 +182,20 @@ DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::Lay
 DeviceCacheMirror::~DeviceCacheMirror() = default;
 
 const DeviceKvCaches& DeviceCacheMirror::views() const { return impl_->views; }
+
+std::size_t DeviceCacheMirror::buffer_count() const { return impl_->offsets.size(); }
+std::uint8_t* DeviceCacheMirror::storage(std::size_t i) const {
+  return impl_->memory.data() + impl_->offsets.at(i);
+}
+std::int64_t DeviceCacheMirror::storage_bytes(std::size_t i) const { return impl_->sizes.at(i); }
+std::uint8_t* DeviceCacheMirror::allocation() const { return impl_->memory.data(); }
+std::int64_t DeviceCacheMirror::allocation_bytes() const {
+  return static_cast<std::int64_t>(impl_->memory.size());
+}
+std::int64_t DeviceCacheMirror::device_bytes(const spec::ModelConfig& config,
+                                             const spec::LayerCaches& caches) {
+  return static_cast<std::int64_t>(detail::pool_block_bytes(place_buffers(config, caches).total));
+}
 
 void* DeviceCacheMirror::body(spec::BufferKind kind) const {
   for (std::size_t i = 0; i < impl_->kinds.size(); ++i) {

@@ -25,6 +25,12 @@ std::size_t block_size_for(std::size_t bytes) {
   return (bytes + kGranule - 1) / kGranule * kGranule;
 }
 
+}  // namespace
+
+std::size_t pool_block_bytes(std::size_t bytes) { return block_size_for(bytes); }
+
+namespace {
+
 class Pool {
  public:
   ~Pool() {

@@ -65,6 +65,9 @@ class DeviceBuffer {
   std::size_t capacity_ = 0;  ///< the pool block's size
 };
 
+/// The bytes the pool hands out for a request of `bytes` (its block).
+std::size_t pool_block_bytes(std::size_t bytes);
+
 /// A contiguous device tensor uploaded from a host one, kept alive by `keep`.
 DeviceTensor upload_tensor(std::vector<DeviceBuffer>& keep, const spec::HostTensor& t);
 /// A contiguous device tensor of `type` and `shape` uploaded from `values` (numel elements).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <unordered_set>
 #include <vector>
 
@@ -207,6 +208,53 @@ spec::SlotMapping resolve_wrap(const spec::SlotMapping& m, std::int64_t capacity
 }
 
 }  // namespace
+
+DeviceWriteFunction device_write_function(WritePath path) {
+  // A call's tensors as the device-pointer API takes them (the caches' first elements: a strided
+  // view's offset is in the views already).
+  const auto inputs = [](const DeviceWriteCall& call) {
+    DeviceWriteInputs in;
+    in.k = call.k.data;
+    in.v = call.v.data;
+    in.index_k = call.index_k.data;
+    in.slots = call.slot_mapping.data;
+    in.index_slots = call.index_slot_mapping.data;
+    in.k_scale = call.k_scale.as<const float>();
+    in.v_scale = call.v_scale.as<const float>();
+    in.num_tokens = call.slot_mapping.shape.at(0);
+    return in;
+  };
+  const auto caches = [](const DeviceWriteCall& call) {
+    return DeviceLayerCaches{call.caches.k_cache.data, call.caches.v_cache.data,
+                             call.caches.index_cache.data};
+  };
+  switch (path) {
+    case WritePath::kFused:
+      return [=](const DeviceWriteCall& call) {
+        launch_fused_write(*call.config, call.kind, inputs(call), caches(call), call.stream);
+      };
+    case WritePath::kFusedGeneric:
+      return [=](const DeviceWriteCall& call) {
+        launch_fused_write_generic(*call.config, call.kind, inputs(call), caches(call),
+                                   call.stream);
+      };
+    case WritePath::kUnfused:
+      break;
+  }
+  auto workspace = std::make_shared<detail::DeviceBuffer>();
+  return [=](const DeviceWriteCall& call) {
+    const DeviceWriteInputs in = inputs(call);
+    const auto bytes = static_cast<std::size_t>(UnfusedWorkspace::bytes_for(in.num_tokens));
+    if (workspace->size() < bytes) {
+      // The kernels of earlier calls may still read the old workspace.
+      detail::check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(call.stream)),
+                         "the unfused write's stream");
+      *workspace = detail::DeviceBuffer(bytes);
+    }
+    UnfusedWorkspace ws(in.num_tokens, workspace->data());
+    launch_unfused_write(*call.config, call.kind, in, caches(call), ws, call.stream);
+  };
+}
 
 void write_layer_host(WritePath path, const spec::ModelConfig& c, const spec::LayerWrite& w,
                       spec::LayerCaches& caches) {

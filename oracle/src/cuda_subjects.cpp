@@ -28,10 +28,14 @@ class CudaWriteSubject final : public Subject {
  public:
   CudaWriteSubject(std::string name, gpu::WritePath path,
                    std::optional<gpu::testing::WriteFault> fault = std::nullopt)
-      : name_(std::move(name)), path_(path), fault_(fault) {}
+      : name_(std::move(name)),
+        path_(path),
+        fault_(fault),
+        device_write_(fault.has_value() ? DeviceWriteFn{} : gpu::device_write_function(path)) {}
   std::string name() const override { return name_; }
   std::string unavailable_reason() const override { return no_device_reason(); }
   bool implements(spec::Op op) const override { return op == spec::Op::kWrite; }
+  DeviceWriteFn device_write() const override { return device_write_; }
   void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& write,
                    spec::LayerCaches& caches) override {
     if (fault_.has_value()) {
@@ -45,6 +49,7 @@ class CudaWriteSubject final : public Subject {
   std::string name_;
   gpu::WritePath path_;
   std::optional<gpu::testing::WriteFault> fault_;
+  DeviceWriteFn device_write_;  ///< the path's device write (none with a planted fault)
 };
 
 /// The read kernels of kvo/gpu/read.hpp. cuda-canonical is diffed bit for bit against the

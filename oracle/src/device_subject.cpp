@@ -65,7 +65,9 @@ SubjectFunctions call_functions(DeviceSubjectFunctions d, const Runners& run) {
 }  // namespace
 
 std::unique_ptr<Subject> make_device_subject(std::string name, DeviceSubjectFunctions d) {
+  DeviceWriteFn device_write = d.write;
   SubjectFunctions f = call_functions(std::move(d), kDeviceRunners);
+  f.device_write = std::move(device_write);
   f.unavailable_reason = device_unavailable_reason;
   return make_function_subject(std::move(name), std::move(f));
 }

@@ -226,15 +226,16 @@ std::uint64_t poison_salt(std::int64_t layer, BufferKind buffer) {
 }
 
 spec::LayerCaches make_layer_caches(const reference::PagedCacheLayout& layout, std::int64_t layer,
-                                    spec::LayerKind kind) {
+                                    spec::LayerKind kind, bool lazy) {
   spec::LayerCaches caches;
   caches.kind = kind;
   for (BufferKind b : layout.buffers(kind)) {
     spec::CacheBuffer buf;
     buf.kind = b;
     buf.guard_bytes = spec::kGuardBytes;
-    buf.storage = spec::ByteStorage::poisoned(layout.buffer_bytes(b) + 2 * spec::kGuardBytes,
-                                              poison_salt(layer, b));
+    const std::int64_t bytes = layout.buffer_bytes(b) + 2 * spec::kGuardBytes;
+    buf.storage = lazy ? spec::ByteStorage::lazy(bytes, poison_salt(layer, b))
+                       : spec::ByteStorage::poisoned(bytes, poison_salt(layer, b));
     // A lazy buffer's guard bands exist from the start: every writer is judged against them.
     buf.storage.materialise(0, buf.guard_bytes);
     buf.storage.materialise(buf.storage.size() - buf.guard_bytes, buf.storage.size());

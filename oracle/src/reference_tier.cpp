@@ -34,6 +34,8 @@ class OneThreadSubject final : public Subject {
   std::string unavailable_reason() const override { return inner_.unavailable_reason(); }
   bool implements(spec::Op op) const override { return inner_.implements(op); }
   spec::Ordering ordering() const override { return inner_.ordering(); }
+  /// Called on the caller's thread: a replay resident on the device calls it from its one thread.
+  DeviceWriteFn device_write() const override { return inner_.device_write(); }
   void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& write,
                    spec::LayerCaches& caches) override {
     call([&] { inner_.write_layer(config, write, caches); });

@@ -38,6 +38,7 @@ class FunctionSubject final : public Subject {
   TopkForm topk_form() const override { return fns_.topk_form; }
   spec::AttentionProfile attention_profile() const override { return fns_.attention_profile; }
   bool concurrent() const override { return fns_.concurrent; }
+  DeviceWriteFn device_write() const override { return fns_.device_write; }
   void write_layer(const spec::ModelConfig& c, const spec::LayerWrite& w,
                    spec::LayerCaches& caches) override {
     if (!fns_.write) not_implemented(*this, spec::Op::kWrite);

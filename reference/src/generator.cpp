@@ -12,38 +12,6 @@ namespace {
 
 constexpr std::uint64_t kGamma = 0x9E3779B97F4A7C15ull;
 
-/// Edge values (float32 bits): the fp8 and 16-bit rounding boundaries of research/fp8_spec.md 8.1.
-constexpr std::array<std::uint32_t, 24> kFiniteEdges{
-    0x00000000u,  // +0
-    0x80000000u,  // -0
-    0x00000001u,  // smallest f32 subnormal
-    0x80800000u,  // -FLT_MIN
-    0x3A800000u,  // 2^-10: e4m3 tie between 0 and the smallest subnormal
-    0x3B000000u,  // 2^-9: e4m3 smallest subnormal
-    0x3B400000u,  // 1.5 * 2^-9: e4m3 subnormal tie
-    0x37000000u,  // 2^-17: e5m2 tie to zero
-    0x3C700000u,  // 7.5 * 2^-9: e4m3 carry into the first normal binade
-    0x3F880000u,  // 1.0625: e4m3 tie to even
-    0x3F880008u,  // 1.0625 + 2^-20: the via-f16 double-rounding trap
-    0x3CB78680u,  // the via-bf16 double-rounding trap
-    0x41880000u,  // 17: e4m3 tie
-    0x43E00000u,  // 448: e4m3 max
-    0xC3E80000u,  // -464: e4m3 tie that stays finite
-    0x43E80001u,  // 464 + ulp: e4m3 overflow
-    0x43F00000u,  // 480
-    0x47600000u,  // 57344: e5m2 max
-    0xC7700000u,  // -61440: e5m2 overflow tie
-    0x477FE000u,  // 65504: fp16 max
-    0x49742400u,  // 1e6
-    0x7F7FFFFFu,  // FLT_MAX
-    0x3F808000u,  // 1 + 2^-8: bf16 tie
-    0x3F801000u,  // 1 + 2^-11: fp16 tie
-};
-// +-inf, quiet NaNs, and signalling NaNs (which survive only in f32 activations: narrowing makes
-// them quiet): glibc's fmax treats a signalling NaN differently from CUDA's fmaxf.
-constexpr std::array<std::uint32_t, 6> kNonFiniteEdges{0x7F800000u, 0xFF800000u, 0x7FC00000u,
-                                                       0xFFC00000u, 0x7F800001u, 0xFF810000u};
-
 }  // namespace
 
 std::uint64_t SplitMix64::next() { return mix64(state_ += kGamma); }
@@ -56,8 +24,8 @@ std::int64_t SplitMix64::uniform(std::int64_t lo, std::int64_t hi) {
 bool SplitMix64::chance(std::uint32_t num, std::uint32_t den) { return next() % den < num; }
 
 namespace {
-std::uint64_t chain(std::uint64_t h, std::int64_t field) {
-  return mix64(h ^ mix64(static_cast<std::uint64_t>(field) + 1));
+constexpr std::uint64_t chain(std::uint64_t h, std::int64_t field) {
+  return spec::key_chain(h, field);
 }
 }  // namespace
 
@@ -72,10 +40,7 @@ std::uint64_t value_key(std::uint64_t seed, std::int64_t layer, GenTensor tensor
 
 std::uint64_t ValueGenerator::row_key(std::int64_t layer, GenTensor tensor, std::int64_t request,
                                       std::int64_t position) const {
-  std::uint64_t h = mix64(seed);
-  for (std::int64_t f : {layer, static_cast<std::int64_t>(tensor), request, position})
-    h = chain(h, f);
-  return h;
+  return spec::row_key(seed, layer, static_cast<std::int64_t>(tensor), request, position);
 }
 
 float ValueGenerator::value_in_row(std::uint64_t key, std::int64_t head, std::int64_t dim) const {
@@ -124,16 +89,9 @@ float ValueGenerator::value(std::int64_t layer, GenTensor tensor, std::int64_t r
 }
 
 float ValueGenerator::value_of_key(std::uint64_t key) const {
-  if (edge_values && (key & 3u) == 0) {
-    const std::uint64_t pick =
-        (key >> 8) % (kFiniteEdges.size() + (allow_nonfinite ? kNonFiniteEdges.size() : 0));
-    const std::uint32_t bits = pick < kFiniteEdges.size()
-                                   ? kFiniteEdges[pick]
-                                   : kNonFiniteEdges[pick - kFiniteEdges.size()];
-    const float edge = round_to(float_of(bits), act);
-    if (allow_nonfinite || std::isfinite(edge)) return edge;
-  }
-  return round_to(ordinary_value(key), act);
+  const spec::GeneratedValueRule rule{range, edge_values, allow_nonfinite};
+  return spec::generated_value(
+      key, rule, [this](float x) { return round_to(x, act); }, float_of);
 }
 
 spec::HostTensor generated_rows(const ValueGenerator& gen, std::int64_t layer, GenTensor which,

@@ -39,22 +39,8 @@ void cuda(cudaError_t e) {
   if (e != cudaSuccess) throw std::runtime_error(cudaGetErrorString(e));
 }
 
-/// The fused write kernel, fed from the call's tensors.
-void builtin_write(const gpu::DeviceWriteCall& call) {
-  gpu::DeviceWriteInputs in;
-  in.k = call.k.data;
-  in.v = call.v.data;
-  in.index_k = call.index_k.data;
-  in.slots = call.slot_mapping.data;
-  in.index_slots = call.index_slot_mapping.data;
-  in.k_scale = call.k_scale.as<const float>();
-  in.v_scale = call.v_scale.as<const float>();
-  in.num_tokens = call.slot_mapping.shape.at(0);
-  gpu::launch_fused_write(
-      *call.config, call.kind, in,
-      {call.caches.k_cache.data, call.caches.v_cache.data, call.caches.index_cache.data},
-      call.stream);
-}
+/// The fused write kernel, fed from the call's tensors (the production adapter).
+const gpu::DeviceWriteFunction builtin_write = gpu::device_write_function(gpu::WritePath::kFused);
 
 /// The largest n_valid of the call's rows (the launchers size their workspaces by it); a user's
 /// launcher would know it from its scheduler, this one reads the positions back.

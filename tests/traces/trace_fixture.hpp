@@ -26,20 +26,32 @@ inline std::filesystem::path trace_data_dir() {
                                         : std::filesystem::path(KVO_TRACE_DATA_DIR);
 }
 
-/// A small simulated trace (2 layers, 12 steps) of the given seed.
-inline Trace small_trace(std::uint64_t seed = 5, bool separate_index = false) {
+/// A simulated trace's shape (the simulator's defaults elsewhere).
+struct SimShape {
+  const char* layers = "DS";
+  std::int64_t steps = 12, num_blocks = 32, block_size = 4, num_kv_heads = 2, head_dim = 16;
+  std::int64_t prompt_max = 40, output_max = 20;
+};
+
+/// A simulated trace of `shape` and `seed`.
+inline Trace sim_trace(const SimShape& shape, std::uint64_t seed, bool separate_index = false) {
   SimOptions o;
   o.seed = seed;
-  o.steps = 12;
-  o.config.layers = spec::parse_layer_mix("DS");
-  o.config.geometry.num_blocks = 32;
-  o.config.geometry.block_size = 4;
-  o.config.geometry.num_kv_heads = 2;
-  o.config.geometry.head_dim = 16;
+  o.steps = shape.steps;
+  o.config.layers = spec::parse_layer_mix(shape.layers);
+  o.config.geometry.num_blocks = shape.num_blocks;
+  o.config.geometry.block_size = shape.block_size;
+  o.config.geometry.num_kv_heads = shape.num_kv_heads;
+  o.config.geometry.head_dim = shape.head_dim;
   o.config.separate_index_slots = separate_index;
-  o.prompt_max = 40;
-  o.output_max = 20;
+  o.prompt_max = shape.prompt_max;
+  o.output_max = shape.output_max;
   return simulate(o);
+}
+
+/// A small simulated trace (2 layers, 12 steps) of the given seed.
+inline Trace small_trace(std::uint64_t seed = 5, bool separate_index = false) {
+  return sim_trace(SimShape{}, seed, separate_index);
 }
 
 /// A write subject named `name`: the reference's write, then byte 0 of the first real token's K

@@ -1,6 +1,8 @@
 #include "kvo/traces/replay.hpp"
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +21,7 @@
 #include "kvo/oracle/harness.hpp"
 #include "kvo/oracle/read_diff.hpp"
 #include "kvo/oracle/read_judge.hpp"
+#include "kvo/oracle/resident_writes.hpp"
 #include "kvo/reference/dense_insert.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/numbers.hpp"
@@ -139,6 +142,28 @@ reference::ValueGenerator replay_generator(const Trace& trace, const ReplayOptio
   return gen;
 }
 
+std::string resident_blocker(const Trace& trace, const ReplayOptions& o,
+                             const std::vector<oracle::Subject*>& writers) {
+  const spec::ModelConfig& c = trace.config;
+  for (const spec::Op op : o.ops) {
+    if (op != spec::Op::kWrite) {
+      return "op " + std::string(spec::name_of(op)) + " reads the CPU reference's caches";
+    }
+  }
+  if (trace.read.dense_rotary_dim > 0) {
+    return "the trace's dense layers use the fused qknorm + rope + insert";
+  }
+  if (c.slot_mode != spec::SlotMode::kStrict) {
+    return "slot mode " + std::string(spec::name_of(c.slot_mode)) +
+           " (colliding slots admit several answers)";
+  }
+  if (c.kv.scale_mode == spec::ScaleMode::kDivApprox) {
+    return "scale mode div_approx admits several codes";
+  }
+  if (writers.size() < 2) return "no write subject to judge";
+  return oracle::ResidentWrites::unavailable(writers);
+}
+
 spec::LayerWrite make_step_write(const Trace& trace, std::int64_t step, std::int64_t layer,
                                  const reference::ValueGenerator& gen) {
   const spec::ModelConfig& c = trace.config;
@@ -247,6 +272,8 @@ std::string ReplayReport::summary() const {
     s << "reference: the " << spec::name_of(tier) << " tier (" << tier_answerers << ") answered "
       << tier_layers << " layer writes, the CPU reference " << cpu_layers
       << "; the tier checked against the CPU reference on " << tier_checks << "\n";
+    if (!residence.empty()) s << "caches: " << residence << "\n";
+    if (!resident_times.empty()) s << "resident: " << resident_times << "\n";
   }
   if (!tier_disagreement.empty()) s << "tier disagreement: " << tier_disagreement << "\n";
   s << "result: " << spec::name_of(worst) << " (" << steps_run << " steps)";
@@ -385,6 +412,20 @@ class Replayer {
                    SubjectWrite run, const std::vector<std::int64_t>& blocks,
                    std::vector<bool>& mismatched);
   bool read_layer(std::size_t li, std::int64_t step, std::vector<bool>& mismatched);
+  /// The CPU reference's own caches of layer li (shadow_), written through step s.
+  spec::LayerCaches& advance_shadow(std::size_t li, std::int64_t s);
+  /// Whether the replay runs with the GPU tier's caches resident on the device (options'
+  /// Residence and resident_blocker); spec::InvalidInput when it must and cannot.
+  bool resident_run();
+  /// The replayed steps with the caches resident on the device (ReplayOptions::residence).
+  void run_resident(const ReplayProgress& progress);
+  /// The tier's copy of layer li against the CPU reference's own caches replayed through step s,
+  /// over `bytes` (the pages a subject failed on); empty when they agree, else the disagreement.
+  std::string resident_tier_recheck(oracle::ResidentWrites& rw, std::size_t li, std::int64_t s,
+                                    std::span<const oracle::BufferBytes> bytes);
+  /// The layer's host caches (every buffer lazy) holding `bytes` of writer `writer`'s copy.
+  spec::LayerCaches resident_pages(oracle::ResidentWrites& rw, std::size_t li, std::size_t writer,
+                                   std::span<const oracle::BufferBytes> bytes);
   bool sweep(std::int64_t first_step, std::int64_t step, std::vector<bool>& mismatched);
   /// Runs fn(li) for every selected layer, at most workers_ at once (layers share nothing).
   void each_layer(const std::function<void(std::size_t)>& fn) const;
@@ -409,6 +450,7 @@ class Replayer {
   /// have not written.
   std::vector<std::optional<spec::LayerCaches>> shadow_;
   std::vector<std::int64_t> shadow_next_;
+  spec::HostTensor shadow_q_;  ///< q_out of the last dense insert advance_shadow wrote
 };
 
 void Replayer::check_arguments() {
@@ -591,30 +633,36 @@ std::string Replayer::tier_diff(std::size_t li, const LayerInput& in, const spec
   return oracle::diff_layer_caches(layout_, l, cpu, tier, nullptr).report();
 }
 
-std::string Replayer::tier_recheck(std::size_t li, std::int64_t s, const LayerInput* in) {
-  const std::int64_t l = layers_[li];
+spec::LayerCaches& Replayer::advance_shadow(std::size_t li, std::int64_t s) {
   std::optional<spec::LayerCaches>& shadow = shadow_[li];
   if (!shadow) {
+    const std::int64_t l = layers_[li];
     shadow = oracle::make_layer_caches(layout_, l, c_.layers[static_cast<std::size_t>(l)]);
     shadow_next_[li] = 0;
   }
-  const bool fresh_step = shadow_next_[li] <= s;
-  spec::HostTensor q;
   for (std::int64_t t = shadow_next_[li]; t <= s; ++t) {
     LayerInput x = generate_layer(t, li);
     oracle::materialise_write(layout_, *shadow, x.write);
     if (x.dense) {
-      q = reference::dense_insert(c_, *x.dense, *shadow);
+      shadow_q_ = reference::dense_insert(c_, *x.dense, *shadow);
     } else {
       reference::write_layer(c_, x.write, *shadow);
     }
   }
-  shadow_next_[li] = s + 1;
+  shadow_next_[li] = std::max(shadow_next_[li], s + 1);
+  return *shadow;
+}
+
+std::string Replayer::tier_recheck(std::size_t li, std::int64_t s, const LayerInput* in) {
+  const bool fresh_step = shadow_next_[li] <= s || !shadow_[li];
+  spec::HostTensor q;
+  const spec::LayerCaches& shadow = advance_shadow(li, s);
+  if (fresh_step) q = std::move(shadow_q_);
   ++report_.tier_checks;
   // The step's q_out is judged with the caches when this call wrote step s (a dense insert).
   const std::string diff = in != nullptr && in->dense && fresh_step
-                               ? tier_diff(li, *in, *shadow, q, expected_[li], in->q_expected)
-                               : tier_diff(li, LayerInput{}, *shadow, q, expected_[li], q);
+                               ? tier_diff(li, *in, shadow, q, expected_[li], in->q_expected)
+                               : tier_diff(li, LayerInput{}, shadow, q, expected_[li], q);
   if (diff.empty()) return {};
   return tier_who(li) + " disagrees with the CPU reference (its caches replayed from step 0 " +
          "through " + std::to_string(s) + ")\n" + diff;
@@ -811,6 +859,340 @@ bool Replayer::sweep(std::int64_t first, std::int64_t s, std::vector<bool>& mism
   return stop;
 }
 
+bool Replayer::resident_run() {
+  if (o_.tier != oracle::ReferenceTier::kGpu) {
+    if (o_.residence == Residence::kResident) {
+      throw spec::InvalidInput("resident", -1, "on",
+                               "the caches resident on the device are the GPU tier's: add "
+                               "--tier gpu");
+    }
+    return false;
+  }
+  std::string why = "--resident off";
+  if (o_.residence != Residence::kStaged) {
+    std::vector<oracle::Subject*> writers{tier_.answering(spec::Op::kWrite)};
+    for (const WriteRow& w : write_rows_) writers.push_back(w.subject);
+    why = writers.front() == nullptr
+              ? "the tier's write answerer is itself judged, so the CPU reference answers"
+              : resident_blocker(trace_, o_, writers);
+  }
+  if (why.empty()) return true;
+  if (o_.residence == Residence::kResident) {
+    throw spec::InvalidInput("resident", -1, "on", "the caches cannot stay on the device: " + why);
+  }
+  report_.residence = "staged through the host (" + why + ")";
+  return false;
+}
+
+spec::LayerCaches Replayer::resident_pages(oracle::ResidentWrites& rw, std::size_t li,
+                                           std::size_t writer,
+                                           std::span<const oracle::BufferBytes> bytes) {
+  const std::int64_t l = layers_[li];
+  const spec::LayerKind kind = c_.layers[static_cast<std::size_t>(l)];
+  spec::LayerCaches out = oracle::make_layer_caches(layout_, l, kind, true);
+  // The lazy caches hold their guard bands' pages from the start, poisoned: those pages come from
+  // the device too (a guard's page also holds the first and last blocks' bytes), so that every
+  // page the caches hold is the copy's.
+  std::vector<oracle::BufferBytes> wanted = oracle::step_bytes(layout_, kind, {});
+  wanted.insert(wanted.end(), bytes.begin(), bytes.end());
+  rw.download(li, writer, wanted, out);
+  return out;
+}
+
+std::string Replayer::resident_tier_recheck(oracle::ResidentWrites& rw, std::size_t li,
+                                            std::int64_t s,
+                                            std::span<const oracle::BufferBytes> bytes) {
+  const spec::LayerCaches& shadow = advance_shadow(li, s);
+  ++report_.tier_checks;
+  const spec::LayerCaches tier = resident_pages(rw, li, 0, bytes);
+  // The CPU reference's bytes of the same pages (what every other byte means: its poison).
+  spec::LayerCaches cpu = oracle::make_layer_caches(
+      layout_, layers_[li], c_.layers[static_cast<std::size_t>(layers_[li])], true);
+  for (std::size_t b = 0; b < cpu.buffers.size(); ++b) {
+    for (const spec::ByteRange& r : tier.buffers[b].storage.materialised()) {
+      std::vector<std::uint8_t> page(static_cast<std::size_t>(r.second - r.first));
+      for (std::int64_t i = r.first; i < r.second; ++i)
+        page[static_cast<std::size_t>(i - r.first)] = shadow.buffers[b].storage.byte(i);
+      cpu.buffers[b].storage.store(r.first, page);
+    }
+  }
+  if (same_bytes(cpu, tier)) return {};
+  return tier_who(li) + " disagrees with the CPU reference (its caches replayed from step 0 " +
+         "through " + std::to_string(s) + ", the pages the subject failed on)\n" +
+         oracle::diff_layer_caches(layout_, layers_[li], cpu, tier, nullptr).report();
+}
+
+void Replayer::run_resident(const ReplayProgress& progress) {
+  // Wall time by phase (ReplayReport::resident_times).
+  using Clock = std::chrono::steady_clock;
+  enum Phase { kSetup, kStage, kWrites, kWait, kChecks, kCompare, kSweeps, kPhases };
+  std::array<double, kPhases> seconds{};
+  Clock::time_point mark = Clock::now();
+  const auto lap = [&](Phase p) {
+    const Clock::time_point now = Clock::now();
+    seconds[p] += std::chrono::duration<double>(now - mark).count();
+    mark = now;
+  };
+  // Writer 0 is the tier's answerer, writer i + 1 write row i.
+  std::vector<oracle::Subject*> writers{tier_.answering(spec::Op::kWrite)};
+  for (const WriteRow& w : write_rows_) writers.push_back(w.subject);
+  workers_ = static_cast<std::size_t>(oracle::campaign_jobs(o_.jobs));
+  shadow_.assign(layers_.size(), std::nullopt);
+  shadow_next_.assign(layers_.size(), 0);
+  std::int64_t max_tokens = 1;
+  bool any_sparse = false;
+  for (std::int64_t s = 0; s < end_; ++s)
+    max_tokens = std::max(max_tokens, trace_.steps[static_cast<std::size_t>(s)].tokens());
+  std::vector<spec::LayerCaches> initial;
+  for (const std::int64_t l : layers_) {
+    const spec::LayerKind kind = c_.layers[static_cast<std::size_t>(l)];
+    any_sparse = any_sparse || kind == spec::LayerKind::kSparse;
+    initial.push_back(oracle::make_layer_caches(layout_, l, kind, true));
+  }
+  // A sparse layer's buffers (K, V or KV, then index-K) begin with a dense one's: one list of the
+  // bytes a step compares serves both.
+  const spec::LayerKind widest = any_sparse ? spec::LayerKind::kSparse : spec::LayerKind::kDense;
+  oracle::ResidentWrites rw(c_, layers_, initial, writers, gen_, trace_.k_scale, trace_.v_scale,
+                            max_tokens);
+  initial.clear();
+  {
+    char text[96];
+    std::snprintf(text, sizeof text, "resident on the device (%.2f GiB, %zu copies)",
+                  static_cast<double>(rw.device_bytes()) / (1ll << 30), writers.size());
+    report_.residence = text;
+  }
+  // Bytes a comparison of one writer's copies reads: per kind of layer, for a step's list.
+  const auto layer_bytes = [&](std::span<const oracle::BufferBytes> bytes) {
+    std::int64_t n = 0;
+    for (const std::int64_t l : layers_) {
+      const auto buffers =
+          static_cast<std::int32_t>(layout_.buffers(c_.layers[static_cast<std::size_t>(l)]).size());
+      for (const oracle::BufferBytes& b : bytes)
+        if (b.buffer < buffers) n += b.end - b.begin;
+    }
+    return n;
+  };
+  const auto stage = [&](std::int64_t s) {
+    const TraceStep& st = trace_.steps[static_cast<std::size_t>(s)];
+    const RowKeys keys = row_keys(st);
+    const spec::SlotMapping slots = slot_mapping(st.slot_mapping);
+    std::optional<spec::SlotMapping> index_slots;
+    if (c_.separate_index_slots && st.index_slot_mapping)
+      index_slots = slot_mapping(*st.index_slot_mapping);
+    std::vector<oracle::BufferBytes> bytes =
+        oracle::step_bytes(layout_, widest, step_blocks_[static_cast<std::size_t>(s)]);
+    rw.stage_step(keys.keys, slots, index_slots ? &*index_slots : nullptr, bytes);
+    return bytes;
+  };
+  const auto tier_write = [&](std::size_t li) -> std::string {
+    try {
+      rw.write(li, 0);
+    } catch (const spec::Unsupported& e) {
+      return tier_who(li) + " does not implement this trace's configuration (" + e.what() +
+             "); --tier cpu replays it on the CPU reference";
+    } catch (const std::exception& e) {
+      return tier_who(li) + " failed: " + e.what();
+    }
+    return {};
+  };
+  // The steps before the range: the tier's alone, then every writer's copies from its.
+  for (std::int64_t s = 0; s < o_.step_begin; ++s) {
+    stage(s);
+    for (std::size_t li = 0; li < layers_.size(); ++li) {
+      if (const std::string problem = tier_write(li); !problem.empty()) {
+        tier_failed(s, li, problem);
+        return;
+      }
+    }
+  }
+  for (std::size_t w = 1; w < writers.size(); ++w)
+    for (std::size_t li = 0; li < layers_.size(); ++li) rw.resync(li, w);
+  rw.synchronize();
+  lap(kSetup);
+  const auto report_times = [&] {
+    const std::int64_t steps = report_.steps_run;
+    double replay = 0;
+    for (int p = kStage; p < kPhases; ++p) replay += seconds[static_cast<std::size_t>(p)];
+    char text[320];
+    std::snprintf(text, sizeof text,
+                  "%lld steps in %.3f s (%.1f steps/s) after %.3f s putting the caches on the "
+                  "device: staging %.3f, writes issued %.3f, device wait %.3f, tier checks %.3f, "
+                  "comparisons %.3f, sweeps %.3f",
+                  static_cast<long long>(steps), replay, replay > 0 ? steps / replay : 0.0,
+                  seconds[kSetup], seconds[kStage], seconds[kWrites], seconds[kWait],
+                  seconds[kChecks], seconds[kCompare], seconds[kSweeps]);
+    report_.resident_times = text;
+  };
+  struct ReportTimes {
+    const std::function<void()> fn;
+    ~ReportTimes() { fn(); }
+  } const report_on_exit{report_times};
+
+  const std::int64_t first = o_.step_begin;
+  std::int64_t last_sweep = first - 1;
+  bool stop = false;
+  for (std::int64_t s = first; s < end_ && !stop; ++s) {
+    std::vector<bool> mismatched(report_.subjects.size(), false);
+    const std::vector<oracle::BufferBytes> bytes = stage(s);
+    lap(kStage);
+    const bool sampled =
+        oracle::tier_sampled(s - first, o_.tier_sample_first, o_.tier_sample_every);
+    // A sampled step: the tier's pages before the step, which the CPU reference writes next.
+    std::vector<spec::LayerCaches> cpu;
+    if (sampled) {
+      for (std::size_t li = 0; li < layers_.size(); ++li)
+        cpu.push_back(resident_pages(rw, li, 0, bytes));
+      lap(kChecks);
+    }
+    // Layer by layer, the tier then each subject (the inputs generated once a layer); a subject
+    // that rejects or cannot run a write is judged as on the host.
+    std::vector<std::vector<bool>> rejected(write_rows_.size(),
+                                            std::vector<bool>(layers_.size(), false));
+    for (std::size_t li = 0; li < layers_.size() && !stop; ++li) {
+      if (const std::string problem = tier_write(li); !problem.empty()) {
+        stop = tier_failed(s, li, problem);
+        break;
+      }
+      ++report_.tier_layers;
+      for (std::size_t i = 0; i < write_rows_.size() && !stop; ++i) {
+        WriteRow& w = write_rows_[i];
+        if (!w.running) continue;
+        ReplaySubjectResult& r = report_.subjects[w.row];
+        try {
+          rw.write(li, i + 1);
+          ++r.layer_writes;
+        } catch (const spec::Unsupported& e) {
+          r.outcome = spec::worst(r.outcome, spec::Outcome::kUnsupported);
+          r.note = e.what();
+          w.running = false;
+        } catch (const spec::InvalidInput& e) {
+          rejected[i][li] = true;
+          stop = mismatch(w.row, mismatched,
+                          "mismatch: subject " + r.name + ", step " + std::to_string(s) +
+                              ", layer " + std::to_string(layers_[li]) +
+                              "\nrejected a write the reference accepts: " + e.what(),
+                          s, s, li);
+        } catch (const std::exception& e) {
+          r.outcome = spec::worst(r.outcome, spec::Outcome::kFailedToRun);
+          r.note = "step " + std::to_string(s) + " layer " + std::to_string(layers_[li]) + ": " +
+                   e.what();
+          w.running = false;
+        }
+      }
+    }
+    if (stop) break;
+    lap(kWrites);
+    try {
+      rw.synchronize();
+      lap(kWait);
+    } catch (const spec::FailedToRun& e) {
+      // A kernel faulted; the device is unusable from here on (CUDA's rule), and which writer's
+      // kernel it was is not known: the step's writers are named.
+      std::string names = writers.front()->name();
+      for (const WriteRow& w : write_rows_) names += ", " + w.subject->name();
+      for (WriteRow& w : write_rows_) {
+        ReplaySubjectResult& r = report_.subjects[w.row];
+        r.outcome = spec::worst(r.outcome, spec::Outcome::kFailedToRun);
+        r.note = "step " + std::to_string(s) + ": a kernel of the step's writers (" + names +
+                 ") failed: " + e.what() + "; --resident off runs each write alone";
+      }
+      break;
+    }
+    if (sampled) {
+      // The CPU reference's write of the CPU-generated values over the tier's pages from before
+      // the step, against the tier's pages after it: the device's values and the tier's write.
+      // The pages come back on this thread; the layers are written and compared on the workers.
+      std::vector<spec::LayerCaches> tier(layers_.size());
+      for (std::size_t li = 0; li < layers_.size(); ++li)
+        tier[li] = resident_pages(rw, li, 0, bytes);
+      std::vector<std::string> problems(layers_.size());
+      each_layer([&](std::size_t li) {
+        const LayerInput in = generate_layer(s, li);
+        oracle::materialise_write(layout_, cpu[li], in.write);
+        reference::write_layer(c_, in.write, cpu[li]);
+        if (!same_bytes(cpu[li], tier[li])) {
+          problems[li] =
+              oracle::diff_layer_caches(layout_, layers_[li], cpu[li], tier[li], nullptr).report();
+        }
+      });
+      report_.tier_checks += static_cast<std::int64_t>(layers_.size());
+      for (std::size_t li = 0; li < layers_.size() && !stop; ++li) {
+        if (problems[li].empty()) continue;
+        stop = tier_failed(s, li,
+                           tier_who(li) +
+                               " disagrees with the CPU reference on a sampled step (the values "
+                               "generated and the caches written on the device)\n" +
+                               problems[li]);
+      }
+      lap(kChecks);
+    }
+    // Each subject's copies against the tier's: the step's pages and guards; whole caches when a
+    // sweep is due.
+    const bool sweep_due = (s - first + 1) % o_.full_diff_every == 0 || s + 1 == end_;
+    for (bool whole : {false, true}) {
+      if (whole && !sweep_due) break;
+      const std::vector<oracle::BufferBytes> compared =
+          whole ? oracle::whole_bytes(layout_, widest) : bytes;
+      for (std::size_t i = 0; i < write_rows_.size() && !stop; ++i) {
+        WriteRow& w = write_rows_[i];
+        if (!w.running) continue;
+        const std::vector<oracle::LayerDifference> diffs = rw.compare(i + 1, whole);
+        report_.compared_bytes += layer_bytes(compared);
+        for (std::size_t li = 0; li < layers_.size() && !stop; ++li) {
+          const oracle::LayerDifference& d = diffs[li];
+          if (rejected[i][li] || d.count == 0) {
+            if (rejected[i][li]) rw.resync(li, i + 1);
+            continue;
+          }
+          const std::int64_t l = layers_[li];
+          const std::string& name = report_.subjects[w.row].name;
+          if (d.buffer < 0) {
+            rw.resync(li, i + 1);
+            stop = mismatch(w.row, mismatched,
+                            "mismatch: subject " + name + ", step " + std::to_string(s) +
+                                ", layer " + std::to_string(l) +
+                                ": wrote outside every cache buffer and its guard bands (byte " +
+                                std::to_string(d.byte) + " of the layer's device allocation; " +
+                                std::to_string(d.count) + " bytes differ)",
+                            whole ? last_sweep + 1 : s, s, li);
+            continue;
+          }
+          // The pages to report: the step's, or (a sweep) the page of the first difference.
+          const std::vector<oracle::BufferBytes> pages =
+              whole ? std::vector<oracle::BufferBytes>{{d.buffer, d.byte, d.byte + 1}} : bytes;
+          if (const std::string problem = resident_tier_recheck(rw, li, s, pages);
+              !problem.empty()) {
+            stop = tier_failed(s, li, problem);
+            break;
+          }
+          const spec::LayerCaches expected = resident_pages(rw, li, 0, pages);
+          const spec::LayerCaches got = resident_pages(rw, li, i + 1, pages);
+          std::string text = "mismatch: subject " + name;
+          if (whole) {
+            text += ", whole-cache comparison after step " + std::to_string(s) + ", layer " +
+                    std::to_string(l) + ": a write outside the pages steps " +
+                    std::to_string(last_sweep + 1) + ".." + std::to_string(s) + " named (" +
+                    std::to_string(d.count) + " bytes differ; the first one's page)\n" +
+                    oracle::diff_layer_caches(layout_, l, expected, got, nullptr).report();
+          } else {
+            const LayerInput in = generate_layer(s, li);
+            text += ", step " + std::to_string(s) + ", layer " + std::to_string(l) + "\n" +
+                    oracle::diff_write_layer(c_, layout_, static_cast<std::size_t>(l), in.write,
+                                             expected, got)
+                        .report();
+          }
+          rw.resync(li, i + 1);  // so that a later report shows only new differences
+          stop = mismatch(w.row, mismatched, std::move(text), whole ? last_sweep + 1 : s, s, li);
+        }
+      }
+      if (whole) last_sweep = s;
+      lap(whole ? kSweeps : kCompare);
+    }
+    ++report_.steps_run;
+    if (progress) progress(s - first + 1, end_ - first);
+  }
+}
+
 void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress) {
   check_arguments();
   for (const oracle::SubjectOp& so : oracle::select_subject_ops(subjects, o_.subjects, o_.ops)) {
@@ -839,6 +1221,11 @@ void Replayer::run(oracle::SubjectList& subjects, const ReplayProgress& progress
   step_blocks_.clear();
   for (std::int64_t s = 0; s < end_; ++s)
     step_blocks_.push_back(touched_blocks(c_, trace_.steps[static_cast<std::size_t>(s)]));
+  if (resident_run()) {
+    run_resident(progress);
+    for (const auto& r : report_.subjects) report_.worst = spec::worst(report_.worst, r.outcome);
+    return;
+  }
   check_host_memory();
   workers_ = static_cast<std::size_t>(oracle::campaign_jobs(o_.jobs));
   const std::size_t workers = workers_;

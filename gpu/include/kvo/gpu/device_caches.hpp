@@ -103,6 +103,18 @@ class DeviceCacheMirror {
   /// made from); spec::FailedToRun when a margin byte changed.
   void download(spec::LayerCaches& caches) const;
 
+  // For comparisons on the device (kvo/gpu/resident.hpp): buffer i's storage (leading guard, body,
+  // trailing guard: the bytes of the host caches' buffers[i]), and the whole allocation (margins
+  // and the pads between buffers included). Device pointers.
+  std::size_t buffer_count() const;
+  std::uint8_t* storage(std::size_t i) const;
+  std::int64_t storage_bytes(std::size_t i) const;
+  std::uint8_t* allocation() const;
+  std::int64_t allocation_bytes() const;
+  /// The device bytes a mirror of `caches` takes (its allocation as the memory pool rounds it).
+  static std::int64_t device_bytes(const spec::ModelConfig& config,
+                                   const spec::LayerCaches& caches);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

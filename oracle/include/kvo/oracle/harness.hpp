@@ -60,9 +60,10 @@ std::uint64_t poison_salt(std::int64_t layer, spec::BufferKind buffer);
 /// A layer's buffers, allocated with guard bands (spec::kGuardBytes) and poisoned. A buffer of
 /// spec::kLazyStorageBytes or more is lazy (a huge cache, spec::ByteStorage): its guard bands are
 /// materialised, its body only where `materialise_*` below says a case touches it; every other
-/// byte means its poison.
+/// byte means its poison. `lazy`: every buffer lazy, whatever its size (host caches that hold only
+/// the pages a replay resident on the device brings back).
 spec::LayerCaches make_layer_caches(const reference::PagedCacheLayout& layout, std::int64_t layer,
-                                    spec::LayerKind kind);
+                                    spec::LayerKind kind, bool lazy = false);
 
 /// Materialises the bytes of slot (block, offset) in every buffer of `caches`: each K/V head row,
 /// the index-K row and its blockscale scales. Nothing to do for dense storage.

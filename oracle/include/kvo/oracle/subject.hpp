@@ -22,7 +22,15 @@
 #include "kvo/spec/read.hpp"
 #include "kvo/spec/write.hpp"
 
+namespace kvo::gpu {
+struct DeviceWriteCall;  // kvo/gpu/device_calls.hpp
+}  // namespace kvo::gpu
+
 namespace kvo::oracle {
+
+/// A write on device memory (gpu::DeviceWriteFunction): the call's tensors and caches in device
+/// memory, launched on its stream.
+using DeviceWriteFn = std::function<void(const gpu::DeviceWriteCall&)>;
 
 class Subject {
  public:
@@ -48,6 +56,11 @@ class Subject {
   // runtime error and spec::Unsupported for a configuration it does not implement; the default
   // (an op the subject does not implement) throws spec::Unsupported.
 
+  /// kWrite on device memory: what a replay resident on the device calls (issue 15; caches that
+  /// stay on the GPU across steps). Empty where the subject has none: a CPU, Python or host-call
+  /// subject, a CUDA twin with a planted fault. Where present it writes the bytes write_layer
+  /// writes.
+  virtual DeviceWriteFn device_write() const { return {}; }
   /// kWrite: one layer into `caches` (host buffers, guards included; the subject moves them to
   /// its device and back as it needs).
   virtual void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& write,
@@ -80,6 +93,7 @@ struct SubjectFunctions {
   spec::Ordering ordering = spec::Ordering::kCanonical;
   TopkForm topk_form;
   spec::AttentionProfile attention_profile = spec::AttentionProfile::kFp32;
+  DeviceWriteFn device_write;                       ///< Subject::device_write (empty: none)
   std::function<std::string()> unavailable_reason;  ///< empty: always available
   bool concurrent = false;  ///< Subject::concurrent: the functions are pure and thread-safe
 };

@@ -11,17 +11,14 @@
 #include <utility>
 #include <vector>
 
+#include "kvo/spec/generated_values.hpp"
 #include "kvo/spec/types.hpp"
 #include "kvo/spec/write.hpp"
 
 namespace kvo::reference {
 
-/// SplitMix64's finaliser (Steele, Lea, Flood 2014).
-inline std::uint64_t mix64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+/// SplitMix64's finaliser (spec/generated_values.hpp: the one definition, host and device).
+using spec::mix64;
 
 /// A SplitMix64 stream: next() = mix64(state += golden gamma).
 class SplitMix64 {
@@ -77,12 +74,7 @@ struct ValueGenerator {
  private:
   float value_of_key(std::uint64_t key) const;
   /// An ordinary value before its rounding to `act`: uniform in [-range, range).
-  float ordinary_value(std::uint64_t key) const {
-    // Exact (24 bits); through int32, whose conversion is one instruction (uint64's is not).
-    const auto u24 = static_cast<float>(static_cast<std::int32_t>(key >> 40));
-    const float unit = u24 * 0x1p-23f - 1.0f;  // exact: in [-1, 1)
-    return unit * range;
-  }
+  float ordinary_value(std::uint64_t key) const { return spec::ordinary_value(key, range); }
 };
 
 /// A generated row's key fields past (layer, tensor): the request id and the token position.

@@ -10,11 +10,13 @@
 /// (sparse layers) and attention (sparse over the reference's selection; dense on dense layers)
 /// over the caches the writes of this and earlier steps built, with generated queries.
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvo/oracle/read_case.hpp"
@@ -25,6 +27,26 @@
 #include "kvo/spec/outcome.hpp"
 #include "kvo/spec/write.hpp"
 #include "kvo/traces/trace.hpp"
+
+namespace kvo::traces {
+
+/// Where the GPU tier's caches live during a replay (issue 15 item 3). kAuto: resident on the
+/// device where the replay allows it (resident_blocker), else staged through the host; kResident:
+/// resident, or spec::InvalidInput saying why not; kStaged: staged through the host per layer.
+enum class Residence : std::uint8_t { kAuto, kResident, kStaged };
+
+}  // namespace kvo::traces
+
+namespace kvo::spec {
+template <>
+struct EnumInfo<traces::Residence> {
+  static constexpr std::string_view kNoun = "residence";
+  static constexpr std::array<EnumName<traces::Residence>, 3> kNames{
+      {{traces::Residence::kAuto, "auto"},
+       {traces::Residence::kResident, "on"},
+       {traces::Residence::kStaged, "off"}}};
+};
+}  // namespace kvo::spec
 
 namespace kvo::traces {
 
@@ -57,6 +79,16 @@ struct ReplayOptions {
   /// the CPU reference over the caches the writes built.
   oracle::ReferenceTier tier = oracle::ReferenceTier::kCpu;
   std::int64_t tier_sample_first = 8, tier_sample_every = 64;
+  /// The GPU tier's caches resident on the device across steps (Residence): the values generated
+  /// on the device, the tier's answerer and every judged write subject writing through their
+  /// device writes (oracle::Subject::device_write) into copies on the device, the copies compared
+  /// there (the step's pages and guards after each step, whole caches every full_diff_every
+  /// steps); the host sees verdicts, and the pages of a report or a tier check. The tier is
+  /// checked against the CPU reference on the sampled steps (the tier's pages before the step
+  /// brought back, the CPU reference's write of the CPU-generated values applied to them,
+  /// compared with the tier's pages after it) and wherever a subject fails (the CPU reference's
+  /// own caches of the layer, replayed from the start).
+  Residence residence = Residence::kAuto;
   /// The tier's answerers by op, in place of kGpuTierAnswerers' subjects (a test plants a
   /// divergent one).
   std::map<spec::Op, oracle::Subject*> tier_answerers;
@@ -94,8 +126,21 @@ struct ReplayReport {
   std::string tier_answerers;
   std::int64_t tier_layers = 0, cpu_layers = 0, tier_checks = 0;
   std::string tier_disagreement;
+  /// The GPU tier's caches: "resident on the device (...)", or "staged through the host" and why.
+  std::string residence;
+  /// A resident replay's wall time by phase (seconds): the caches put on the device, and per
+  /// replayed step the staging of its inputs, the writes issued, the wait for the device, the
+  /// tier's checks against the CPU reference, the comparisons and the whole-cache sweeps.
+  std::string resident_times;
   std::string summary() const;
 };
+
+/// Empty when a replay with these options can keep the GPU tier's caches resident on the device
+/// (given its judged write subjects and the tier's write answerer), else why not: read ops, a
+/// fused dense insert, modes that admit several answers (legacy_wrap, div_approx), a writer without
+/// a device write.
+std::string resident_blocker(const Trace& trace, const ReplayOptions& options,
+                             const std::vector<oracle::Subject*>& writers);
 
 /// The value generator of a replay (activation dtype from the trace).
 reference::ValueGenerator replay_generator(const Trace& trace, const ReplayOptions& options);

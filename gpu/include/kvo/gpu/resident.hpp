@@ -1,0 +1,114 @@
+#pragma once
+/// \file resident.hpp
+/// Layer writes resident on the device (issue 15 item 3): a trace replay whose caches stay on the
+/// GPU across steps. Each selected layer has `copies` device copies of its guarded caches (copy 0
+/// the reference tier's, the others the judged subjects'), each a DeviceCacheMirror (guards and
+/// poisoned margins around the buffers); every step's K, V and index-K are generated on the device
+/// from SPEC 8's rules (spec/generated_values.hpp); a write function (DeviceWriteFunction) writes
+/// a copy; copies are compared byte for byte on the device, and only the verdicts (a count and
+/// the first differing byte per layer) come back to the host. Everything runs on one stream, in
+/// call order, from one host thread.
+///
+/// The rounding of a generated value to the activation dtype is the device's own conversion:
+/// `generated_rows_on_device` is tested against reference::generated_rows byte for byte.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvo/gpu/device_calls.hpp"
+#include "kvo/spec/config.hpp"
+#include "kvo/spec/generated_values.hpp"
+#include "kvo/spec/write.hpp"
+
+namespace kvo::gpu {
+
+/// The generator key fields of one row past (layer, tensor): the request id and the position.
+struct GeneratedRowKey {
+  std::int64_t request = 0, position = 0;
+};
+
+/// What a replay generates: SPEC 8's seed and rule, in the activation dtype.
+struct GeneratedValues {
+  std::uint64_t seed = 0;
+  spec::GeneratedValueRule rule;
+  spec::DType act = spec::DType::kBF16;
+};
+
+/// SPEC 8's rows generated on the device: [keys, heads, dim] activation codes (little-endian),
+/// row r, head h, dim d the value of key (seed, layer, tensor, keys[r], h, d): the device twin of
+/// reference::generated_rows (without a bias). Synchronous.
+std::vector<std::uint8_t> generated_rows_on_device(const GeneratedValues& values,
+                                                   std::int64_t layer, std::int64_t tensor,
+                                                   std::span<const GeneratedRowKey> keys,
+                                                   std::int64_t heads, std::int64_t dim);
+
+/// Bytes [begin, end) of buffer `buffer` of a layer's caches (an index into LayerCaches::buffers;
+/// storage offsets: the leading guard band starts at 0).
+struct BufferByteRange {
+  std::int32_t buffer = 0;
+  std::int64_t begin = 0, end = 0;
+};
+
+/// A comparison's verdict on one layer: the number of differing bytes and the first of them (by
+/// buffer, then byte). `buffer` -1 with a `byte`: a byte of the allocation outside every buffer
+/// (a margin), at that offset from the allocation's start.
+struct ResidentDifference {
+  std::int64_t count = 0;
+  std::int32_t buffer = -1;
+  std::int64_t byte = -1;
+};
+
+class ResidentReplay {
+ public:
+  /// Copies `copies` (>= 1) of every layer's caches to the device, each as `initial[li]` holds them
+  /// (host, guarded; lazy storage uploads only its held pages, the rest poisoned on the device).
+  /// `kinds[li]` is layer li's kind, `layers[li]` its index in the model (the generator's layer
+  /// key). k_scale and v_scale: [1] or [nkv]. `max_tokens`: the longest slot mapping a step will
+  /// stage. Before allocating anything, spec::FailedToRun with the figures when the copies do not
+  /// fit in the device's free memory.
+  ResidentReplay(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
+                 const std::vector<spec::LayerCaches>& initial, std::size_t copies,
+                 const GeneratedValues& values, const std::vector<float>& k_scale,
+                 const std::vector<float>& v_scale, std::int64_t max_tokens);
+  ~ResidentReplay();
+  ResidentReplay(const ResidentReplay&) = delete;
+  ResidentReplay& operator=(const ResidentReplay&) = delete;
+
+  /// Device bytes the copies of these layers take (what the constructor checks).
+  static std::int64_t device_bytes_needed(const spec::ModelConfig& config,
+                                          const std::vector<spec::LayerCaches>& initial,
+                                          std::size_t copies);
+  std::int64_t device_bytes() const;
+
+  /// One step: the generator key of each slot-mapping row [T], the slot mappings (index_slots
+  /// only with config.separate_index_slots, else null) and the byte ranges a step's comparison
+  /// reads in every layer (a range of a buffer a layer does not have is skipped).
+  void stage_step(std::span<const GeneratedRowKey> keys, const spec::SlotMapping& slots,
+                  const spec::SlotMapping* index_slots, std::span<const BufferByteRange> compared);
+  /// Generates layer li's K, V (and index-K) of the staged step on the device.
+  void generate(std::size_t li);
+  /// Calls `fn` once on copy `copy` of layer li with the generated inputs (the stream's work is
+  /// not waited for; what `fn` throws propagates).
+  void write(std::size_t li, std::size_t copy, const DeviceWriteFunction& fn);
+  /// Compares copy `copy` (>= 1) of every layer with copy 0: over the staged ranges, or (`whole`)
+  /// every byte of the allocations, margins included. Waits for the stream; a CUDA error (a write
+  /// function's kernel that faulted) is spec::FailedToRun. One verdict per layer.
+  std::vector<ResidentDifference> compare(std::size_t copy, bool whole);
+  /// Copy 0 of layer li over copy `copy` (a resync after a reported mismatch).
+  void resync(std::size_t li, std::size_t copy);
+  /// The bytes of `ranges` of copy `copy` of layer li, rounded out to whole pages
+  /// (spec::ByteStorage::kPageBytes), stored into `into` (the layer's host caches, lazy or dense).
+  void download(std::size_t li, std::size_t copy, std::span<const BufferByteRange> ranges,
+                spec::LayerCaches& into);
+  /// Waits for the stream; a CUDA error is spec::FailedToRun.
+  void synchronize();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvo::gpu

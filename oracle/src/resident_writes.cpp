@@ -1,0 +1,138 @@
+// Layer writes resident on the device (resident_writes.hpp) over kvo/gpu/resident.hpp.
+#include "kvo/oracle/resident_writes.hpp"
+
+#include <utility>
+
+#include "kvo/oracle/harness.hpp"
+#include "kvo/spec/outcome.hpp"
+
+namespace kvo::oracle {
+
+std::vector<BufferBytes> step_bytes(const reference::PagedCacheLayout& layout, spec::LayerKind kind,
+                                    const std::vector<std::int64_t>& blocks) {
+  std::vector<BufferBytes> out;
+  const std::vector<spec::BufferKind> buffers = layout.buffers(kind);
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const auto b = static_cast<std::int32_t>(i);
+    const std::int64_t size = layout.buffer_bytes(buffers[i]) + 2 * spec::kGuardBytes;
+    out.push_back({b, 0, spec::kGuardBytes});
+    out.push_back({b, size - spec::kGuardBytes, size});
+    for (const std::int64_t blk : blocks) {
+      for (const auto& [from, to] : block_byte_ranges(layout, buffers[i], blk))
+        out.push_back({b, spec::kGuardBytes + from, spec::kGuardBytes + to});
+    }
+  }
+  return out;
+}
+
+std::vector<BufferBytes> whole_bytes(const reference::PagedCacheLayout& layout,
+                                     spec::LayerKind kind) {
+  std::vector<BufferBytes> out;
+  const std::vector<spec::BufferKind> buffers = layout.buffers(kind);
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    out.push_back(
+        {static_cast<std::int32_t>(i), 0, layout.buffer_bytes(buffers[i]) + 2 * spec::kGuardBytes});
+  }
+  return out;
+}
+
+#ifdef KVO_HAVE_CUDA
+
+struct ResidentWrites::Impl {
+  std::vector<DeviceWriteFn> writers;
+  std::unique_ptr<gpu::ResidentReplay> device;
+  std::size_t generated = static_cast<std::size_t>(-1);  ///< the layer whose inputs are current
+};
+
+std::string ResidentWrites::unavailable(const std::vector<Subject*>& writers) {
+  for (const Subject* s : writers) {
+    if (!s->device_write()) return s->name() + " has no device write (Subject::device_write)";
+  }
+  return {};
+}
+
+ResidentWrites::ResidentWrites(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
+                               const std::vector<spec::LayerCaches>& initial,
+                               std::vector<Subject*> writers, const reference::ValueGenerator& gen,
+                               const std::vector<float>& k_scale, const std::vector<float>& v_scale,
+                               std::int64_t max_tokens)
+    : impl_(std::make_unique<Impl>()) {
+  if (const std::string why = unavailable(writers); !why.empty()) {
+    throw spec::Unsupported("writes resident on the device: " + why);
+  }
+  for (const Subject* s : writers) impl_->writers.push_back(s->device_write());
+  gpu::GeneratedValues values;
+  values.seed = gen.seed;
+  values.rule = {gen.range, gen.edge_values, gen.allow_nonfinite};
+  values.act = gen.act;
+  impl_->device = std::make_unique<gpu::ResidentReplay>(
+      config, std::move(layers), initial, writers.size(), values, k_scale, v_scale, max_tokens);
+}
+
+std::int64_t ResidentWrites::device_bytes() const { return impl_->device->device_bytes(); }
+
+void ResidentWrites::stage_step(std::span<const reference::RowKey> keys,
+                                const spec::SlotMapping& slots,
+                                const spec::SlotMapping* index_slots,
+                                std::span<const BufferBytes> compared) {
+  std::vector<gpu::GeneratedRowKey> device_keys;
+  device_keys.reserve(keys.size());
+  for (const reference::RowKey& k : keys) device_keys.push_back({k.request, k.position});
+  impl_->device->stage_step(device_keys, slots, index_slots, compared);
+  impl_->generated = static_cast<std::size_t>(-1);
+}
+
+void ResidentWrites::write(std::size_t li, std::size_t writer) {
+  // Every writer of a layer reads the same inputs: generated once while the writers follow one
+  // another on the layer, again when another layer's came between.
+  if (impl_->generated != li) {
+    impl_->device->generate(li);
+    impl_->generated = li;
+  }
+  impl_->device->write(li, writer, impl_->writers.at(writer));
+}
+
+std::vector<LayerDifference> ResidentWrites::compare(std::size_t writer, bool whole) {
+  return impl_->device->compare(writer, whole);
+}
+
+void ResidentWrites::synchronize() { impl_->device->synchronize(); }
+
+void ResidentWrites::resync(std::size_t li, std::size_t writer) {
+  impl_->device->resync(li, writer);
+}
+
+void ResidentWrites::download(std::size_t li, std::size_t writer,
+                              std::span<const BufferBytes> bytes, spec::LayerCaches& into) {
+  impl_->device->download(li, writer, bytes, into);
+}
+
+#else  // built without CUDA: never available
+
+struct ResidentWrites::Impl {};
+
+std::string ResidentWrites::unavailable(const std::vector<Subject*>&) {
+  return "kvoracle was built without CUDA";
+}
+
+ResidentWrites::ResidentWrites(const spec::ModelConfig&, std::vector<std::int64_t>,
+                               const std::vector<spec::LayerCaches>&, std::vector<Subject*>,
+                               const reference::ValueGenerator&, const std::vector<float>&,
+                               const std::vector<float>&, std::int64_t) {
+  throw spec::Unsupported("writes resident on the device: " + unavailable({}));
+}
+std::int64_t ResidentWrites::device_bytes() const { return 0; }
+void ResidentWrites::stage_step(std::span<const reference::RowKey>, const spec::SlotMapping&,
+                                const spec::SlotMapping*, std::span<const BufferBytes>) {}
+void ResidentWrites::write(std::size_t, std::size_t) {}
+std::vector<LayerDifference> ResidentWrites::compare(std::size_t, bool) { return {}; }
+void ResidentWrites::synchronize() {}
+void ResidentWrites::resync(std::size_t, std::size_t) {}
+void ResidentWrites::download(std::size_t, std::size_t, std::span<const BufferBytes>,
+                              spec::LayerCaches&) {}
+
+#endif
+
+ResidentWrites::~ResidentWrites() = default;
+
+}  // namespace kvo::oracle

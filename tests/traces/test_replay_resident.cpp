@@ -1,0 +1,306 @@
+// Replay with the GPU tier's caches resident on the device (issue 15 item 3, ReplayOptions::
+// residence): when a replay may stay on the device (resident_blocker, on any machine), and on a GPU
+// the device's generated values against the CPU generator's, a committed trace replayed resident
+// with the same verdicts as staged, and planted faults of a subject (a wrong byte on a step's
+// pages, a stray write past them, a write into a margin) and of the tier (on a sampled step, and
+// on an unsampled one where a subject fails) each caught where they happened.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "kvo/oracle/device_subject.hpp"
+#include "kvo/oracle/mutants.hpp"
+#include "kvo/reference/generator.hpp"
+#include "kvo/reference/paged_cache.hpp"
+#include "kvo/spec/outcome.hpp"
+#include "kvo/traces/replay.hpp"
+#include "trace_fixture.hpp"
+#ifdef KVO_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "kvo/gpu/resident.hpp"
+#include "kvo/gpu/write.hpp"
+#endif
+
+namespace kvo::traces {
+namespace {
+
+oracle::Subject* named(oracle::SubjectList& subjects, const std::string& name) {
+  for (auto& s : subjects)
+    if (s->name() == name) return s.get();
+  return nullptr;
+}
+
+ReplayOptions resident_options(Residence residence = Residence::kResident) {
+  ReplayOptions o;
+  o.tier = oracle::ReferenceTier::kGpu;
+  o.residence = residence;
+  o.tier_sample_first = 2;
+  o.tier_sample_every = 8;
+  return o;
+}
+
+TEST(TraceReplayResident, WhatKeepsAReplayOffTheDeviceIsNamed) {
+  const Trace t = testing::small_trace();
+  oracle::SubjectList subjects = oracle::make_subjects();
+  oracle::Subject* cpu = named(subjects, "cpu-fused");
+  ASSERT_NE(cpu, nullptr);
+  ReplayOptions o = resident_options();
+  // A CPU subject has no device write, whatever the build.
+  EXPECT_NE(resident_blocker(t, o, {cpu, cpu}).find("cpu-fused has no device write"),
+            std::string::npos);
+  o.ops = {spec::Op::kWrite, spec::Op::kIndexer};
+  EXPECT_EQ(resident_blocker(t, o, {cpu, cpu}), "op indexer reads the CPU reference's caches");
+  o.ops = {spec::Op::kWrite};
+  Trace wrap = t;
+  wrap.config.slot_mode = spec::SlotMode::kLegacyWrap;
+  EXPECT_NE(resident_blocker(wrap, o, {cpu, cpu}).find("legacy_wrap"), std::string::npos);
+  Trace approx = t;
+  approx.config.kv.scale_mode = spec::ScaleMode::kDivApprox;
+  EXPECT_EQ(resident_blocker(approx, o, {cpu, cpu}), "scale mode div_approx admits several codes");
+  EXPECT_EQ(resident_blocker(t, o, {cpu}), "no write subject to judge");
+}
+
+TEST(TraceReplayResident, AskedForAndImpossibleIsRefusedAndAutoSaysWhyItStaged) {
+  const Trace t = testing::small_trace();
+  oracle::SubjectList subjects = oracle::make_subjects();
+  // The CPU tier has no device caches.
+  ReplayOptions cpu_tier;
+  cpu_tier.residence = Residence::kResident;
+  cpu_tier.subjects = {"cpu-fused"};
+  EXPECT_THROW(replay_trace(t, cpu_tier, subjects), spec::InvalidInput);
+  // The GPU tier with a CPU subject standing in for its answerer: no device write.
+  auto answerer = oracle::make_subjects();
+  ReplayOptions o = resident_options();
+  o.subjects = {"cpu-unfused"};
+  o.tier_answerers[spec::Op::kWrite] = named(answerer, "cpu-fused");
+  try {
+    replay_trace(t, o, subjects);
+    ADD_FAILURE() << "a resident replay it cannot run was not refused";
+  } catch (const spec::InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("the caches cannot stay on the device: cpu-fused has no "
+                                         "device write"),
+              std::string::npos)
+        << e.what();
+  }
+  o.residence = Residence::kAuto;
+  const ReplayReport r = replay_trace(t, o, subjects);
+  EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
+  EXPECT_NE(r.summary().find("caches: staged through the host (cpu-fused has no device write"),
+            std::string::npos)
+      << r.summary();
+}
+
+#ifdef KVO_HAVE_CUDA
+
+#define SKIP_WITHOUT_GPU(subjects)                                                         \
+  do {                                                                                     \
+    const oracle::Subject* fused = named(subjects, "cuda-fused");                          \
+    if (fused == nullptr) GTEST_SKIP() << "built without CUDA";                            \
+    if (!fused->unavailable_reason().empty()) GTEST_SKIP() << fused->unavailable_reason(); \
+  } while (0)
+
+/// SPEC 8 on the device: every activation dtype, ordinary and edge values (with and without the
+/// non-finite ones), real and padding keys, against reference::generated_rows byte for byte.
+TEST(TraceReplayResident, TheDeviceGeneratesTheCpuGeneratorsBytes) {
+  oracle::SubjectList subjects = oracle::make_subjects();
+  SKIP_WITHOUT_GPU(subjects);
+  std::vector<reference::RowKey> keys;
+  std::vector<gpu::GeneratedRowKey> device_keys;
+  for (std::int64_t r = 0; r < 300; ++r) {
+    const reference::RowKey k{r % 7 == 6 ? -1 : r * 977 + 3, r % 7 == 6 ? r : 5 * r + 1};
+    keys.push_back(k);
+    device_keys.push_back({k.request, k.position});
+  }
+  for (const spec::DType act : {spec::DType::kBF16, spec::DType::kF16, spec::DType::kF32}) {
+    for (const int edges : {0, 1, 2}) {
+      reference::ValueGenerator gen;
+      gen.seed = 0x6B766F72 + static_cast<std::uint64_t>(edges);
+      gen.act = act;
+      gen.edge_values = edges > 0;
+      gen.allow_nonfinite = edges > 1;
+      gpu::GeneratedValues values{gen.seed, {gen.range, gen.edge_values, gen.allow_nonfinite}, act};
+      for (const auto& [tensor, heads, dim] : {std::tuple{reference::GenTensor::kK, 4, 128},
+                                               std::tuple{reference::GenTensor::kV, 3, 40},
+                                               std::tuple{reference::GenTensor::kIndexK, 0, 128}}) {
+        SCOPED_TRACE(std::string(spec::name_of(act)) + " edges " + std::to_string(edges) +
+                     " tensor " + std::to_string(static_cast<int>(tensor)));
+        const spec::HostTensor cpu = reference::generated_rows(gen, 7, tensor, keys, heads, dim);
+        const std::vector<std::uint8_t> device = gpu::generated_rows_on_device(
+            values, 7, static_cast<std::int64_t>(tensor), device_keys, std::max(heads, 1), dim);
+        ASSERT_EQ(device.size(), cpu.bytes.size());
+        const auto at = std::mismatch(cpu.bytes.begin(), cpu.bytes.end(), device.begin());
+        EXPECT_TRUE(at.first == cpu.bytes.end())
+            << "first differing byte " << (at.first - cpu.bytes.begin()) << ": CPU 0x" << std::hex
+            << static_cast<int>(*at.first) << ", device 0x" << static_cast<int>(*at.second);
+      }
+    }
+  }
+}
+
+/// The committed serving trace replayed resident: every verdict the staged replay gives, the tier
+/// checked on its sample.
+TEST(TraceReplayResident, ACommittedTraceReplaysResidentWithTheStagedVerdicts) {
+  oracle::SubjectList subjects = oracle::make_subjects();
+  SKIP_WITHOUT_GPU(subjects);
+  const Trace t = load_trace(testing::trace_data_dir() / "serving_bf16_nhd.st");
+  const auto layers = static_cast<std::int64_t>(t.config.layers.size());
+  ReplayOptions o = resident_options();
+  o.step_begin = 3;
+  o.step_end = 43;
+  o.full_diff_every = 16;
+  o.subjects = {"cuda-unfused", "cuda-fused-generic"};
+  const ReplayReport r = replay_trace(t, o, subjects);
+  EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
+  EXPECT_EQ(r.residence.rfind("resident on the device", 0), 0u) << r.summary();
+  EXPECT_EQ(r.tier_checks, 7 * layers) << "steps 3, 4, then 5, 13, 21, 29, 37";
+  EXPECT_EQ(r.tier_layers, 40 * layers);
+  EXPECT_GT(r.compared_bytes, 0);
+  o.residence = Residence::kStaged;
+  const ReplayReport staged = replay_trace(t, o, subjects);
+  EXPECT_EQ(staged.worst, spec::Outcome::kPass) << staged.summary();
+  EXPECT_EQ(staged.residence, "staged through the host (--resident off)");
+  ASSERT_EQ(r.subjects.size(), staged.subjects.size());
+  for (std::size_t i = 0; i < r.subjects.size(); ++i) {
+    EXPECT_EQ(r.subjects[i].outcome, staged.subjects[i].outcome) << r.subjects[i].name;
+    EXPECT_EQ(r.subjects[i].layer_writes, staged.subjects[i].layer_writes) << r.subjects[i].name;
+    EXPECT_EQ(r.subjects[i].layer_writes, 40 * layers) << r.subjects[i].name;
+  }
+}
+
+/// The fused write, then (on the first layer of step `step`, counted by calls: a resident replay
+/// writes each layer of each step once, in order) two bytes at `k_byte` from K's first element set
+/// to 0xFF (a bf16 NaN no generated value has).
+oracle::DeviceWriteFn planted(std::int64_t layers, std::int64_t step, std::int64_t k_byte) {
+  const gpu::DeviceWriteFunction fused = gpu::device_write_function(gpu::WritePath::kFused);
+  auto calls = std::make_shared<std::int64_t>(0);
+  return [=](const gpu::DeviceWriteCall& call) {
+    fused(call);
+    if ((*calls)++ != step * layers) return;
+    auto* k = static_cast<std::uint8_t*>(call.caches.k_cache.data);
+    ASSERT_EQ(cudaMemsetAsync(k + k_byte, 0xFF, 2, static_cast<cudaStream_t>(call.stream)),
+              cudaSuccess);
+  };
+}
+
+std::unique_ptr<oracle::Subject> planted_subject(const std::string& name, std::int64_t layers,
+                                                 std::int64_t step, std::int64_t k_byte) {
+  oracle::DeviceSubjectFunctions f;
+  f.write = planted(layers, step, k_byte);
+  return oracle::make_device_subject(name, std::move(f));
+}
+
+/// K's byte of the first real token of step `step` (head 0, dim 0).
+std::int64_t written_k_byte(const Trace& t, std::size_t step) {
+  const std::vector<std::int64_t>& slots = t.steps[step].slot_mapping.values;
+  const std::int64_t slot =
+      *std::find_if(slots.begin(), slots.end(), [](std::int64_t s) { return s >= 0; });
+  const std::int64_t bs = t.config.geometry.block_size;
+  const reference::PagedCacheLayout layout(t.config);
+  return layout.kv_element(0, slot / bs, slot % bs, 0, 0) *
+         static_cast<std::int64_t>(spec::dtype_bytes(t.config.kv.cache_dtype));
+}
+
+/// A simulated serving trace (3 layers, bf16 nhd) with more blocks than its 20 steps name.
+Trace roomy_trace() {
+  return testing::sim_trace({.layers = "DSS",
+                             .steps = 20,
+                             .num_blocks = 256,
+                             .block_size = 16,
+                             .num_kv_heads = 2,
+                             .head_dim = 64,
+                             .prompt_max = 96,
+                             .output_max = 48},
+                            11);
+}
+
+TEST(TraceReplayResident, ASubjectsWrongBytesStrayWritesAndMarginWritesAreCaught) {
+  oracle::SubjectList subjects = oracle::make_subjects();
+  SKIP_WITHOUT_GPU(subjects);
+  const Trace t = roomy_trace();
+  const auto layers = static_cast<std::int64_t>(t.config.layers.size());
+  const reference::PagedCacheLayout layout(t.config);
+  // The last block no step names (a padding slot -1 names the last block: replay compares the
+  // blocks negative slots would wrap to as well).
+  const std::int64_t capacity = t.config.geometry.capacity();
+  std::vector<bool> named(static_cast<std::size_t>(t.config.geometry.num_blocks), false);
+  for (const TraceStep& st : t.steps) {
+    for (const std::int64_t slot : st.slot_mapping.values) {
+      const std::int64_t wrapped = slot < 0 ? slot + capacity : slot;
+      named[static_cast<std::size_t>(wrapped / t.config.geometry.block_size)] = true;
+    }
+  }
+  const auto unnamed = std::find(named.rbegin(), named.rend(), false);
+  ASSERT_NE(unnamed, named.rend()) << "every block is named";
+  const std::int64_t free_block = named.rend() - unnamed - 1;
+  const std::int64_t stray = layout.kv_element(0, free_block, 1, 0, 0) *
+                             static_cast<std::int64_t>(spec::dtype_bytes(t.config.kv.cache_dtype));
+  struct Plant {
+    const char* what;
+    std::int64_t k_byte;
+    std::string expected;
+  };
+  const Plant plants[] = {
+      {"wrong bytes", written_k_byte(t, 5), "step 5, layer 0\n"},
+      {"stray write", stray,
+       "whole-cache comparison after step 7, layer 0: a write outside the pages steps 4..7 named"},
+      {"margin write", -spec::kGuardBytes - 2, "wrote outside every cache buffer and its guard"},
+  };
+  for (const Plant& p : plants) {
+    SCOPED_TRACE(p.what);
+    oracle::SubjectList list = oracle::make_subjects();
+    list.push_back(planted_subject("planted-device", layers, 5, p.k_byte));
+    ReplayOptions o = resident_options();
+    o.full_diff_every = 4;
+    o.subjects = {"planted-device"};
+    const ReplayReport r = replay_trace(t, o, list);
+    EXPECT_EQ(r.worst, spec::Outcome::kMismatch) << r.summary();
+    EXPECT_TRUE(r.tier_disagreement.empty()) << r.tier_disagreement;
+    ASSERT_EQ(r.mismatches.size(), 1u) << r.summary();
+    EXPECT_NE(r.mismatches[0].find(p.expected), std::string::npos) << r.mismatches[0];
+    if (p.k_byte >= 0) {
+      // SPEC 7: the first differing byte with its coordinates and both values.
+      EXPECT_NE(r.mismatches[0].find("first: layer 0, buffer=k"), std::string::npos)
+          << r.mismatches[0];
+    }
+    EXPECT_EQ(r.reproduce[0].rfind("--steps ", 0), 0u) << r.reproduce[0];
+  }
+}
+
+TEST(TraceReplayResident, ADivergentTierIsCaughtOnItsSampleAndWhereASubjectFails) {
+  oracle::SubjectList subjects = oracle::make_subjects();
+  SKIP_WITHOUT_GPU(subjects);
+  const Trace t = load_trace(testing::trace_data_dir() / "serving_bf16_nhd.st");
+  const auto layers = static_cast<std::int64_t>(t.config.layers.size());
+  // Sampled steps 0, 1, 2, 10, ...: step 2 is one, step 5 is not.
+  for (const std::int64_t step : {2, 5}) {
+    SCOPED_TRACE("tier diverging at step " + std::to_string(step));
+    oracle::SubjectList list = oracle::make_subjects();
+    auto tier = planted_subject("diverging-device-tier", layers, step,
+                                written_k_byte(t, static_cast<std::size_t>(step)));
+    ReplayOptions o = resident_options();
+    o.step_end = 12;
+    o.subjects = {"cuda-unfused"};
+    o.tier_answerers[spec::Op::kWrite] = tier.get();
+    const ReplayReport r = replay_trace(t, o, list);
+    EXPECT_EQ(r.worst, spec::Outcome::kFailedToRun) << r.summary();
+    EXPECT_TRUE(r.mismatches.empty()) << "no subject is blamed for the tier's fault";
+    const std::string where = "step " + std::to_string(step) +
+                              ", layer 0: the write answerer diverging-device-tier disagrees with "
+                              "the CPU reference ";
+    EXPECT_NE(r.tier_disagreement.find(where + (step == 2 ? "on a sampled step"
+                                                          : "(its caches replayed from step 0 "
+                                                            "through 5")),
+              std::string::npos)
+        << r.tier_disagreement;
+    EXPECT_NE(r.tier_disagreement.find("first: layer 0, buffer=k"), std::string::npos)
+        << r.tier_disagreement;
+    EXPECT_EQ(r.steps_run, step + 1) << "the step it was caught on counts";
+  }
+}
+
+#endif  // KVO_HAVE_CUDA
+
+}  // namespace
+}  // namespace kvo::traces
