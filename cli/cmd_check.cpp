@@ -223,6 +223,11 @@ void add_check(CLI::App& app, int& status) {
   add_tier_flags(*cmd, flags->tier, flags->options.tier_sample_first,
                  flags->options.tier_sample_every, "cases",
                  "the canonical CUDA writes answer the write and dense cases");
+  cmd->add_flag(
+      "--staged", [f = flags.get()](std::int64_t) { f->options.tier_resident = false; },
+      "the GPU tier stages every case through the host (default: an op whose subjects "
+      "all write on the device, as the tier's answerer does, is generated, written and "
+      "compared on the device)");
   cmd->add_option("--gpus", flags->gpus,
                   "all or N: the campaign as one shard process per GPU (CUDA_VISIBLE_DEVICES), "
                   "their reports merged into one verdict");

@@ -277,6 +277,24 @@ for tier in cpu gpu; do
     --subject cpu-fused,cpu-dense --tier $tier >"$LOGS/tier_$tier.txt" 2>&1
   echo "exit $?" >>"$LOGS/tier_$tier.txt"
 done
+# The write campaign with one CUDA subject (issue 15 item 4: target 5,000 cases/s): the CPU tier,
+# the GPU tier staged through the host, the GPU tier resident (cases generated, written and
+# compared on the device), over the default distribution, over its odd cases (no huge-cache
+# theme: theme slot = case index % 8, huge is slot 6), and over the odd cases with one right answer
+# byte for byte (no div_approx, strict slots: no case judged by admissible sets).
+for run in cpu:2000 staged:2000 resident:10000 resident-odd:10000 resident-exact:10000; do
+  name=${run%%:*}; cases=${run##*:}
+  case $name in
+    cpu) flags="--tier cpu" ;;
+    staged) flags="--tier gpu --staged" ;;
+    resident) flags="--tier gpu" ;;
+    resident-odd) flags="--tier gpu --total-shards 2 --shard-index 1" ;;
+    resident-exact) flags="--tier gpu --total-shards 2 --shard-index 1 --scale-mode mul_recip --slot-mode strict" ;;
+  esac
+  timeout $(budget 150) "$BIN/kvoracle" check --cases $cases --ops write --no-shrink \
+    --subject cuda-unfused $flags >"$LOGS/write_tier_$name.txt" 2>&1
+  echo "exit $?" >>"$LOGS/write_tier_$name.txt"
+done
 # Replay's tier (issue 15 item 2): the 60-layer batch-64 trace of scripts/replay_speed.sh, the
 # reference caches written by the CPU, then by the CUDA answerers (sampled against the CPU), with
 # a CUDA subject judged (cuda-unfused: the answerer, cuda-fused, is never judged by itself) and 2
@@ -494,6 +512,10 @@ PY
       echo "  --tier $tier: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/tier_$tier.txt"); $(grep -m1 '^reference:' "$LOGS/tier_$tier.txt"); $(tail -2 "$LOGS/tier_$tier.txt" | tr '\n' ' ')"
     done
     echo "replay of a 120-step 60-layer batch-64 trace, subject cuda-unfused (fused: cuda-fused-generic), --jobs 2 (alljobs: one per hardware thread):"
+    echo "write campaign, one CUDA subject (cuda-unfused):"
+    for name in cpu staged resident resident-odd resident-exact; do
+      echo "  $name: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/write_tier_$name.txt"); $(grep -m1 '^reference:' "$LOGS/write_tier_$name.txt" | cut -c1-160); $(grep -m1 '^resident:' "$LOGS/write_tier_$name.txt"); $(tail -2 "$LOGS/write_tier_$name.txt" | tr '\n' ' ')"
+    done
     for tier in cpu gpu-staged gpu-resident gpu-resident-fused gpu-resident-fused-alljobs; do
       echo "  $tier: $(grep -E '^(reference|caches|resident|tier disagreement|result|  cuda-)' "$LOGS/replay_tier_$tier.txt" | tr '\n' ' ') $(tail -1 "$LOGS/replay_tier_$tier.txt")"
     done

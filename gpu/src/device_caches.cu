@@ -140,7 +140,8 @@ struct DeviceCacheMirror::Impl {
   DeviceKvCaches views;
 };
 
-DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::LayerCaches& caches)
+DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::LayerCaches& caches,
+                                     std::vector<PendingPoison>* pending)
     : impl_(std::make_unique<Impl>()) {
   spec::validate(c);
   detail::require_buffers(c, caches);
@@ -158,13 +159,20 @@ DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::Lay
   std::size_t at = 0;
   for (std::size_t i = 0; i <= caches.buffers.size(); ++i) {
     const std::size_t next = i < caches.buffers.size() ? impl_->offsets[i] : total;
-    detail::check_cuda(cudaMemset(base + at, kMarginPoison, next - at), "cudaMemset(margins)");
+    if (pending != nullptr) {
+      pending->push_back(
+          {base + at, static_cast<std::int64_t>(next - at), 0, kMarginPoison, false});
+    } else {
+      detail::check_cuda(cudaMemset(base + at, kMarginPoison, next - at), "cudaMemset(margins)");
+    }
     if (i < caches.buffers.size())
       at = next + static_cast<std::size_t>(caches.buffers[i].storage.size());
   }
   for (std::size_t i = 0; i < caches.buffers.size(); ++i) {
     const spec::CacheBuffer& b = caches.buffers[i];
-    if (b.storage.is_lazy()) {
+    if (pending != nullptr && b.storage.is_lazy() && b.storage.materialised().empty()) {
+      pending->push_back({base + impl_->offsets[i], b.storage.size(), b.storage.salt(), 0, true});
+    } else if (b.storage.is_lazy()) {
       upload_lazy(base + impl_->offsets[i], b.storage);
     } else {
       detail::check_cuda(

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -39,6 +41,7 @@ struct GenLaunch {
   const std::int64_t* layers = nullptr;  ///< [gridDim.y] the generator's layer keys
   std::int64_t layer_stride = 0;
   const GeneratedRowKey* keys = nullptr;  ///< [rows]
+  const std::uint8_t* zero = nullptr;     ///< [rows] 1: the row is all zero; null: none is
   std::int64_t rows = 0;
   GenTensor t[3];
   int count = 0;
@@ -60,9 +63,12 @@ __global__ void generate_kernel(GenLaunch p) {
       const std::uint64_t key = spec::key_chain(
           spec::key_chain(spec::row_key(p.seed, layer, g.tensor, k.request, k.position), head),
           dim);
-      const float v = spec::generated_value(
-          key, p.rule, [](float x) { return detail::round_to_act<A>(x); },
-          [](std::uint32_t bits) { return __uint_as_float(bits); });
+      // A zero row (a write case's all-zero source row) is +0: every byte of its code 0.
+      const float v = p.zero != nullptr && p.zero[row] != 0
+                          ? 0.0f
+                          : spec::generated_value(
+                                key, p.rule, [](float x) { return detail::round_to_act<A>(x); },
+                                [](std::uint32_t bits) { return __uint_as_float(bits); });
       // v is rounded already: its narrowing is exact (NaN: the dtype's canonical NaN, as on the
       // CPU).
       if constexpr (A == DType::kBF16) {
@@ -160,6 +166,23 @@ __global__ void compare_kernel(const CopyPointers* a, const CopyPointers* b,
   atomicAdd(&out[layer].count, count);
 }
 
+/// Range blockIdx.y of `list` poisoned (PendingPoison: salted 8-byte words, or a fill byte).
+__global__ void pending_poison_kernel(const PendingPoison* list) {
+  const PendingPoison q = list[blockIdx.y];
+  const auto n = static_cast<std::uint64_t>(q.bytes);
+  const std::uint64_t start = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  if (!q.salted) {
+    for (std::uint64_t i = start; i < n; i += stride) q.data[i] = q.fill;
+    return;
+  }
+  const std::uint64_t words = n / 8;
+  for (std::uint64_t w = start; w < words; w += stride)
+    reinterpret_cast<std::uint64_t*>(q.data)[w] = spec::poison_word(q.salt, w);
+  for (std::uint64_t i = 8 * words + start; i < n; i += stride)
+    q.data[i] = spec::poison_byte(q.salt, i);
+}
+
 __global__ void init_results_kernel(CompareResult* out, unsigned layers) {
   for (unsigned i = threadIdx.x; i < layers; i += blockDim.x) out[i] = {~0ull, 0};
 }
@@ -185,6 +208,42 @@ void append_tiles(std::vector<CompareTile>& tiles, std::int32_t slot, std::int64
     tiles.push_back({slot, at, std::min(end, at + kTileBytes)});
   }
 }
+
+/// Pinned host memory reused across ResidentReplays (a campaign builds one per case, and
+/// cudaMallocHost costs more than a small case): blocks by power-of-two size, kept for the process.
+class PinnedPool {
+ public:
+  static PinnedPool& instance() {
+    static PinnedPool* pool = new PinnedPool;  // never destroyed: CUDA may be gone at exit
+    return *pool;
+  }
+  /// A block of at least `bytes` (its size in `capacity`).
+  std::uint8_t* acquire(std::size_t bytes, std::size_t& capacity) {
+    capacity = 256;
+    while (capacity < bytes) capacity *= 2;
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      auto& list = free_[capacity];
+      if (!list.empty()) {
+        std::uint8_t* p = list.back();
+        list.pop_back();
+        return p;
+      }
+    }
+    void* p = nullptr;
+    check_cuda(cudaMallocHost(&p, capacity), "cudaMallocHost(resident staging)");
+    return static_cast<std::uint8_t*>(p);
+  }
+  void release(std::uint8_t* p, std::size_t capacity) {
+    if (p == nullptr) return;
+    const std::lock_guard<std::mutex> lock(mu_);
+    free_[capacity].push_back(p);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::size_t, std::vector<std::uint8_t*>> free_;
+};
 
 std::string gib(std::int64_t v) {
   char text[32];
@@ -231,13 +290,21 @@ struct ResidentReplay::Impl {
   /// [copies][layers]
   std::vector<std::vector<std::unique_ptr<DeviceCacheMirror>>> copies;
   std::int64_t device_bytes = 0;
-  /// Per copy, the pointer table of every layer ([layers] CopyPointers on the device).
-  std::vector<DeviceBuffer> pointer_tables;
-  DeviceBuffer k_scale, v_scale;  ///< [1] or [nkv] f32
+  /// The fixed tables, uploaded once: per copy the pointer table of every layer ([copies, layers]
+  /// CopyPointers), the K and V scales [layers, scale_count] f32, the generator's layer keys
+  /// [layers] int64, every byte of the largest allocation as tiles, the mirrors' pending poison.
+  DeviceBuffer tables;
+  const CopyPointers* pointer_tables = nullptr;
+  float* k_scale = nullptr;
+  float* v_scale = nullptr;
   std::int64_t scale_count = 1;
+  const std::int64_t* layer_ids = nullptr;
+  const CompareTile* whole_tiles = nullptr;
   // The staged step.
-  std::int64_t tokens = 0;
-  const GeneratedRowKey* keys_d = nullptr;  ///< [tokens], in `staged`
+  std::int64_t tokens = 0;                  ///< T: the slot mappings' rows
+  std::int64_t source_rows = 0;             ///< T_src: the generated rows
+  const GeneratedRowKey* keys_d = nullptr;  ///< [source_rows], in `staged`
+  const std::uint8_t* zero_d = nullptr;     ///< [source_rows] zero-row flags, or null
   std::uint8_t* slots_d = nullptr;          ///< [tokens] slot type, in `staged`
   std::uint8_t* index_slots_d = nullptr;    ///< [tokens] (separate_index_slots), or null
   /// The generated inputs: per layer (all layers at once where they fit in
@@ -246,20 +313,25 @@ struct ResidentReplay::Impl {
   DeviceBuffer inputs;
   std::int64_t input_stride = 0, kv_input_bytes = 0;
   bool all_layers = false;
-  DeviceBuffer layer_ids;  ///< [layers] int64: the generator's layer keys
   /// Per copy and layer, the call its writer receives (inputs and T set per step).
   std::vector<std::vector<DeviceWriteCall>> calls;
   /// The staged step's upload: keys, slots, index slots and its comparison's tiles, from pinned
   /// host memory in one copy.
-  std::uint8_t* pinned = nullptr;
+  std::uint8_t* pinned = nullptr;  ///< from PinnedPool
   std::size_t pinned_bytes = 0;
+  /// The layer whose inputs are in the input slot (-1: none; every layer's when all_layers).
+  std::int64_t generated = -1;
+  bool staged_before = false;  ///< a step was staged: its upload may still read `pinned`
+  /// The tables' upload (its own pinned block: the first step's staging does not wait for it).
+  std::uint8_t* tables_pinned = nullptr;
+  std::size_t tables_pinned_bytes = 0;
   DeviceBuffer staged;
   std::int64_t step_tiles = 0;
   const CompareTile* step_tiles_d = nullptr;
-  DeviceBuffer whole_tiles;  ///< every byte of the largest allocation, as tiles
   std::int64_t whole_tile_count = 0;
   DeviceBuffer results;                ///< [layers] CompareResult
-  CompareResult* results_h = nullptr;  ///< pinned [layers]
+  CompareResult* results_h = nullptr;  ///< pinned [layers], from PinnedPool
+  std::size_t results_capacity = 0;
 
   /// Generates the inputs of layers [first, first + count) of the staged step, layer first + y
   /// into input slot y.
@@ -268,10 +340,11 @@ struct ResidentReplay::Impl {
     GenLaunch p;
     p.seed = values.seed;
     p.rule = values.rule;
-    p.layers = layer_ids.as<const std::int64_t>() + first;
+    p.layers = layer_ids + first;
     p.layer_stride = input_stride;
     p.keys = keys_d;
-    p.rows = tokens;
+    p.zero = zero_d;
+    p.rows = source_rows;
     // The tensor fields are reference::GenTensor's: K 0, V 1, index-K 2 (generated for every
     // layer of the launch: a dense layer's is not read).
     p.t[0] = {inputs.data(), 0, g.num_kv_heads, g.head_dim};
@@ -285,16 +358,15 @@ struct ResidentReplay::Impl {
   /// Pinned host memory of at least `bytes` (its old contents dropped).
   void reserve_pinned(std::size_t bytes) {
     if (bytes <= pinned_bytes) return;
-    if (pinned != nullptr) cudaFreeHost(pinned);
+    PinnedPool::instance().release(pinned, pinned_bytes);
     pinned = nullptr;
-    pinned_bytes = 0;
-    check_cuda(cudaMallocHost(&pinned, bytes), "cudaMallocHost(resident staging)");
-    pinned_bytes = bytes;
+    pinned = PinnedPool::instance().acquire(bytes, pinned_bytes);
   }
   ~Impl() {
     if (stream != nullptr) cudaStreamSynchronize(stream);
-    if (pinned != nullptr) cudaFreeHost(pinned);
-    if (results_h != nullptr) cudaFreeHost(results_h);
+    PinnedPool::instance().release(pinned, pinned_bytes);
+    PinnedPool::instance().release(tables_pinned, tables_pinned_bytes);
+    PinnedPool::instance().release(reinterpret_cast<std::uint8_t*>(results_h), results_capacity);
   }
 };
 
@@ -308,8 +380,10 @@ std::int64_t ResidentReplay::device_bytes_needed(const spec::ModelConfig& config
 
 ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
                                const std::vector<spec::LayerCaches>& initial, std::size_t copies,
-                               const GeneratedValues& values, const std::vector<float>& k_scale,
-                               const std::vector<float>& v_scale, std::int64_t max_tokens)
+                               const GeneratedValues& values,
+                               const std::vector<std::vector<float>>& k_scale,
+                               const std::vector<std::vector<float>>& v_scale,
+                               std::int64_t max_tokens)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   spec::validate(config);
@@ -321,25 +395,55 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
   m.layers = std::move(layers);
   m.values = values;
   m.max_tokens = std::max<std::int64_t>(max_tokens, 1);
+  const std::size_t layer_count = m.layers.size();
+  // The scales: one set for every layer, or one per layer, each [1] or [nkv].
+  const bool per_layer = k_scale.size() == layer_count && layer_count > 1;
+  m.scale_count = k_scale.empty() ? 0 : static_cast<std::int64_t>(k_scale.front().size());
+  const bool scales_ok =
+      (k_scale.size() == 1 || k_scale.size() == layer_count) && v_scale.size() == k_scale.size() &&
+      m.scale_count > 0 &&
+      std::all_of(
+          k_scale.begin(), k_scale.end(),
+          [&](const std::vector<float>& s) { return s.size() == k_scale.front().size(); }) &&
+      std::all_of(v_scale.begin(), v_scale.end(),
+                  [&](const std::vector<float>& s) { return s.size() == k_scale.front().size(); });
+  if (!scales_ok) {
+    throw spec::InvalidInput("k_scale", -1, std::to_string(k_scale.size()),
+                             "expected K and V scales ([1] or [nkv], one length) for every layer "
+                             "or one set for all " +
+                                 std::to_string(layer_count) + " layers");
+  }
   const std::int64_t needed = device_bytes_needed(config, initial, copies);
-  std::size_t free_bytes = 0, total_bytes = 0;
-  check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  // The inputs, tables and tiles are small next to the caches; a sixteenth is left to them.
-  if (needed > static_cast<std::int64_t>(free_bytes) / 16 * 15) {
-    throw spec::FailedToRun("the caches resident on the device need " + gib(needed) + " (" +
-                            std::to_string(initial.size()) + " layers x " + std::to_string(copies) +
-                            " copies) and the device has " +
-                            gib(static_cast<std::int64_t>(free_bytes)) + " free of " +
-                            gib(static_cast<std::int64_t>(total_bytes)) +
-                            ": replay fewer layers (--layers) or subjects (--subject)");
+  // A small set is not worth asking the driver about (cudaMemGetInfo costs more than a small
+  // case); an allocation that still fails is FailedToRun from the pool.
+  if (needed >= (std::int64_t{256} << 20)) {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    // The inputs, tables and tiles are small next to the caches; a sixteenth is left to them.
+    if (needed > static_cast<std::int64_t>(free_bytes) / 16 * 15) {
+      throw spec::FailedToRun("the caches resident on the device need " + gib(needed) + " (" +
+                              std::to_string(initial.size()) + " layers x " +
+                              std::to_string(copies) + " copies) and the device has " +
+                              gib(static_cast<std::int64_t>(free_bytes)) + " free of " +
+                              gib(static_cast<std::int64_t>(total_bytes)) +
+                              ": replay fewer layers (--layers) or subjects (--subject)");
+    }
   }
   m.stream = detail::call_stream();
   for (const spec::LayerCaches& c : initial) m.kinds.push_back(c.kind);
+  // The mirrors: their poison pending (one launch below) where nothing of theirs is held on the
+  // host; what is (dense buffers, held pages) is copied as they are made, on the legacy stream.
+  std::vector<PendingPoison> pending;
+  bool copied = false;
+  for (const spec::LayerCaches& caches : initial) {
+    for (const spec::CacheBuffer& b : caches.buffers)
+      copied |= !b.storage.is_lazy() || !b.storage.materialised().empty();
+  }
+  std::vector<CopyPointers> table;
   m.copies.resize(copies);
   for (std::size_t c = 0; c < copies; ++c) {
-    std::vector<CopyPointers> table;
     for (const spec::LayerCaches& caches : initial) {
-      auto mirror = std::make_unique<DeviceCacheMirror>(config, caches);
+      auto mirror = std::make_unique<DeviceCacheMirror>(config, caches, &pending);
       m.device_bytes += DeviceCacheMirror::device_bytes(config, caches);
       CopyPointers t{};
       t.buffers = static_cast<std::int32_t>(mirror->buffer_count());
@@ -352,34 +456,75 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
       table.push_back(t);
       m.copies[c].push_back(std::move(mirror));
     }
-    m.pointer_tables.emplace_back(table);
   }
-  m.scale_count = static_cast<std::int64_t>(k_scale.size());
-  if (k_scale.empty() || v_scale.size() != k_scale.size()) {
-    throw spec::InvalidInput("k_scale", -1, std::to_string(k_scale.size()),
-                             "expected [1] or [nkv] K and V scales of one length");
+  std::vector<float> k, v;
+  for (std::size_t li = 0; li < layer_count; ++li) {
+    const std::size_t from = per_layer ? li : 0;
+    k.insert(k.end(), k_scale[from].begin(), k_scale[from].end());
+    v.insert(v.end(), v_scale[from].begin(), v_scale[from].end());
   }
-  m.k_scale = DeviceBuffer(k_scale);
-  m.v_scale = DeviceBuffer(v_scale);
+  std::vector<CompareTile> whole;
+  std::int64_t most = 0, most_poison = 0;
+  for (const auto& mirror : m.copies.front()) most = std::max(most, mirror->allocation_bytes());
+  for (const PendingPoison& q : pending) most_poison = std::max(most_poison, q.bytes);
+  append_tiles(whole, kAllocationSlot, 0, most);
+  m.whole_tile_count = static_cast<std::int64_t>(whole.size());
+  // One upload: [pointer tables | K scales | V scales | layer keys | whole tiles | poison list],
+  // each part 256-byte aligned.
+  const auto aligned = [](std::size_t n) { return (n + 255) / 256 * 256; };
+  const std::size_t parts[] = {table.size() * sizeof(CopyPointers),
+                               k.size() * sizeof(float),
+                               v.size() * sizeof(float),
+                               m.layers.size() * sizeof(std::int64_t),
+                               whole.size() * sizeof(CompareTile),
+                               pending.size() * sizeof(PendingPoison)};
+  const void* sources[] = {table.data(),    k.data(),     v.data(),
+                           m.layers.data(), whole.data(), pending.data()};
+  std::size_t at[6], total = 0;
+  for (int i = 0; i < 6; ++i) {
+    at[i] = total;
+    total += aligned(parts[i]);
+  }
+  m.tables_pinned = PinnedPool::instance().acquire(total, m.tables_pinned_bytes);
+  for (int i = 0; i < 6; ++i) {
+    if (parts[i] > 0) std::memcpy(m.tables_pinned + at[i], sources[i], parts[i]);
+  }
+  m.tables = DeviceBuffer(std::max<std::size_t>(total, 1));
+  check_cuda(
+      cudaMemcpyAsync(m.tables.data(), m.tables_pinned, total, cudaMemcpyHostToDevice, m.stream),
+      "cudaMemcpyAsync(resident tables)");
+  m.pointer_tables = reinterpret_cast<const CopyPointers*>(m.tables.data() + at[0]);
+  m.k_scale = reinterpret_cast<float*>(m.tables.data() + at[1]);
+  m.v_scale = reinterpret_cast<float*>(m.tables.data() + at[2]);
+  m.layer_ids = reinterpret_cast<const std::int64_t*>(m.tables.data() + at[3]);
+  m.whole_tiles = reinterpret_cast<const CompareTile*>(m.tables.data() + at[4]);
+  if (!pending.empty()) {
+    const dim3 grid(
+        static_cast<unsigned>(std::min<std::int64_t>((most_poison / 8 + 255) / 256 + 1, 1024)),
+        static_cast<unsigned>(pending.size()));
+    pending_poison_kernel<<<grid, 256, 0, m.stream>>>(
+        reinterpret_cast<const PendingPoison*>(m.tables.data() + at[5]));
+    check_cuda(cudaGetLastError(), "pending_poison_kernel");
+  }
   const spec::CacheGeometry& g = config.geometry;
   const std::size_t act = spec::dtype_bytes(config.act_dtype);
   const auto rows = static_cast<std::size_t>(m.max_tokens);
-  const auto aligned = [](std::int64_t n) { return (n + 255) / 256 * 256; };
-  m.kv_input_bytes = aligned(static_cast<std::int64_t>(rows * act) * g.num_kv_heads * g.head_dim);
-  m.input_stride = 2 * m.kv_input_bytes + aligned(static_cast<std::int64_t>(rows * act) *
-                                                  std::max<std::int64_t>(g.index_dim, 1));
-  const auto layer_count = static_cast<std::int64_t>(m.layers.size());
-  m.all_layers = layer_count * m.input_stride <= kAllLayersInputBytes;
+  m.kv_input_bytes = aligned(rows * act * static_cast<std::size_t>(g.num_kv_heads * g.head_dim));
+  m.input_stride =
+      2 * m.kv_input_bytes +
+      static_cast<std::int64_t>(
+          aligned(rows * act * static_cast<std::size_t>(std::max<std::int64_t>(g.index_dim, 1))));
+  const auto layers_total = static_cast<std::int64_t>(layer_count);
+  m.all_layers = layers_total * m.input_stride <= kAllLayersInputBytes;
   m.inputs = DeviceBuffer(static_cast<std::size_t>(
-      (m.all_layers ? std::max<std::int64_t>(layer_count, 1) : 1) * m.input_stride));
-  m.layer_ids = DeviceBuffer(m.layers);
+      (m.all_layers ? std::max<std::int64_t>(layers_total, 1) : 1) * m.input_stride));
   // The calls: everything but the inputs' pointers and T is fixed for the replay.
   const ElementType act_type = element_type_of(config.act_dtype);
   const ElementType slot_type =
       config.slot_type == spec::SlotType::kI32 ? ElementType::kI32 : ElementType::kI64;
   m.calls.resize(copies);
   for (std::size_t c = 0; c < copies; ++c) {
-    for (std::size_t li = 0; li < m.layers.size(); ++li) {
+    for (std::size_t li = 0; li < layer_count; ++li) {
       DeviceWriteCall call;
       call.config = &m.config;
       call.kind = m.kinds[li];
@@ -389,24 +534,19 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
         call.index_k = contiguous_tensor(nullptr, act_type, {0, g.index_dim});
       call.slot_mapping = contiguous_tensor(nullptr, slot_type, {0});
       call.index_slot_mapping = contiguous_tensor(nullptr, slot_type, {0});
-      call.k_scale = contiguous_tensor(m.k_scale.data(), ElementType::kF32, {m.scale_count});
-      call.v_scale = contiguous_tensor(m.v_scale.data(), ElementType::kF32, {m.scale_count});
+      const auto first = static_cast<std::int64_t>(li) * m.scale_count;
+      call.k_scale = contiguous_tensor(m.k_scale + first, ElementType::kF32, {m.scale_count});
+      call.v_scale = contiguous_tensor(m.v_scale + first, ElementType::kF32, {m.scale_count});
       call.caches = m.copies[c][li]->views();
       call.stream = m.stream;
       m.calls[c].push_back(std::move(call));
     }
   }
-  m.results = DeviceBuffer(std::max<std::size_t>(m.layers.size(), 1) * sizeof(CompareResult));
-  check_cuda(cudaMallocHost(&m.results_h,
-                            std::max<std::size_t>(m.layers.size(), 1) * sizeof(CompareResult)),
-             "cudaMallocHost(comparison results)");
-  std::vector<CompareTile> whole;
-  std::int64_t most = 0;
-  for (const auto& mirror : m.copies.front()) most = std::max(most, mirror->allocation_bytes());
-  append_tiles(whole, kAllocationSlot, 0, most);
-  m.whole_tiles = DeviceBuffer(whole);
-  m.whole_tile_count = static_cast<std::int64_t>(whole.size());
-  check_cuda(cudaDeviceSynchronize(), "resident caches");
+  m.results = DeviceBuffer(std::max<std::size_t>(layer_count, 1) * sizeof(CompareResult));
+  m.results_h = reinterpret_cast<CompareResult*>(PinnedPool::instance().acquire(
+      std::max<std::size_t>(layer_count, 1) * sizeof(CompareResult), m.results_capacity));
+  // What the mirrors copied on the legacy stream is done before this stream's work reads it.
+  if (copied) check_cuda(cudaDeviceSynchronize(), "resident caches");
 }
 
 ResidentReplay::~ResidentReplay() = default;
@@ -416,14 +556,28 @@ std::int64_t ResidentReplay::device_bytes() const { return impl_->device_bytes; 
 void ResidentReplay::stage_step(std::span<const GeneratedRowKey> keys,
                                 const spec::SlotMapping& slots,
                                 const spec::SlotMapping* index_slots,
-                                std::span<const BufferByteRange> compared) {
+                                std::span<const BufferByteRange> compared,
+                                std::span<const std::int64_t> zero_rows) {
   Impl& m = *impl_;
   const auto t = static_cast<std::int64_t>(slots.slots.size());
-  if (t > m.max_tokens || static_cast<std::int64_t>(keys.size()) != t ||
+  const auto rows = static_cast<std::int64_t>(keys.size());
+  if (rows > m.max_tokens || rows < t ||
       (index_slots != nullptr && static_cast<std::int64_t>(index_slots->slots.size()) != t)) {
     throw spec::InvalidInput("slot_mapping", -1, std::to_string(t),
                              "expected at most " + std::to_string(m.max_tokens) +
-                                 " tokens, one generator key and one index slot per token");
+                                 " source rows, a generator key for each token's and one index "
+                                 "slot per token");
+  }
+  std::vector<std::uint8_t> zero;
+  if (!zero_rows.empty()) {
+    zero.assign(static_cast<std::size_t>(rows), 0);
+    for (const std::int64_t r : zero_rows) {
+      if (r < 0 || r >= rows) {
+        throw spec::InvalidInput("zero_rows", -1, std::to_string(r),
+                                 "expected a source row in [0, " + std::to_string(rows) + ")");
+      }
+      zero[static_cast<std::size_t>(r)] = 1;
+    }
   }
   std::vector<CompareTile> tiles;
   for (const BufferByteRange& r : compared) {
@@ -433,52 +587,59 @@ void ResidentReplay::stage_step(std::span<const GeneratedRowKey> keys,
     }
     append_tiles(tiles, r.buffer, r.begin, r.end);
   }
-  // One upload: [keys | slots | index slots | tiles], each part 256-byte aligned.
+  // One upload: [keys | slots | index slots | zero rows | tiles], each part 256-byte aligned.
   const auto aligned = [](std::size_t n) { return (n + 255) / 256 * 256; };
   const std::vector<std::uint8_t> s = detail::slot_storage(slots);
   const std::vector<std::uint8_t> is =
       index_slots != nullptr ? detail::slot_storage(*index_slots) : std::vector<std::uint8_t>{};
   const std::size_t at_slots = aligned(keys.size_bytes());
   const std::size_t at_index = at_slots + aligned(s.size());
-  const std::size_t at_tiles = at_index + aligned(is.size());
+  const std::size_t at_zero = at_index + aligned(is.size());
+  const std::size_t at_tiles = at_zero + aligned(zero.size());
   const std::size_t total = at_tiles + tiles.size() * sizeof(CompareTile);
   // The previous step's launches read the staged bytes until the stream is done with them.
-  check_cuda(cudaStreamSynchronize(m.stream), "resident step");
+  if (m.staged_before) check_cuda(cudaStreamSynchronize(m.stream), "resident step");
+  m.staged_before = true;
   m.reserve_pinned(total);
   std::memcpy(m.pinned, keys.data(), keys.size_bytes());
   std::memcpy(m.pinned + at_slots, s.data(), s.size());
   if (!is.empty()) std::memcpy(m.pinned + at_index, is.data(), is.size());
+  if (!zero.empty()) std::memcpy(m.pinned + at_zero, zero.data(), zero.size());
   if (!tiles.empty())
     std::memcpy(m.pinned + at_tiles, tiles.data(), tiles.size() * sizeof(CompareTile));
   if (m.staged.size() < total) m.staged = DeviceBuffer(total);
   check_cuda(cudaMemcpyAsync(m.staged.data(), m.pinned, total, cudaMemcpyHostToDevice, m.stream),
              "cudaMemcpyAsync(resident step)");
   m.tokens = t;
+  m.source_rows = rows;
   m.keys_d = m.staged.as<const GeneratedRowKey>();
+  m.zero_d = zero.empty() ? nullptr : m.staged.data() + at_zero;
   m.slots_d = m.staged.data() + at_slots;
   m.index_slots_d = index_slots != nullptr ? m.staged.data() + at_index : nullptr;
   m.step_tiles_d = reinterpret_cast<const CompareTile*>(m.staged.data() + at_tiles);
   m.step_tiles = static_cast<std::int64_t>(tiles.size());
+  m.generated = -1;
   if (m.all_layers) m.generate_layers(0, m.layers.size());
-}
-
-void ResidentReplay::generate(std::size_t li) {
-  Impl& m = *impl_;
-  if (m.all_layers) return;  // stage_step generated every layer
-  m.generate_layers(li, 1);
 }
 
 void ResidentReplay::write(std::size_t li, std::size_t copy, const DeviceWriteFunction& fn) {
   Impl& m = *impl_;
   DeviceWriteCall& call = m.calls.at(copy).at(li);
+  // Every writer of a layer reads the same inputs: generated once while the writers follow one
+  // another on the layer, again when another layer's came between (stage_step generated every
+  // layer's at once where they fit).
+  if (!m.all_layers && m.generated != static_cast<std::int64_t>(li)) {
+    m.generate_layers(li, 1);
+    m.generated = static_cast<std::int64_t>(li);
+  }
   std::uint8_t* in =
       m.inputs.data() + (m.all_layers ? static_cast<std::int64_t>(li) : 0) * m.input_stride;
   call.k.data = in;
   call.v.data = in + m.kv_input_bytes;
-  call.k.shape[0] = call.v.shape[0] = m.tokens;
+  call.k.shape[0] = call.v.shape[0] = m.source_rows;
   if (call.kind == spec::LayerKind::kSparse) {
     call.index_k.data = in + 2 * m.kv_input_bytes;
-    call.index_k.shape[0] = m.tokens;
+    call.index_k.shape[0] = m.source_rows;
   }
   call.slot_mapping.data = m.slots_d;
   call.slot_mapping.shape[0] = m.tokens;
@@ -499,11 +660,9 @@ std::vector<ResidentDifference> ResidentReplay::compare(std::size_t copy, bool w
   if (tiles > 0) {
     // The largest grid dimension x is 2^31 - 1 tiles (128 TiB a layer): never reached.
     const dim3 grid(static_cast<unsigned>(tiles), layers);
-    compare_kernel<<<grid, 256, 0, m.stream>>>(
-        m.pointer_tables.at(0).as<const CopyPointers>(),
-        m.pointer_tables.at(copy).as<const CopyPointers>(),
-        whole ? m.whole_tiles.as<const CompareTile>() : m.step_tiles_d,
-        m.results.as<CompareResult>());
+    compare_kernel<<<grid, 256, 0, m.stream>>>(m.pointer_tables, m.pointer_tables + copy * layers,
+                                               whole ? m.whole_tiles : m.step_tiles_d,
+                                               m.results.as<CompareResult>());
     check_cuda(cudaGetLastError(), "compare_kernel");
   }
   check_cuda(cudaMemcpyAsync(m.results_h, m.results.data(), layers * sizeof(CompareResult),
@@ -574,9 +733,17 @@ void ResidentReplay::download(std::size_t li, std::size_t copy,
   }
   std::vector<const std::uint8_t*> sources;
   for (std::size_t b = 0; b < mirror.buffer_count(); ++b) sources.push_back(mirror.storage(b));
-  const DeviceBuffer d_sources(sources);
-  const DeviceBuffer d_buffers(buffers);
-  const DeviceBuffer d_pages(pages);
+  // Uploaded on the stream that reads them (a pageable cudaMemcpy on the legacy stream is not
+  // ordered before this non-blocking stream's kernel).
+  const auto upload = [&](const void* src, std::size_t bytes) {
+    DeviceBuffer d(bytes);
+    check_cuda(cudaMemcpyAsync(d.data(), src, bytes, cudaMemcpyHostToDevice, m.stream),
+               "cudaMemcpyAsync(page tables)");
+    return d;
+  };
+  const DeviceBuffer d_sources = upload(sources.data(), sources.size() * sizeof(sources[0]));
+  const DeviceBuffer d_buffers = upload(buffers.data(), buffers.size() * sizeof(buffers[0]));
+  const DeviceBuffer d_pages = upload(pages.data(), pages.size() * sizeof(pages[0]));
   const DeviceBuffer d_out(static_cast<std::size_t>(total));
   gather_pages_kernel<<<static_cast<unsigned>(pages.size()), 256, 0, m.stream>>>(
       d_sources.as<const std::uint8_t* const>(), d_buffers.as<const std::int32_t>(),

@@ -195,10 +195,25 @@ std::string CheckReport::summary() const {
   }
   if (tier != ReferenceTier::kCpu || tier_cases > 0) {
     s << "\nreference: the " << spec::name_of(tier) << " tier (" << tier_answerers << ") answered "
-      << tier_cases << " cases, the CPU reference " << cpu_cases
-      << "; the tier was judged against the CPU "
+      << tier_cases << " cases"
+      << (resident_cases > 0 ? " (" + std::to_string(resident_cases) +
+                                   " of them on the device: generated, written and compared there)"
+                             : std::string())
+      << ", the CPU reference " << cpu_cases << "; the tier was judged against the CPU "
       << "reference " << tier_checks
       << " times (an op's answer to a case: the first cases, then one in N, every failure)\n";
+  }
+  if (resident_cases + resident_checks > 0) {
+    char line2[256];
+    std::snprintf(
+        line2, sizeof line2,
+        "resident: %lld cases judged on the device and %lld sampled device answers "
+        "checked against the CPU reference in %.2f s (%.0f us a case)\n",
+        static_cast<long long>(resident_cases), static_cast<long long>(resident_checks),
+        resident_seconds,
+        1e6 * resident_seconds /
+            static_cast<double>(std::max<std::int64_t>(1, resident_cases + resident_checks)));
+    s << line2;
   }
   if (!tier_disagreement.empty()) {
     s << "\nthe reference tier disagrees with the CPU reference; the campaign stopped:\n"
@@ -375,8 +390,16 @@ CheckReport Campaign::run(const Progress& progress) {
   // The tier (CheckOptions::tier): an op the tier answers has its case answered by the tier's
   // answerer, except on a sampled case, which the CPU reference answers and the answerer is
   // judged on, bit for bit (a disagreement: `tier_problem`).
+  //
+  // The tier's resident path (OpDriver::judge_on_device): an op the tier answers whose judged
+  // subjects all write on the device has its case drawn without values on the worker and judged
+  // on the device here (answerer and subjects writing device copies, compared there); a subject
+  // failing there is judged again on the host against the CPU reference, and a case the device
+  // path does not take is answered on the host as above.
   struct CaseWork {
     std::map<std::string_view, std::unique_ptr<PreparedCase>> cases;
+    std::set<std::string_view> on_device;        // the case kinds drawn for the device
+    bool sampled = false;                        // a case the tier is checked on
     std::vector<std::vector<bool>> hits;         // per coverage op group, its driver's flags
     std::vector<std::optional<Verdict>> judged;  // per row: set when judged on the worker
     std::set<std::string_view> tiered;           // the case kinds the tier answered
@@ -391,9 +414,45 @@ CheckReport Campaign::run(const Progress& progress) {
            " disagrees with the CPU reference (" + std::string(spec::name_of(v.outcome)) + ") on " +
            cpu_case.describe() + "\n" + v.report;
   };
-  const auto work = [this, &check_tier](std::uint64_t seed, std::int64_t index) {
+  // The case of `seed` answered by `answerer` on the host (the CPU reference where the tier does
+  // not take it).
+  const auto answer_on_host = [this](const OpDriver& driver, std::uint64_t seed, Subject* answerer,
+                                     CaseWork& w) {
+    std::unique_ptr<PreparedCase>& c = w.cases[driver.case_kind()];
+    c.reset();
+    w.on_device.erase(driver.case_kind());
+    w.tiered.erase(driver.case_kind());
+    try {
+      c = driver.prepare(seed, o_.overrides, answerer);
+      w.tiered.insert(driver.case_kind());
+    } catch (const spec::Unsupported&) {
+      // A configuration the tier does not implement: the CPU reference answers the case.
+    } catch (const std::exception& e) {
+      if (w.tier_problem.empty()) {
+        w.tier_problem = "the " + std::string(spec::name_of(driver.op())) + " answerer " +
+                         answerer->name() + " failed on " +
+                         driver.prepare(seed, o_.overrides)->describe() + ": " + e.what();
+      }
+    }
+    if (!c) c = driver.prepare(seed, o_.overrides);
+  };
+  // The ops whose judged subjects all write on the device, as the tier's answerer does.
+  std::set<spec::Op> resident_ops;
+  if (o_.tier == ReferenceTier::kGpu && o_.tier_resident) {
+    for (const Row& row : rows_) {
+      const Subject* answerer = tier_.answering(row.op);
+      if (answerer == nullptr || !answerer->device_write()) continue;
+      if (std::all_of(rows_.begin(), rows_.end(), [&](const Row& r) {
+            return r.op != row.op || (!r.subject->concurrent() && r.subject->device_write());
+          }))
+        resident_ops.insert(row.op);
+    }
+  }
+  const auto work = [this, &check_tier, &answer_on_host, &resident_ops](std::uint64_t seed,
+                                                                        std::int64_t index) {
     CaseWork w;
     const bool sampled = tier_sampled(index, o_.tier_sample_first, o_.tier_sample_every);
+    w.sampled = sampled;
     for (const Row& row : rows_) {
       const OpDriver& driver = driver_of(row.op);
       std::unique_ptr<PreparedCase>& c = w.cases[driver.case_kind()];
@@ -402,21 +461,19 @@ CheckReport Campaign::run(const Progress& progress) {
       // The answerer judged as a subject of the campaign is judged against the CPU reference's
       // answer on every case, never against its own.
       const bool cpu_answers = sampled || tier_.self_judged.contains(row.op);
-      if (answerer != nullptr && !cpu_answers) {
-        try {
-          c = driver.prepare(seed, o_.overrides, answerer);
+      if (answerer != nullptr && !cpu_answers && resident_ops.contains(row.op)) {
+        c = driver.prepare_for_device(seed, o_.overrides);
+        if (c) {
+          w.on_device.insert(driver.case_kind());
           w.tiered.insert(driver.case_kind());
-        } catch (const spec::Unsupported&) {
-          // A configuration the tier does not implement: the CPU reference answers the case.
-        } catch (const std::exception& e) {
-          if (w.tier_problem.empty()) {
-            w.tier_problem = "the " + std::string(spec::name_of(row.op)) + " answerer " +
-                             answerer->name() + " failed on " +
-                             driver.prepare(seed, o_.overrides)->describe() + ": " + e.what();
-          }
+          continue;
         }
       }
-      if (!c) c = driver.prepare(seed, o_.overrides);
+      if (answerer != nullptr && !cpu_answers) {
+        answer_on_host(driver, seed, answerer, w);
+        continue;
+      }
+      c = driver.prepare(seed, o_.overrides);
       if (answerer != nullptr && cpu_answers) {
         ++w.checks;
         if (std::string problem = check_tier(driver, *answerer, *c);
@@ -511,11 +568,53 @@ CheckReport Campaign::run(const Progress& progress) {
           if (r.first_case < 0) r.first_case = i;
         }
       }
+      // The cases drawn for the device, judged there (one verdict per row of the case kind, in
+      // row order); one the device does not take is answered on the host.
+      std::map<std::string_view, std::vector<Verdict>> on_device;
+      const auto device_start = std::chrono::steady_clock::now();
+      // On a sampled case of a resident op, the answerer's device run (inputs generated there)
+      // is checked against the CPU reference's answer too: the resident path's trust chain.
+      if (w.sampled) {
+        for (const spec::Op op : resident_ops) {
+          const OpDriver& driver = driver_of(op);
+          ++report_.resident_checks;
+          if (std::string problem =
+                  driver.check_on_device(*w.cases.at(driver.case_kind()), *tier_.of(op));
+              !problem.empty() && w.tier_problem.empty())
+            w.tier_problem = std::move(problem);
+        }
+      }
+      for (const std::string_view kind : std::set<std::string_view>(w.on_device)) {
+        const auto first = std::find_if(rows_.begin(), rows_.end(), [&](const Row& r) {
+          return driver_of(r.op).case_kind() == kind;
+        });
+        const OpDriver& driver = driver_of(first->op);
+        Subject* answerer = tier_.of(first->op);
+        std::vector<Subject*> subjects;
+        for (const Row& r : rows_) {
+          if (driver_of(r.op).case_kind() == kind) subjects.push_back(r.subject);
+        }
+        try {
+          on_device[kind] = driver.judge_on_device(*w.cases.at(kind), *answerer, subjects);
+          ++report_.resident_cases;
+        } catch (const std::exception&) {
+          // Not taken there (spec::Unsupported), or a writer that threw or faulted: the host path
+          // judges each writer on its own and says which.
+          answer_on_host(driver, seed, answerer, w);
+        }
+      }
+      report_.resident_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - device_start).count();
       std::vector<Verdict> verdicts;
+      std::map<std::string_view, std::size_t> device_next;
       for (std::size_t r = 0; r < rows_.size(); ++r) {
         const Row& row = rows_[r];
         const OpDriver& driver = driver_of(row.op);
         PreparedCase& c = *w.cases.at(driver.case_kind());
+        if (const auto it = on_device.find(driver.case_kind()); it != on_device.end()) {
+          verdicts.push_back(std::move(it->second.at(device_next[driver.case_kind()]++)));
+          continue;
+        }
         verdicts.push_back(w.judged[r] ? std::move(*w.judged[r]) : driver.judge(*row.subject, c));
       }
       // A subject failing against the tier's answer is judged again against the CPU reference's,
@@ -536,7 +635,17 @@ CheckReport Campaign::run(const Progress& progress) {
               !problem.empty() && w.tier_problem.empty())
             w.tier_problem = std::move(problem);
         }
-        verdicts[r] = driver.judge(*rows_[r].subject, *cpu);
+        Verdict host = driver.judge(*rows_[r].subject, *cpu);
+        // A subject that differs from the answerer on the device but passes on the host: one of
+        // the two writers' device runs is not its host run (or the device's generated inputs
+        // are not the host's); the resident path's answers are in doubt.
+        if (on_device.contains(driver.case_kind()) && host.outcome == Outcome::kPass &&
+            driver.device_answer_exact(*w.cases.at(driver.case_kind())) && w.tier_problem.empty()) {
+          w.tier_problem = "resident path disagrees with the host: " + rows_[r].subject->name() +
+                           ", " + verdicts[r].report + ", on the host both it and " +
+                           answerer->name() + " equal the CPU reference on " + cpu->describe();
+        }
+        verdicts[r] = std::move(host);
       }
       report_.tier_checks += w.checks;
       ++(w.tiered.empty() ? report_.cpu_cases : report_.tier_cases);

@@ -226,7 +226,7 @@ std::uint64_t poison_salt(std::int64_t layer, BufferKind buffer) {
 }
 
 spec::LayerCaches make_layer_caches(const reference::PagedCacheLayout& layout, std::int64_t layer,
-                                    spec::LayerKind kind, bool lazy) {
+                                    spec::LayerKind kind, bool lazy, bool hold_guards) {
   spec::LayerCaches caches;
   caches.kind = kind;
   for (BufferKind b : layout.buffers(kind)) {
@@ -237,8 +237,10 @@ spec::LayerCaches make_layer_caches(const reference::PagedCacheLayout& layout, s
     buf.storage = lazy ? spec::ByteStorage::lazy(bytes, poison_salt(layer, b))
                        : spec::ByteStorage::poisoned(bytes, poison_salt(layer, b));
     // A lazy buffer's guard bands exist from the start: every writer is judged against them.
-    buf.storage.materialise(0, buf.guard_bytes);
-    buf.storage.materialise(buf.storage.size() - buf.guard_bytes, buf.storage.size());
+    if (hold_guards || !buf.storage.is_lazy()) {
+      buf.storage.materialise(0, buf.guard_bytes);
+      buf.storage.materialise(buf.storage.size() - buf.guard_bytes, buf.storage.size());
+    }
     caches.buffers.push_back(std::move(buf));
   }
   return caches;

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 #include "kv_modes.hpp"
 #include "kvo/oracle/cache_diff.hpp"
 #include "kvo/oracle/harness.hpp"
+#include "kvo/oracle/resident_writes.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/paged_cache.hpp"
 #include "op_drivers.hpp"
@@ -26,6 +28,22 @@ struct WritePrepared final : PreparedCase {
   /// A case with the given initial caches (a case file's).
   WritePrepared(WriteCase c, std::vector<spec::LayerCaches> initial)
       : wc(std::move(c)), layout(wc.config), poisoned(std::move(initial)) {
+    answer();
+  }
+  /// A case for the device (its values deferred, WriteCase::values): lazy poisoned caches with
+  /// nothing held (the device poisons every byte itself). A case with several admissible answers
+  /// (ResidentWrites::config_blocker) also gets its values and the CPU reference's answer here (on
+  /// the campaign's worker), so that a subject differing from the answerer on the device is
+  /// judged from its device bytes by the sets, without running again.
+  explicit WritePrepared(WriteCase c) : wc(std::move(c)), layout(wc.config) {
+    for (std::size_t l = 0; l < wc.config.layers.size(); ++l) {
+      device_initial.push_back(make_layer_caches(layout, static_cast<std::int64_t>(l),
+                                                 wc.config.layers[l], /*lazy=*/true,
+                                                 /*hold_guards=*/false));
+    }
+    if (ResidentWrites::config_blocker(wc.config).empty()) return;
+    fill_write_values(wc);
+    poisoned = make_model_caches(layout);
     answer();
   }
   /// The reference's answer, or the answerer's.
@@ -49,6 +67,8 @@ struct WritePrepared final : PreparedCase {
   reference::PagedCacheLayout layout;
   std::vector<spec::LayerCaches> poisoned;  ///< poisoned once per case, copied per subject
   std::vector<spec::LayerCaches> expected;
+  /// A case for the device: its caches as the device starts them (nothing held on the host).
+  std::vector<spec::LayerCaches> device_initial;
 };
 
 /// A subject's caches for one case, judged under any write modes: the reference is run once per
@@ -215,6 +235,90 @@ class WriteDriver final : public OpDriver {
     return std::make_unique<WritePrepared>(make_write_case(seed, o.write), answerer);
   }
   bool answers_through_tier() const override { return true; }
+
+  std::unique_ptr<PreparedCase> prepare_for_device(std::uint64_t seed,
+                                                   const Overrides& o) const override {
+    return std::make_unique<WritePrepared>(make_write_case(seed, o.write, CaseValues::kDeferred));
+  }
+
+  bool device_answer_exact(const PreparedCase& pc) const override {
+    return ResidentWrites::config_blocker(static_cast<const WritePrepared&>(pc).wc.config).empty();
+  }
+
+  std::vector<Verdict> judge_on_device(PreparedCase& pc, Subject& answerer,
+                                       const std::vector<Subject*>& subjects) const override {
+    auto& c = static_cast<WritePrepared&>(pc);
+    std::vector<Subject*> writers{&answerer};
+    writers.insert(writers.end(), subjects.begin(), subjects.end());
+    const std::unique_ptr<ResidentWrites> device = write_resident(c, writers);
+    const std::vector<spec::LayerCaches>& initial =
+        c.device_initial.empty() ? c.poisoned : c.device_initial;
+    // Every byte of every allocation: the buffers, their guard bands and the margins around them.
+    std::int64_t compared = 0;
+    for (const spec::LayerCaches& caches : initial) {
+      for (const spec::CacheBuffer& b : caches.buffers) compared += b.storage.size();
+    }
+    std::vector<Verdict> out;
+    for (std::size_t w = 1; w < writers.size(); ++w) {
+      Verdict v;
+      v.bytes_compared = compared;
+      const std::vector<LayerDifference> diffs = device->compare(w, /*whole=*/true);
+      // A case with several admissible answers and the CPU reference's answer at hand: a copy
+      // that differs from the answerer's only inside the buffers (the same count over the buffers
+      // as over the whole allocations) is judged from its bytes, by the sets.
+      if (judged_from_bytes(c) && total(diffs) > 0 &&
+          total(device->compare(w, /*whole=*/false)) == total(diffs)) {
+        out.push_back(judge_device_bytes(c, *device, w));
+        continue;
+      }
+      for (std::size_t l = 0; l < diffs.size(); ++l) {
+        if (diffs[l].count == 0) continue;
+        v.outcome = spec::Outcome::kMismatch;
+        v.mismatch_size += diffs[l].count;
+        if (!v.report.empty()) continue;
+        const std::string buffer =
+            diffs[l].buffer < 0
+                ? std::string("a margin outside every buffer")
+                : std::string(spec::name_of(
+                      initial[l].buffers[static_cast<std::size_t>(diffs[l].buffer)].kind));
+        v.report = "on the device: layer " + std::to_string(l) + ", " + buffer + " byte " +
+                   std::to_string(diffs[l].byte) + " differs from " + answerer.name() + "'s (" +
+                   std::to_string(diffs[l].count) + " bytes differ in the layer)";
+      }
+      if (v.outcome == spec::Outcome::kPass)
+        v.report = "equal on the device to " + answerer.name() + "'s caches";
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
+
+  std::string check_on_device(PreparedCase& pc, Subject& answerer) const override {
+    auto& c = static_cast<WritePrepared&>(pc);
+    const std::unique_ptr<ResidentWrites> device = write_resident(c, {&answerer});
+    CacheDiff diff;
+    for (std::size_t l = 0; l < c.wc.writes.size(); ++l) {
+      // Every byte of a dense buffer; of a lazy (huge) one, the pages the reference's answer holds
+      // (the touched blocks and the guard bands).
+      std::vector<BufferBytes> ranges;
+      for (std::size_t b = 0; b < c.poisoned[l].buffers.size(); ++b) {
+        const spec::ByteStorage& s = c.poisoned[l].buffers[b].storage;
+        const auto index = static_cast<std::int32_t>(b);
+        if (!s.is_lazy()) {
+          ranges.push_back({index, 0, s.size()});
+          continue;
+        }
+        for (const spec::ByteRange& r : c.expected[l].buffers[b].storage.materialised())
+          ranges.push_back({index, r.first, r.second});
+      }
+      spec::LayerCaches got = c.poisoned[l];
+      device->download(l, 0, ranges, got);
+      diff.merge(diff_write_layer(c.wc.config, c.layout, l, c.wc.writes[l], c.expected[l], got));
+    }
+    if (diff.equal()) return {};
+    return "the write answerer " + answerer.name() +
+           " writing on the device (inputs generated there) disagrees with the CPU reference on " +
+           c.describe() + "\n" + diff.report();
+  }
 
   Verdict judge(Subject& subject, PreparedCase& pc) const override {
     return run(subject, static_cast<WritePrepared&>(pc), 1, nullptr);
@@ -417,6 +521,79 @@ class WriteDriver final : public OpDriver {
   }
 
  private:
+  /// Every layer of case `c` written on the device by each of `writers` into a copy of its own:
+  /// the inputs generated there from the case's WriteValues, the case's scales and slot mappings.
+  static std::unique_ptr<ResidentWrites> write_resident(const WritePrepared& c,
+                                                        const std::vector<Subject*>& writers) {
+    if (!c.wc.values) throw spec::Unsupported("a write case without generated values");
+    const WriteValues& plan = *c.wc.values;
+    std::vector<std::int64_t> layers(c.wc.writes.size());
+    std::iota(layers.begin(), layers.end(), 0);
+    std::vector<std::vector<float>> k_scale, v_scale;
+    const spec::SlotMapping* index_slots = nullptr;
+    for (const spec::LayerWrite& w : c.wc.writes) {
+      k_scale.push_back(w.k_scale);
+      v_scale.push_back(w.v_scale);
+      if (c.wc.config.separate_index_slots && w.kind == spec::LayerKind::kSparse)
+        index_slots = &w.index_slots;
+    }
+    auto device = std::make_unique<ResidentWrites>(
+        c.wc.config, layers, c.device_initial.empty() ? c.poisoned : c.device_initial, writers,
+        plan.gen, k_scale, v_scale, static_cast<std::int64_t>(plan.row_keys.size()));
+    // The staged comparison: every buffer whole (a dense layer's buffers are a sparse one's first).
+    const std::vector<BufferBytes> buffers =
+        whole_bytes(c.layout, std::find(c.wc.config.layers.begin(), c.wc.config.layers.end(),
+                                        spec::LayerKind::kSparse) != c.wc.config.layers.end()
+                                  ? spec::LayerKind::kSparse
+                                  : spec::LayerKind::kDense);
+    device->stage_step(plan.row_keys, c.wc.writes.front().slots, index_slots,
+                       judged_from_bytes(c) ? std::span<const BufferBytes>(buffers)
+                                            : std::span<const BufferBytes>(),
+                       plan.zero_rows);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      for (std::size_t w = 0; w < writers.size(); ++w) device->write(l, w);
+    }
+    return device;
+  }
+
+  /// Whether a device case is judged from its device bytes where a copy differs from the
+  /// answerer's: it carries the CPU reference's answer and every buffer is dense (a lazy one's
+  /// other pages would go unread).
+  static bool judged_from_bytes(const WritePrepared& c) {
+    if (c.expected.empty() || c.device_initial.empty()) return false;
+    for (const spec::LayerCaches& caches : c.poisoned) {
+      for (const spec::CacheBuffer& b : caches.buffers) {
+        if (b.storage.is_lazy()) return false;
+      }
+    }
+    return true;
+  }
+  static std::int64_t total(const std::vector<LayerDifference>& diffs) {
+    std::int64_t n = 0;
+    for (const LayerDifference& d : diffs) n += d.count;
+    return n;
+  }
+
+  /// Writer `writer`'s device copy of a case that carries the CPU reference's answer, judged as
+  /// `run` judges a host run (by the sets where the contract admits several codes): every byte of
+  /// its buffers downloaded (judged_from_bytes: dense ones only).
+  static Verdict judge_device_bytes(const WritePrepared& c, ResidentWrites& device,
+                                    std::size_t writer) {
+    using Caches = std::vector<spec::LayerCaches>;
+    return run_on_copy(c.poisoned, static_cast<Caches*>(nullptr), [&](Caches& actual, Verdict& v) {
+      CacheDiff diff;
+      for (std::size_t l = 0; l < c.wc.writes.size(); ++l) {
+        device.download(l, writer, whole_bytes(c.layout, c.wc.writes[l].kind), actual[l]);
+        diff.merge(
+            diff_write_layer(c.wc.config, c.layout, l, c.wc.writes[l], c.expected[l], actual[l]));
+      }
+      v.bytes_compared = diff.compared_bytes;
+      v.report = diff.report();
+      v.mismatch_size = diff.equal() ? 0 : diff.differing_bytes;
+      return diff.equal() ? spec::Outcome::kPass : spec::Outcome::kMismatch;
+    });
+  }
+
   /// Runs the subject over every layer into a copy of the poisoned caches (kept in `keep` when
   /// given) and diffs them, describing up to `samples` elements.
   static Verdict run(Subject& subject, const WritePrepared& c, std::size_t samples,

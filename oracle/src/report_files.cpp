@@ -150,6 +150,8 @@ std::string report_json(const CheckReport& r) {
     << ",\n  \"reference\": {\"tier\": " << json_escape(std::string(spec::name_of(r.tier)))
     << ", \"answerers\": " << json_escape(r.tier_answerers) << ", \"tier_cases\": " << r.tier_cases
     << ", \"cpu_cases\": " << r.cpu_cases << ", \"tier_checks\": " << r.tier_checks
+    << ", \"resident_cases\": " << r.resident_cases
+    << ", \"resident_checks\": " << r.resident_checks
     << ", \"disagreement\": " << json_escape(r.tier_disagreement) << "}"
     << ",\n  \"subjects\": [";
   for (std::size_t i = 0; i < r.subjects.size(); ++i) {

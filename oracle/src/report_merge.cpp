@@ -55,6 +55,12 @@ class Fields {
     }
     return n;
   }
+  /// An integer in [min, max], or 0 where the key is absent (a field a later version added: a
+  /// report written before it merges).
+  std::int64_t integer_or_zero(const char* key, std::int64_t min,
+                               std::int64_t max = std::numeric_limits<std::int64_t>::max()) const {
+    return o_.contains(key) ? integer(key, min, max) : 0;
+  }
   double number(const char* key) const {
     const Json& v = at(key);
     if (!v.is_number() || v.get<double>() < 0.0)
@@ -123,6 +129,8 @@ CheckReport read_report_json(const std::string& text, const std::string& source)
   r.tier_cases = tier.integer("tier_cases", 0);
   r.cpu_cases = tier.integer("cpu_cases", 0);
   r.tier_checks = tier.integer("tier_checks", 0);
+  r.resident_cases = tier.integer_or_zero("resident_cases", 0, r.tier_cases);
+  r.resident_checks = tier.integer_or_zero("resident_checks", 0);
   r.tier_disagreement = tier.text("disagreement");
   // A disagreement stopped the campaign on a case it did not record.
   if (r.tier_cases + r.cpu_cases != r.cases_run + (r.tier_disagreement.empty() ? 0 : 1)) {
@@ -266,6 +274,8 @@ CheckReport merge_reports(const std::vector<CheckReport>& shards,
     m.tier_cases += r.tier_cases;
     m.cpu_cases += r.cpu_cases;
     m.tier_checks += r.tier_checks;
+    m.resident_cases += r.resident_cases;
+    m.resident_checks += r.resident_checks;
     if (m.tier_disagreement.empty()) m.tier_disagreement = r.tier_disagreement;
     m.cases_run += r.cases_run;
     m.bytes_compared += r.bytes_compared;

@@ -36,12 +36,22 @@ std::vector<BufferBytes> whole_bytes(const reference::PagedCacheLayout& layout,
   return out;
 }
 
+std::string ResidentWrites::config_blocker(const spec::ModelConfig& c) {
+  if (c.slot_mode != spec::SlotMode::kStrict) {
+    return "slot mode " + std::string(spec::name_of(c.slot_mode)) +
+           " (colliding slots admit several answers)";
+  }
+  if (c.kv.scale_mode == spec::ScaleMode::kDivApprox) {
+    return "scale mode div_approx admits several codes";
+  }
+  return {};
+}
+
 #ifdef KVO_HAVE_CUDA
 
 struct ResidentWrites::Impl {
   std::vector<DeviceWriteFn> writers;
   std::unique_ptr<gpu::ResidentReplay> device;
-  std::size_t generated = static_cast<std::size_t>(-1);  ///< the layer whose inputs are current
 };
 
 std::string ResidentWrites::unavailable(const std::vector<Subject*>& writers) {
@@ -54,7 +64,8 @@ std::string ResidentWrites::unavailable(const std::vector<Subject*>& writers) {
 ResidentWrites::ResidentWrites(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
                                const std::vector<spec::LayerCaches>& initial,
                                std::vector<Subject*> writers, const reference::ValueGenerator& gen,
-                               const std::vector<float>& k_scale, const std::vector<float>& v_scale,
+                               const std::vector<std::vector<float>>& k_scale,
+                               const std::vector<std::vector<float>>& v_scale,
                                std::int64_t max_tokens)
     : impl_(std::make_unique<Impl>()) {
   if (const std::string why = unavailable(writers); !why.empty()) {
@@ -74,21 +85,15 @@ std::int64_t ResidentWrites::device_bytes() const { return impl_->device->device
 void ResidentWrites::stage_step(std::span<const reference::RowKey> keys,
                                 const spec::SlotMapping& slots,
                                 const spec::SlotMapping* index_slots,
-                                std::span<const BufferBytes> compared) {
+                                std::span<const BufferBytes> compared,
+                                std::span<const std::int64_t> zero_rows) {
   std::vector<gpu::GeneratedRowKey> device_keys;
   device_keys.reserve(keys.size());
   for (const reference::RowKey& k : keys) device_keys.push_back({k.request, k.position});
-  impl_->device->stage_step(device_keys, slots, index_slots, compared);
-  impl_->generated = static_cast<std::size_t>(-1);
+  impl_->device->stage_step(device_keys, slots, index_slots, compared, zero_rows);
 }
 
 void ResidentWrites::write(std::size_t li, std::size_t writer) {
-  // Every writer of a layer reads the same inputs: generated once while the writers follow one
-  // another on the layer, again when another layer's came between.
-  if (impl_->generated != li) {
-    impl_->device->generate(li);
-    impl_->generated = li;
-  }
   impl_->device->write(li, writer, impl_->writers.at(writer));
 }
 
@@ -117,13 +122,15 @@ std::string ResidentWrites::unavailable(const std::vector<Subject*>&) {
 
 ResidentWrites::ResidentWrites(const spec::ModelConfig&, std::vector<std::int64_t>,
                                const std::vector<spec::LayerCaches>&, std::vector<Subject*>,
-                               const reference::ValueGenerator&, const std::vector<float>&,
-                               const std::vector<float>&, std::int64_t) {
+                               const reference::ValueGenerator&,
+                               const std::vector<std::vector<float>>&,
+                               const std::vector<std::vector<float>>&, std::int64_t) {
   throw spec::Unsupported("writes resident on the device: " + unavailable({}));
 }
 std::int64_t ResidentWrites::device_bytes() const { return 0; }
 void ResidentWrites::stage_step(std::span<const reference::RowKey>, const spec::SlotMapping&,
-                                const spec::SlotMapping*, std::span<const BufferBytes>) {}
+                                const spec::SlotMapping*, std::span<const BufferBytes>,
+                                std::span<const std::int64_t>) {}
 void ResidentWrites::write(std::size_t, std::size_t) {}
 std::vector<LayerDifference> ResidentWrites::compare(std::size_t, bool) { return {}; }
 void ResidentWrites::synchronize() {}

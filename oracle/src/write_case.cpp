@@ -231,7 +231,7 @@ void choose_strides(std::uint64_t seed, const std::optional<spec::KvStrides>& kv
   }
 }
 
-WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
+WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o, CaseValues values) {
   SplitMix64 rng(seed);
   WriteCase wc;
   wc.seed = seed;
@@ -483,41 +483,55 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o) {
     }
   }
 
-  reference::ValueGenerator gen;
-  gen.seed = rng.next();
-  gen.act = c.act_dtype;
-  gen.edge_values = edge_values;
-  gen.allow_nonfinite = edge_values;
-  gen.range = std::ldexp(1.0f, static_cast<int>(rng.uniform(-2, 9)));
+  WriteValues plan;
+  plan.gen.seed = rng.next();
+  plan.gen.act = c.act_dtype;
+  plan.gen.edge_values = edge_values;
+  plan.gen.allow_nonfinite = edge_values;
+  plan.gen.range = std::ldexp(1.0f, static_cast<int>(rng.uniform(-2, 9)));
+  plan.row_keys = std::move(row_keys);
+  plan.zero_rows = std::move(zero_rows);
   const std::int64_t nscale = c.kv.per_head_scale ? g.num_kv_heads : 1;
   for (std::size_t l = 0; l < c.layers.size(); ++l) {
     spec::LayerWrite w;
     w.kind = c.layers[l];
-    const auto layer = static_cast<std::int64_t>(l);
-    w.k =
-        reference::generated_rows(gen, layer, GenTensor::kK, row_keys, g.num_kv_heads, g.head_dim);
-    w.v =
-        reference::generated_rows(gen, layer, GenTensor::kV, row_keys, g.num_kv_heads, g.head_dim);
-    if (w.kind == spec::LayerKind::kSparse) {
-      w.index_k =
-          reference::generated_rows(gen, layer, GenTensor::kIndexK, row_keys, 0, g.index_dim);
-      w.index_slots = index_slots;
-    }
-    for (spec::HostTensor* t : {&w.k, &w.v, &w.index_k}) {
-      if (t->bytes.empty()) continue;
-      const std::size_t row_bytes = t->bytes.size() / row_keys.size();
-      for (std::int64_t r : zero_rows) {
-        std::fill_n(
-            t->bytes.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * row_bytes),
-            row_bytes, std::uint8_t{0});
-      }
-    }
+    if (w.kind == spec::LayerKind::kSparse) w.index_slots = index_slots;
     w.slots = slots;
     w.k_scale = make_scales(rng, nscale);
     w.v_scale = make_scales(rng, nscale);
     wc.writes.push_back(std::move(w));
   }
+  wc.values = std::move(plan);
+  if (values == CaseValues::kGenerated) fill_write_values(wc);
   return wc;
+}
+
+void fill_write_values(WriteCase& wc) {
+  if (!wc.values) return;
+  const WriteValues& plan = *wc.values;
+  const spec::CacheGeometry& g = wc.config.geometry;
+  for (std::size_t l = 0; l < wc.writes.size(); ++l) {
+    spec::LayerWrite& w = wc.writes[l];
+    if (!w.k.bytes.empty()) continue;  // filled already
+    const auto layer = static_cast<std::int64_t>(l);
+    w.k = reference::generated_rows(plan.gen, layer, GenTensor::kK, plan.row_keys, g.num_kv_heads,
+                                    g.head_dim);
+    w.v = reference::generated_rows(plan.gen, layer, GenTensor::kV, plan.row_keys, g.num_kv_heads,
+                                    g.head_dim);
+    if (w.kind == spec::LayerKind::kSparse) {
+      w.index_k = reference::generated_rows(plan.gen, layer, GenTensor::kIndexK, plan.row_keys, 0,
+                                            g.index_dim);
+    }
+    for (spec::HostTensor* t : {&w.k, &w.v, &w.index_k}) {
+      if (t->bytes.empty()) continue;
+      const std::size_t row_bytes = t->bytes.size() / plan.row_keys.size();
+      for (std::int64_t r : plan.zero_rows) {
+        std::fill_n(
+            t->bytes.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * row_bytes),
+            row_bytes, std::uint8_t{0});
+      }
+    }
+  }
 }
 
 }  // namespace kvo::oracle

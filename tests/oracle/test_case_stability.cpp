@@ -79,5 +79,39 @@ TEST(CaseStability, EachOpsCasesAreTheRecordedOnes) {
   }
 }
 
+// The GPU tier's resident path draws a write case without its values and generates them on the
+// device from WriteCase::values: filled on the host, they are the bytes the case was drawn with,
+// zero rows and CUDA-graph padding rows included.
+TEST(CaseStability, AWriteCaseDrawnWithoutValuesFillsToTheSameCase) {
+  const CheckOptions defaults;
+  std::int64_t zero_rows = 0, padded = 0;
+  for (std::uint64_t i = 0; i < 200; ++i) {
+    const std::uint64_t seed = case_seed(defaults.seed, i);
+    const WriteCase drawn = make_write_case(seed, {});
+    WriteCase deferred = make_write_case(seed, {}, CaseValues::kDeferred);
+    ASSERT_TRUE(deferred.values.has_value());
+    ASSERT_EQ(deferred.writes.size(), drawn.writes.size());
+    EXPECT_TRUE(deferred.writes.front().k.bytes.empty()) << "seed " << seed;
+    fill_write_values(deferred);
+    EXPECT_EQ(deferred.describe(), drawn.describe());
+    for (std::size_t l = 0; l < drawn.writes.size(); ++l) {
+      const spec::LayerWrite& a = drawn.writes[l];
+      const spec::LayerWrite& b = deferred.writes[l];
+      ASSERT_EQ(a.k.bytes, b.k.bytes) << "seed " << seed << " layer " << l;
+      ASSERT_EQ(a.v.bytes, b.v.bytes) << "seed " << seed << " layer " << l;
+      ASSERT_EQ(a.index_k.bytes, b.index_k.bytes) << "seed " << seed << " layer " << l;
+      ASSERT_EQ(a.k.shape, b.k.shape);
+      ASSERT_EQ(a.slots.slots, b.slots.slots);
+      ASSERT_EQ(a.index_slots.slots, b.index_slots.slots);
+      ASSERT_EQ(a.k_scale, b.k_scale);
+      ASSERT_EQ(a.v_scale, b.v_scale);
+    }
+    zero_rows += drawn.zero_rows > 0;
+    padded += drawn.values->row_keys.size() > drawn.writes.front().slots.slots.size();
+  }
+  EXPECT_GT(zero_rows, 20) << "the comparison reached cases with all-zero rows";
+  EXPECT_GT(padded, 20) << "... and source rows past the slot mapping";
+}
+
 }  // namespace
 }  // namespace kvo::oracle

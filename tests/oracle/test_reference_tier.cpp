@@ -7,8 +7,11 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
+#include "kvo/gpu/device_calls.hpp"
 #include "kvo/oracle/campaign.hpp"
+#include "kvo/oracle/device_subject.hpp"
 #include "kvo/oracle/harness.hpp"
 #include "kvo/oracle/mutants.hpp"
 #include "kvo/reference/layer_write.hpp"
@@ -200,6 +203,97 @@ TEST(ReferenceTier, TheGpuTierAgreesAndAPlantedFaultInItIsCaught) {
   EXPECT_NE(bad.tier_disagreement.find("cuda-off-by-one-offset disagrees with the CPU reference"),
             std::string::npos)
       << bad.tier_disagreement;
+}
+
+/// `fn` handed a call whose K and V inputs are swapped (a launcher's argument order bug), on the
+/// sparse layers only or on every layer.
+DeviceWriteFn swapped_kv(DeviceWriteFn fn, bool sparse_only) {
+  return [fn = std::move(fn), sparse_only](const gpu::DeviceWriteCall& call) {
+    gpu::DeviceWriteCall swapped = call;
+    if (!sparse_only || call.kind == spec::LayerKind::kSparse) std::swap(swapped.k, swapped.v);
+    fn(swapped);
+  };
+}
+
+/// The GPU tier's resident path (OpDriver::judge_on_device): a write campaign of a subject that
+/// writes on the device is generated, written and compared there, with the verdicts of the same
+/// campaign staged through the host; a subject's fault found there is judged again on the host
+/// (the CPU reference's SPEC 7 report); a tier whose device write is not its host write is caught.
+TEST(ReferenceTier, TheResidentPathJudgesWriteCasesOnTheDevice) {
+  SubjectList subjects = make_subjects();
+  const Subject& unfused = find_subject(subjects, "cuda-unfused");
+  if (!unfused.unavailable_reason().empty()) GTEST_SKIP() << unfused.unavailable_reason();
+  CheckOptions o = tier_options(200, 8, 16);
+  o.subjects = {"cuda-unfused"};
+  o.jobs = 4;
+  o.total_shards = 2;  // the odd cases: no huge caches (see above)
+  o.shard_index = 1;
+  const CheckReport r = run_check(o, subjects);
+  EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
+  EXPECT_EQ(r.cpu_cases, 4);
+  EXPECT_EQ(r.tier_cases, 96);
+  // The tier's cases on the device (div_approx and legacy_wrap ones too: judged on the host by
+  // their sets where a subject differs), and its device answer checked on the 4 sampled ones.
+  EXPECT_GT(r.resident_cases, 80) << r.summary();
+  EXPECT_EQ(r.resident_checks, 4) << r.summary();
+  // cuda-unfused differs from cuda-fused on div_approx codes and colliding legacy_wrap slots: those
+  // copies are judged from their device bytes by the sets, never sent back to the host path (whose
+  // every case would check the tier once more).
+  EXPECT_EQ(r.tier_checks, 4) << r.summary();
+  EXPECT_NE(r.summary().find("of them on the device"), std::string::npos) << r.summary();
+  CheckOptions staged = o;
+  staged.tier_resident = false;
+  const CheckReport s = run_check(staged, subjects);
+  EXPECT_EQ(s.worst, spec::Outcome::kPass) << s.summary();
+  EXPECT_EQ(s.resident_cases, 0);
+  EXPECT_EQ(s.tier_cases, r.tier_cases);
+
+  // A subject's fault: found on the device, reported from the host (its host path runs the same
+  // function on a staged call), as the staged campaign reports it.
+  DeviceSubjectFunctions faulty;
+  faulty.write = swapped_kv(unfused.device_write(), /*sparse_only=*/true);
+  subjects.push_back(make_device_subject("swapped-kv", faulty));
+  o.subjects = staged.subjects = {"swapped-kv"};
+  const CheckReport bad = run_check(o, subjects);
+  const CheckReport bad_staged = run_check(staged, subjects);
+  EXPECT_EQ(bad.worst, spec::Outcome::kMismatch) << bad.summary();
+  EXPECT_TRUE(bad.tier_disagreement.empty()) << bad.tier_disagreement;
+  EXPECT_GT(bad.resident_cases, 80);
+  EXPECT_GT(bad.subjects[0].count(spec::Outcome::kMismatch), 10) << bad.summary();
+  EXPECT_EQ(bad.subjects[0].count(spec::Outcome::kMismatch),
+            bad_staged.subjects[0].count(spec::Outcome::kMismatch));
+  EXPECT_EQ(bad.subjects[0].first_failure, bad_staged.subjects[0].first_failure);
+
+  // A tier whose device write is not its host write (right on the host, K and V swapped on the
+  // device): caught by the first sampled case's device check ...
+  SubjectFunctions two_faced;
+  two_faced.write = [](const spec::ModelConfig& c, const spec::LayerWrite& w,
+                       spec::LayerCaches& caches) { reference::write_layer(c, w, caches); };
+  two_faced.device_write = swapped_kv(unfused.device_write(), /*sparse_only=*/false);
+  const std::unique_ptr<Subject> tier = make_function_subject("two-faced-tier", two_faced);
+  o.subjects = {"cuda-unfused"};
+  o.tier_answerers[spec::Op::kWrite] = tier.get();
+  const CheckReport sampled = run_check(o, subjects);
+  EXPECT_EQ(sampled.worst, spec::Outcome::kFailedToRun) << sampled.summary();
+  EXPECT_EQ(sampled.cases_run, 0) << sampled.summary();
+  EXPECT_NE(sampled.tier_disagreement.find("case 1 seed"), std::string::npos)
+      << sampled.tier_disagreement;
+  EXPECT_NE(sampled.tier_disagreement.find("the write answerer two-faced-tier writing on the "
+                                           "device (inputs generated there) disagrees with the "
+                                           "CPU reference"),
+            std::string::npos)
+      << sampled.tier_disagreement;
+  // ... and, with no sampled case in the shard (only case 0 is), where the subject differs from it
+  // on the device and passes on the host.
+  o.tier_sample_first = 0;
+  o.tier_sample_every = 1000;
+  const CheckReport unsampled = run_check(o, subjects);
+  EXPECT_EQ(unsampled.worst, spec::Outcome::kFailedToRun) << unsampled.summary();
+  EXPECT_EQ(unsampled.resident_checks, 0);
+  EXPECT_NE(unsampled.tier_disagreement.find("resident path disagrees with the host: cuda-unfused, "
+                                             "on the device: layer"),
+            std::string::npos)
+      << unsampled.tier_disagreement;
 }
 
 }  // namespace

@@ -153,13 +153,7 @@ std::string resident_blocker(const Trace& trace, const ReplayOptions& o,
   if (trace.read.dense_rotary_dim > 0) {
     return "the trace's dense layers use the fused qknorm + rope + insert";
   }
-  if (c.slot_mode != spec::SlotMode::kStrict) {
-    return "slot mode " + std::string(spec::name_of(c.slot_mode)) +
-           " (colliding slots admit several answers)";
-  }
-  if (c.kv.scale_mode == spec::ScaleMode::kDivApprox) {
-    return "scale mode div_approx admits several codes";
-  }
+  if (std::string why = oracle::ResidentWrites::config_blocker(c); !why.empty()) return why;
   if (writers.size() < 2) return "no write subject to judge";
   return oracle::ResidentWrites::unavailable(writers);
 }
@@ -952,7 +946,7 @@ void Replayer::run_resident(const ReplayProgress& progress) {
   // A sparse layer's buffers (K, V or KV, then index-K) begin with a dense one's: one list of the
   // bytes a step compares serves both.
   const spec::LayerKind widest = any_sparse ? spec::LayerKind::kSparse : spec::LayerKind::kDense;
-  oracle::ResidentWrites rw(c_, layers_, initial, writers, gen_, trace_.k_scale, trace_.v_scale,
+  oracle::ResidentWrites rw(c_, layers_, initial, writers, gen_, {trace_.k_scale}, {trace_.v_scale},
                             max_tokens);
   initial.clear();
   {

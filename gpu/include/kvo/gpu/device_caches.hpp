@@ -78,6 +78,17 @@ struct DeviceKvCaches {
 DeviceKvCaches cache_views(const spec::ModelConfig& config, void* k_body, void* v_body,
                            void* index_body);
 
+/// Poisoning that a mirror leaves to its owner, to be done in one launch with other mirrors'
+/// (kvo/gpu/resident.hpp): [bytes] at device `data`, byte i spec::poison_byte(salt, i) where
+/// `salted` (data 8-byte aligned), else `fill`.
+struct PendingPoison {
+  std::uint8_t* data = nullptr;
+  std::int64_t bytes = 0;
+  std::uint64_t salt = 0;
+  std::uint8_t fill = 0;
+  bool salted = false;
+};
+
 /// The host buffers of one layer copied to the device, guard bands included, inside one device
 /// allocation with a margin of one token row (at least 256 bytes) before the first buffer and after
 /// the last: a kernel that writes a little outside a body writes into a guard band or the margin,
@@ -90,7 +101,12 @@ class DeviceCacheMirror {
   /// Checks that `caches` has exactly the buffers a `kind` layer of `config` has (K and V or the
   /// one KV tensor; index-K on sparse layers) with the body sizes the config implies
   /// (spec::InvalidInput naming the buffer otherwise), then uploads them.
-  DeviceCacheMirror(const spec::ModelConfig& config, const spec::LayerCaches& caches);
+  /// With `pending`, the margins' poison and that of the lazy buffers holding no page are appended
+  /// there instead of launched (the caller poisons them, before any use of the mirror); the rest
+  /// (dense buffers, held pages) is copied now either way, synchronously to the host, on the
+  /// legacy default stream.
+  DeviceCacheMirror(const spec::ModelConfig& config, const spec::LayerCaches& caches,
+                    std::vector<PendingPoison>* pending = nullptr);
   ~DeviceCacheMirror();
   DeviceCacheMirror(const DeviceCacheMirror&) = delete;
   DeviceCacheMirror& operator=(const DeviceCacheMirror&) = delete;

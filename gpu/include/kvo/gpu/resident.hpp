@@ -66,13 +66,14 @@ class ResidentReplay {
   /// Copies `copies` (>= 1) of every layer's caches to the device, each as `initial[li]` holds them
   /// (host, guarded; lazy storage uploads only its held pages, the rest poisoned on the device).
   /// `kinds[li]` is layer li's kind, `layers[li]` its index in the model (the generator's layer
-  /// key). k_scale and v_scale: [1] or [nkv]. `max_tokens`: the longest slot mapping a step will
-  /// stage. Before allocating anything, spec::FailedToRun with the figures when the copies do not
-  /// fit in the device's free memory.
+  /// key). k_scale and v_scale: one set for every layer, or one per layer (a campaign's write case
+  /// draws each layer's), each [1] or [nkv]. `max_tokens`: the most source rows a step will stage.
+  /// Before allocating anything, spec::FailedToRun with the figures when the copies do not fit in
+  /// the device's free memory.
   ResidentReplay(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
                  const std::vector<spec::LayerCaches>& initial, std::size_t copies,
-                 const GeneratedValues& values, const std::vector<float>& k_scale,
-                 const std::vector<float>& v_scale, std::int64_t max_tokens);
+                 const GeneratedValues& values, const std::vector<std::vector<float>>& k_scale,
+                 const std::vector<std::vector<float>>& v_scale, std::int64_t max_tokens);
   ~ResidentReplay();
   ResidentReplay(const ResidentReplay&) = delete;
   ResidentReplay& operator=(const ResidentReplay&) = delete;
@@ -83,15 +84,17 @@ class ResidentReplay {
                                           std::size_t copies);
   std::int64_t device_bytes() const;
 
-  /// One step: the generator key of each slot-mapping row [T], the slot mappings (index_slots
-  /// only with config.separate_index_slots, else null) and the byte ranges a step's comparison
-  /// reads in every layer (a range of a buffer a layer does not have is skipped).
+  /// One step: the generator key of each source row [T_src] (T_src >= T: rows past the slot
+  /// mapping are CUDA-graph padding a writer must not read), the slot mappings [T] (index_slots
+  /// only with config.separate_index_slots, else null), the byte ranges a step's comparison reads
+  /// in every layer (a range of a buffer a layer does not have is skipped), and the source rows
+  /// that are all zero in every layer's K, V and index-K (SPEC 8's zero rows of a write case).
   void stage_step(std::span<const GeneratedRowKey> keys, const spec::SlotMapping& slots,
-                  const spec::SlotMapping* index_slots, std::span<const BufferByteRange> compared);
-  /// Generates layer li's K, V (and index-K) of the staged step on the device.
-  void generate(std::size_t li);
-  /// Calls `fn` once on copy `copy` of layer li with the generated inputs (the stream's work is
-  /// not waited for; what `fn` throws propagates).
+                  const spec::SlotMapping* index_slots, std::span<const BufferByteRange> compared,
+                  std::span<const std::int64_t> zero_rows = {});
+  /// Calls `fn` once on copy `copy` of layer li with the staged step's inputs, generated on the
+  /// device first unless layer li's are current (the stream's work is not waited for; what `fn`
+  /// throws propagates).
   void write(std::size_t li, std::size_t copy, const DeviceWriteFunction& fn);
   /// Compares copy `copy` (>= 1) of every layer with copy 0: over the staged ranges, or (`whole`)
   /// every byte of the allocations, margins included. Waits for the stream; a CUDA error (a write

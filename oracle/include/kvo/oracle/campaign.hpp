@@ -47,6 +47,10 @@ struct CheckOptions {
   /// failed to run.
   ReferenceTier tier = ReferenceTier::kCpu;
   std::int64_t tier_sample_first = 8, tier_sample_every = 64;
+  /// The tier's resident path (OpDriver::judge_on_device): an op whose judged subjects all write
+  /// on the device, as its answerer does, has its cases generated, written and compared on the
+  /// device (`kvoracle check --resident auto`); false stages every case through the host (off).
+  bool tier_resident = true;
   /// The tier's answerers by op, in place of kGpuTierAnswerers' subjects (a test plants a
   /// divergent one); each must implement its op and be available.
   std::map<spec::Op, Subject*> tier_answerers;
@@ -141,6 +145,11 @@ struct CheckReport {
   ReferenceTier tier = ReferenceTier::kCpu;
   std::string tier_answerers;
   std::int64_t tier_cases = 0, cpu_cases = 0, tier_checks = 0;
+  /// Of the tier's cases, those judged on the device (OpDriver::judge_on_device); the sampled
+  /// cases whose answerer's device run was checked against the CPU reference
+  /// (OpDriver::check_on_device); the seconds both took (the summary says them).
+  std::int64_t resident_cases = 0, resident_checks = 0;
+  double resident_seconds = 0.0;
   std::string tier_disagreement;
 
   /// The one-screen summary printed by the CLI.

@@ -61,9 +61,12 @@ std::uint64_t poison_salt(std::int64_t layer, spec::BufferKind buffer);
 /// spec::kLazyStorageBytes or more is lazy (a huge cache, spec::ByteStorage): its guard bands are
 /// materialised, its body only where `materialise_*` below says a case touches it; every other
 /// byte means its poison. `lazy`: every buffer lazy, whatever its size (host caches that hold only
-/// the pages a replay resident on the device brings back).
+/// the pages a replay resident on the device brings back); `hold_guards` false leaves a lazy
+/// buffer's guard bands unheld too (a case judged on the device: nothing to upload, the device
+/// poisons every byte itself).
 spec::LayerCaches make_layer_caches(const reference::PagedCacheLayout& layout, std::int64_t layer,
-                                    spec::LayerKind kind, bool lazy = false);
+                                    spec::LayerKind kind, bool lazy = false,
+                                    bool hold_guards = true);
 
 /// Materialises the bytes of slot (block, offset) in every buffer of `caches`: each K/V head row,
 /// the index-K row and its blockscale scales. Nothing to do for dense storage.

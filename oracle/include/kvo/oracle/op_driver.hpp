@@ -111,6 +111,36 @@ class OpDriver {
   /// Whether prepare takes its answer from an answerer (the write and dense ops: their answer is
   /// caches; the read ops' selections and scores come from the reference alone).
   virtual bool answers_through_tier() const { return false; }
+  /// The GPU tier's resident path (issue 15 item 4): the case of `seed` drawn without its input
+  /// values and without an answer, for judge_on_device; null for an op without that path (the
+  /// default) or a case it cannot take.
+  virtual std::unique_ptr<PreparedCase> prepare_for_device(std::uint64_t /*seed*/,
+                                                           const Overrides& /*overrides*/) const {
+    return nullptr;
+  }
+  /// A prepare_for_device case run on the device by `answerer` and by each of `subjects` (every
+  /// one with a Subject::device_write), the inputs generated there, each subject's answer compared
+  /// with the answerer's there: one verdict per subject, a pass (every byte equal) or a mismatch
+  /// whose report says only where the first difference is (the campaign judges a non-pass again
+  /// on the host against the CPU reference, for SPEC 7's report). spec::Unsupported when a writer
+  /// does not take the case (the campaign answers it on the host then); what a writer throws and
+  /// a CUDA error propagate.
+  virtual std::vector<Verdict> judge_on_device(PreparedCase& /*c*/, Subject& /*answerer*/,
+                                               const std::vector<Subject*>& /*subjects*/) const {
+    throw spec::Unsupported("this op has no resident path on the device");
+  }
+  /// Whether a prepare_for_device case has one right answer, byte for byte: false where the
+  /// contract admits several (div_approx codes, colliding legacy_wrap slots), so that a subject
+  /// differing from the answerer on the device is judged on the host by the admissible sets, and
+  /// its passing there is no disagreement.
+  virtual bool device_answer_exact(const PreparedCase& /*c*/) const { return true; }
+  /// The trust chain of the resident path: `answerer` runs a case the CPU reference answered
+  /// (prepare(seed, overrides)) on the device, its inputs generated there as judge_on_device
+  /// generates them, and its caches are diffed against the reference's (as judge does): empty
+  /// when equal, else the disagreement with the diff's report.
+  virtual std::string check_on_device(PreparedCase& /*c*/, Subject& /*answerer*/) const {
+    throw spec::Unsupported("this op has no resident path on the device");
+  }
   /// Runs the op of `subject` on the case and judges it: canonical subjects bit for bit, foreign
   /// ones by their admissible sets (tie-aware top-k, bounded attention). What the subject throws
   /// is classified (spec::Outcome), never folded into a pass.

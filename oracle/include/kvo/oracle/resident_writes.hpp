@@ -46,24 +46,32 @@ class ResidentWrites {
   /// Empty when `writers` can all write resident on the device here, else why not (a subject
   /// without a device write, a build without CUDA).
   static std::string unavailable(const std::vector<Subject*>& writers);
+  /// Empty when the writes of `config` have one right answer, byte for byte, so that copies can
+  /// be compared with the tier's on the device; else why not (colliding slots admit several
+  /// writers' bytes, div_approx several codes: those are judged on the host by their sets).
+  static std::string config_blocker(const spec::ModelConfig& config);
 
   /// `initial[li]`: layer layers[li]'s caches as every copy starts (host, guarded; lazy storage
   /// costs only its held pages). `gen`: the replay's generator (seed, range, edge values, act).
+  /// k_scale, v_scale: one set for every layer or one per layer, each [1] or [nkv].
   /// spec::FailedToRun, before anything is allocated, when the copies do not fit on the device.
   ResidentWrites(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
                  const std::vector<spec::LayerCaches>& initial, std::vector<Subject*> writers,
-                 const reference::ValueGenerator& gen, const std::vector<float>& k_scale,
-                 const std::vector<float>& v_scale, std::int64_t max_tokens);
+                 const reference::ValueGenerator& gen,
+                 const std::vector<std::vector<float>>& k_scale,
+                 const std::vector<std::vector<float>>& v_scale, std::int64_t max_tokens);
   ~ResidentWrites();
   ResidentWrites(const ResidentWrites&) = delete;
   ResidentWrites& operator=(const ResidentWrites&) = delete;
 
   /// Device bytes the copies hold.
   std::int64_t device_bytes() const;
-  /// One step: each slot-mapping row's generator key, the slot mappings (index_slots null unless
-  /// config.separate_index_slots) and the bytes its comparison reads.
+  /// One step: each source row's generator key (rows past the slot mapping: CUDA-graph padding),
+  /// the slot mappings (index_slots null unless config.separate_index_slots), the bytes its
+  /// comparison reads, and the source rows that are all zero.
   void stage_step(std::span<const reference::RowKey> keys, const spec::SlotMapping& slots,
-                  const spec::SlotMapping* index_slots, std::span<const BufferBytes> compared);
+                  const spec::SlotMapping* index_slots, std::span<const BufferBytes> compared,
+                  std::span<const std::int64_t> zero_rows = {});
   /// Writer `writer` writes layer li of the staged step (its inputs generated on the device
   /// first); not waited for. What the subject's function throws propagates.
   void write(std::size_t li, std::size_t writer);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kvo/reference/generator.hpp"
 #include "kvo/spec/config.hpp"
 #include "kvo/spec/types.hpp"
 #include "kvo/spec/write.hpp"
@@ -82,6 +83,20 @@ struct StepRequest {
   std::vector<std::int64_t> block_table;
 };
 
+/// Where a drawn write case's K, V and index-K come from (SPEC 8): every layer's rows generated
+/// from `gen` under the source rows' keys, then `zero_rows` (source row indices) set to all zero
+/// in each of them. fill_write_values fills the host tensors from it; the GPU tier generates the
+/// same bytes on the device (kvo/gpu/resident.hpp).
+struct WriteValues {
+  reference::ValueGenerator gen;
+  std::vector<reference::RowKey> row_keys;  ///< [T_src]: the slot mapping's rows, then padding
+  std::vector<std::int64_t> zero_rows;
+};
+
+/// Whether make_write_case fills the layers' K, V and index-K tensors (kGenerated), or leaves them
+/// empty for the device to generate from WriteCase::values (kDeferred; fill_write_values later).
+enum class CaseValues : std::uint8_t { kGenerated, kDeferred };
+
 /// A whole write case: configuration, the step's requests and one LayerWrite per layer.
 struct WriteCase {
   std::uint64_t seed = 0;
@@ -95,6 +110,8 @@ struct WriteCase {
   std::int64_t zero_rows = 0;
   AllocatorShape allocator = AllocatorShape::kFragmented;
   std::vector<spec::LayerWrite> writes;
+  /// How the tensors of `writes` are generated (a drawn case; a case file's has none).
+  std::optional<WriteValues> values;
 
   std::string describe() const;
 };
@@ -102,8 +119,13 @@ struct WriteCase {
 /// Applies the overrides to a configuration (what `kvoracle layout` starts from).
 void apply_overrides(const CaseOverrides& o, spec::ModelConfig& config);
 
-/// Draws the case of `seed`. Throws spec::InvalidInput when the overrides are inconsistent.
-WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& overrides);
+/// Draws the case of `seed`, its values generated unless `values` defers them. Throws
+/// spec::InvalidInput when the overrides are inconsistent.
+WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& overrides,
+                          CaseValues values = CaseValues::kGenerated);
+/// Generates the K, V and index-K of every layer of `wc` whose tensors are empty from
+/// `wc.values` (nothing without it): the bytes make_write_case(..., kGenerated) holds.
+void fill_write_values(WriteCase& wc);
 
 /// Stratified stress themes (issue 14): a case's theme slot is its seed's low bits, and case
 /// `index` of a campaign gets slot index % kThemeSlots, so each theme comes up once in every
