@@ -578,10 +578,16 @@ CheckReport Campaign::run(const Progress& progress) {
         for (const spec::Op op : resident_ops) {
           const OpDriver& driver = driver_of(op);
           ++report_.resident_checks;
-          if (std::string problem =
-                  driver.check_on_device(*w.cases.at(driver.case_kind()), *tier_.of(op));
-              !problem.empty() && w.tier_problem.empty())
-            w.tier_problem = std::move(problem);
+          PreparedCase& c = *w.cases.at(driver.case_kind());
+          std::string problem;
+          try {
+            problem = driver.check_on_device(c, *tier_.of(op));
+          } catch (const std::exception& e) {
+            problem = "the " + std::string(spec::name_of(op)) + " answerer " +
+                      tier_.of(op)->name() + " failed on the device on " + c.describe() + ": " +
+                      e.what();
+          }
+          if (!problem.empty() && w.tier_problem.empty()) w.tier_problem = std::move(problem);
         }
       }
       for (const std::string_view kind : std::set<std::string_view>(w.on_device)) {
