@@ -49,7 +49,7 @@ struct CheckOptions {
   std::int64_t tier_sample_first = 8, tier_sample_every = 64;
   /// The tier's resident path (OpDriver::judge_on_device): an op whose judged subjects all write
   /// on the device, as its answerer does, has its cases generated, written and compared on the
-  /// device (`kvoracle check --resident auto`); false stages every case through the host (off).
+  /// device; false (`kvoracle check --staged`) stages every case through the host.
   bool tier_resident = true;
   /// The tier's answerers by op, in place of kGpuTierAnswerers' subjects (a test plants a
   /// divergent one); each must implement its op and be available.
