@@ -69,6 +69,12 @@ struct WritePrepared final : PreparedCase {
   std::vector<spec::LayerCaches> expected;
   /// A case for the device: its caches as the device starts them (nothing held on the host).
   std::vector<spec::LayerCaches> device_initial;
+
+  /// The caches every device copy starts from: a device case's, else (a sampled case the CPU
+  /// reference answered) the poisoned host caches.
+  const std::vector<spec::LayerCaches>& device_start() const {
+    return device_initial.empty() ? poisoned : device_initial;
+  }
 };
 
 /// A subject's caches for one case, judged under any write modes: the reference is run once per
@@ -251,8 +257,7 @@ class WriteDriver final : public OpDriver {
     std::vector<Subject*> writers{&answerer};
     writers.insert(writers.end(), subjects.begin(), subjects.end());
     const std::unique_ptr<ResidentWrites> device = write_resident(c, writers);
-    const std::vector<spec::LayerCaches>& initial =
-        c.device_initial.empty() ? c.poisoned : c.device_initial;
+    const std::vector<spec::LayerCaches>& initial = c.device_start();
     // Every byte of every allocation: the buffers, their guard bands and the margins around them.
     std::int64_t compared = 0;
     for (const spec::LayerCaches& caches : initial) {
@@ -537,9 +542,9 @@ class WriteDriver final : public OpDriver {
       if (c.wc.config.separate_index_slots && w.kind == spec::LayerKind::kSparse)
         index_slots = &w.index_slots;
     }
-    auto device = std::make_unique<ResidentWrites>(
-        c.wc.config, layers, c.device_initial.empty() ? c.poisoned : c.device_initial, writers,
-        plan.gen, k_scale, v_scale, static_cast<std::int64_t>(plan.row_keys.size()));
+    auto device = std::make_unique<ResidentWrites>(c.wc.config, layers, c.device_start(), writers,
+                                                   plan.gen, k_scale, v_scale,
+                                                   static_cast<std::int64_t>(plan.row_keys.size()));
     // The staged comparison: every buffer whole (a dense layer's buffers are a sparse one's first).
     const std::vector<BufferBytes> buffers =
         whole_bytes(c.layout, std::find(c.wc.config.layers.begin(), c.wc.config.layers.end(),
@@ -581,17 +586,25 @@ class WriteDriver final : public OpDriver {
                                     std::size_t writer) {
     using Caches = std::vector<spec::LayerCaches>;
     return run_on_copy(c.poisoned, static_cast<Caches*>(nullptr), [&](Caches& actual, Verdict& v) {
-      CacheDiff diff;
-      for (std::size_t l = 0; l < c.wc.writes.size(); ++l) {
+      for (std::size_t l = 0; l < c.wc.writes.size(); ++l)
         device.download(l, writer, whole_bytes(c.layout, c.wc.writes[l].kind), actual[l]);
-        diff.merge(
-            diff_write_layer(c.wc.config, c.layout, l, c.wc.writes[l], c.expected[l], actual[l]));
-      }
-      v.bytes_compared = diff.compared_bytes;
-      v.report = diff.report();
-      v.mismatch_size = diff.equal() ? 0 : diff.differing_bytes;
-      return diff.equal() ? spec::Outcome::kPass : spec::Outcome::kMismatch;
+      return diff_against_expected(c, actual, 1, v);
     });
+  }
+
+  /// `actual` (every layer of case `c` after a writer's run) diffed against the expected caches
+  /// into `v`: bytes compared, the SPEC 7 report, the differing bytes; the outcome.
+  static spec::Outcome diff_against_expected(const WritePrepared& c,
+                                             const std::vector<spec::LayerCaches>& actual,
+                                             std::size_t samples, Verdict& v) {
+    CacheDiff diff;
+    for (std::size_t l = 0; l < c.wc.writes.size(); ++l)
+      diff.merge(diff_write_layer(c.wc.config, c.layout, l, c.wc.writes[l], c.expected[l],
+                                  actual[l], samples));
+    v.bytes_compared = diff.compared_bytes;
+    v.report = diff.report();
+    v.mismatch_size = diff.equal() ? 0 : diff.differing_bytes;
+    return diff.equal() ? spec::Outcome::kPass : spec::Outcome::kMismatch;
   }
 
   /// Runs the subject over every layer into a copy of the poisoned caches (kept in `keep` when
@@ -601,13 +614,7 @@ class WriteDriver final : public OpDriver {
     return run_on_copy(c.poisoned, keep, [&](std::vector<spec::LayerCaches>& actual, Verdict& v) {
       for (std::size_t l = 0; l < c.wc.writes.size(); ++l)
         subject.write_layer(c.wc.config, c.wc.writes[l], actual[l]);
-      CacheDiff diff;
-      for (std::size_t l = 0; l < c.wc.writes.size(); ++l)
-        diff.merge(diff_write_layer(c.wc.config, c.layout, l, c.wc.writes[l], c.expected[l],
-                                    actual[l], samples));
-      v.bytes_compared = diff.compared_bytes;
-      v.report = diff.report();
-      return diff.equal() ? spec::Outcome::kPass : spec::Outcome::kMismatch;
+      return diff_against_expected(c, actual, samples, v);
     });
   }
 };
