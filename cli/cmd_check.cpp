@@ -222,7 +222,7 @@ void add_check(CLI::App& app, int& status) {
                   "the same for any number");
   add_tier_flags(*cmd, flags->tier, flags->options.tier_sample_first,
                  flags->options.tier_sample_every, "cases",
-                 "the canonical CUDA writes answer the write and dense cases");
+                 "the canonical CUDA kernels answer the write, dense and read cases");
   cmd->add_flag(
       "--staged", [f = flags.get()](std::int64_t) { f->options.tier_resident = false; },
       "the GPU tier stages every case through the host (default: an op whose subjects "

@@ -121,7 +121,7 @@ void add_tier_flags(CLI::App& app, std::string& tier, std::int64_t& sample_first
   app.add_option("--tier", tier,
                  "who answers: cpu (the CPU reference), gpu (" + answers +
                      ", checked against the CPU reference on a sample and wherever a subject "
-                     "fails; the reads stay on the CPU) or auto (gpu when a GPU answers)")
+                     "fails) or auto (gpu when a GPU answers)")
       ->capture_default_str();
   app.add_option("--tier-sample-first", sample_first,
                  "the GPU tier is checked against the CPU reference on the first N " + units)

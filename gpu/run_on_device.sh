@@ -19,6 +19,7 @@
 # campaign over jobs, and over GPUs: check --gpus all), tier (the GPU reference tier against the CPU's), mutants, peer (kvoracle's
 # fused write against the Triton peer, bench/bench_write_peer.py), python, example, modes.
 # KVO_TEST_FILTER and KVO_SAN_FILTER narrow the tests and sanitizer stages (gtest filters);
+# KVO_TIER_PARTS the tier stage's parts (writes, write-campaign, replay, prod, reads; default all);
 # --stage with KVO_STAGE_LEAN=1 leaves out what only the python and example stages use.
 # Everything takes about 1500 s, past one device call (600 s): run it as three calls,
 # KVO_STAGES=tests,sanitizers (about 420 s), then KVO_STAGES=campaign,bench,cli,peer, then
@@ -182,14 +183,16 @@ fi
 # 2. compute-sanitizer over a reduced run (fused and unfused kernels, planted bugs, bad input, the
 # specialised attention kernel's instantiations);
 # memcheck also over the specialised write kernel's instantiations (it uses no shared memory, so
-# racecheck has nothing to look at there).
+# racecheck has nothing to look at there) and the GPU tier's read campaign (its host threads
+# launch the read kernels side by side; racecheck, of shared memory within a kernel, runs past the
+# budget there and looks at nothing the other tests do not).
 SAN_FILTER=${KVO_SAN_FILTER:-'Shards/RandomCases.GpuMatchesReference/0:PlantedBug.*:BadInput.*:LegacyWrap.*:DenseInsert.*:Shards/GpuRead.*/0:GpuReadBadInput.*:SpecialisedAttention.*:FusedIndexer.*'}
 san_errors() { grep -oE '(ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors)' "$1" | tail -1 | grep -oE '[0-9]+'; }
 if want sanitizers; then
 for tool in memcheck racecheck; do
   filter=$SAN_FILTER
-  [[ $tool == memcheck ]] && filter="$SAN_FILTER:SpecialisedWrite.*"
-  KVO_GPU_CASES=$SAN_CASES KVO_SPECIALISED_MAX_TOKENS=40 KVO_DENSE_CASES=10 KVO_GPU_READ_CASES=4 KVO_GPU_READ_LONG=0 timeout $(budget 150) compute-sanitizer --tool $tool --print-limit 20 \
+  [[ $tool == memcheck ]] && filter="$SAN_FILTER:SpecialisedWrite.*:ReferenceTierReads.TheGpu*"
+  KVO_GPU_CASES=$SAN_CASES KVO_SPECIALISED_MAX_TOKENS=40 KVO_DENSE_CASES=10 KVO_GPU_READ_CASES=4 KVO_GPU_READ_LONG=0 KVO_TIER_READ_CASES=12 timeout $(budget 150) compute-sanitizer --tool $tool --print-limit 20 \
     "$BIN/test_gpu_write" --gtest_filter="$filter" >"$LOGS/sanitizer_$tool.log" 2>&1
   echo "exit $?" >>"$LOGS/sanitizer_$tool.log"
 done
@@ -271,18 +274,42 @@ T_SCALE=$(($(date +%s) - START))
 fi
 # 3b'''. The GPU reference tier (issue 15): the write and dense cases answered by the canonical
 # CUDA kernels, checked against the CPU reference on a sample; the same campaign on the CPU tier.
+# KVO_TIER_PARTS: which of the stage's parts run (default all: writes, write-campaign, replay,
+# prod, reads).
+TIER_PARTS=${KVO_TIER_PARTS:-writes write-campaign replay prod reads}
+tier_part() { [[ " $TIER_PARTS " == *" $1 "* ]]; }
 if want tier; then
+if tier_part writes; then
 for tier in cpu gpu; do
   timeout $(budget 150) "$BIN/kvoracle" check --cases 2000 --ops write,dense --no-shrink \
     --subject cpu-fused,cpu-dense --tier $tier >"$LOGS/tier_$tier.txt" 2>&1
   echo "exit $?" >>"$LOGS/tier_$tier.txt"
 done
+fi
+# The read campaign at 16k-token contexts (issue 15 item 4: target 500 cases/s): the CPU tier,
+# then the GPU tier (cuda-canonical-generic answers each case's selection with its scores and its
+# exact output), with a canonical subject (cuda-canonical: judged bit for bit) and a foreign one
+# (cuda-fast: judged against the float64 truth, which the CPU computes in every tier).
+if tier_part reads; then
+# Then each op alone on the GPU tier (where the time goes).
+for run in cpu-canonical:200 gpu-canonical:1000 cpu-fast:200 gpu-fast:1000 \
+  gpu-canonical-indexer:1000 gpu-canonical-attention:1000; do
+  name=${run%%:*}; cases=${run##*:}
+  tier=${name%%-*}; subject=${name#*-}; subject=cuda-${subject%%-*}
+  ops=indexer,attention
+  [[ $name == *-indexer ]] && ops=indexer
+  [[ $name == *-attention ]] && ops=attention
+  timeout $(budget 150) "$BIN/kvoracle" check --cases $cases --ops $ops --no-shrink \
+    --seq-len 16384 --subject $subject --tier $tier >"$LOGS/read_tier_$name.txt" 2>&1
+  echo "exit $?" >>"$LOGS/read_tier_$name.txt"
+done
+fi
 # The write campaign with one CUDA subject (issue 15 item 4: target 5,000 cases/s): the CPU tier,
 # the GPU tier staged through the host, the GPU tier resident (cases generated, written and
 # compared on the device), over the default distribution, over its odd cases (no huge-cache
 # theme: theme slot = case index % 8, huge is slot 6), and over the odd cases with one right answer
 # byte for byte (no div_approx, strict slots: no case judged by admissible sets).
-for run in cpu:2000 staged:2000 resident:10000 resident-odd:10000 resident-exact:10000; do
+for run in $(tier_part write-campaign && echo cpu:2000 staged:2000 resident:10000 resident-odd:10000 resident-exact:10000); do
   name=${run%%:*}; cases=${run##*:}
   case $name in
     cpu) flags="--tier cpu" ;;
@@ -302,7 +329,7 @@ done
 # The GPU tier twice: staged through the host per layer (--resident off), and resident on the
 # device (issue 15 item 3: values generated there, copies compared there).
 "$BIN/kvoracle" trace gen --steps 120 --max-batch 64 --layers 3D57S -o /tmp/kvo-tier.st >/dev/null 2>&1
-for tier in cpu gpu-staged gpu-resident gpu-resident-fused gpu-resident-fused-alljobs; do
+for tier in $(tier_part replay && echo cpu gpu-staged gpu-resident gpu-resident-fused gpu-resident-fused-alljobs); do
   subject=cuda-unfused
   jobs="--jobs 2"
   case $tier in
@@ -322,7 +349,7 @@ done
 "$BIN/kvoracle" trace gen --steps 2000 --max-batch 64 --layers 3D57S --num-blocks 4096 \
   --block-size 64 --num-kv-heads 4 --head-dim 128 --index-dim 128 --kv-dtype fp8_e4m3 \
   --index-layout blockscale -o /tmp/kvo-prod.st >/dev/null 2>&1
-for steps in 200 2000; do
+for steps in $(tier_part prod && echo 200 2000); do
   t0=$(date +%s%N)
   timeout $(budget 150) "$BIN/kvoracle" replay /tmp/kvo-prod.st --steps 0:$steps \
     --subject cuda-unfused,cuda-fused-generic --tier gpu --resident on \
@@ -509,18 +536,27 @@ PY
   if want tier; then
     echo "reference tiers, 2000 write+dense cases (cpu-fused, cpu-dense):"
     for tier in cpu gpu; do
+      [ -f "$LOGS/tier_$tier.txt" ] || continue
       echo "  --tier $tier: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/tier_$tier.txt"); $(grep -m1 '^reference:' "$LOGS/tier_$tier.txt"); $(tail -2 "$LOGS/tier_$tier.txt" | tr '\n' ' ')"
+    done
+    echo "read campaign, 16k-token contexts (indexer + attention), one CUDA subject:"
+    for name in cpu-canonical gpu-canonical cpu-fast gpu-fast gpu-canonical-indexer gpu-canonical-attention; do
+      [ -f "$LOGS/read_tier_$name.txt" ] || continue
+      echo "  $name: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/read_tier_$name.txt"); $(grep -m1 '^reference:' "$LOGS/read_tier_$name.txt" | cut -c1-200); $(grep -m1 '^time:' "$LOGS/read_tier_$name.txt"); $(tail -2 "$LOGS/read_tier_$name.txt" | tr '\n' ' ')"
     done
     echo "replay of a 120-step 60-layer batch-64 trace, subject cuda-unfused (fused: cuda-fused-generic), --jobs 2 (alljobs: one per hardware thread):"
     echo "write campaign, one CUDA subject (cuda-unfused):"
     for name in cpu staged resident resident-odd resident-exact; do
+      [ -f "$LOGS/write_tier_$name.txt" ] || continue
       echo "  $name: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/write_tier_$name.txt"); $(grep -m1 '^reference:' "$LOGS/write_tier_$name.txt" | cut -c1-160); $(grep -m1 '^resident:' "$LOGS/write_tier_$name.txt"); $(tail -2 "$LOGS/write_tier_$name.txt" | tr '\n' ' ')"
     done
     for tier in cpu gpu-staged gpu-resident gpu-resident-fused gpu-resident-fused-alljobs; do
+      [ -f "$LOGS/replay_tier_$tier.txt" ] || continue
       echo "  $tier: $(grep -E '^(reference|caches|resident|tier disagreement|result|  cuda-)' "$LOGS/replay_tier_$tier.txt" | tr '\n' ' ') $(tail -1 "$LOGS/replay_tier_$tier.txt")"
     done
     echo "resident replay at a production geometry (4096 blocks x 64, fp8, blockscale), cuda-unfused + cuda-fused-generic:"
     for steps in 200 2000; do
+      [ -f "$LOGS/replay_prod_$steps.txt" ] || continue
       echo "  $steps steps: $(grep -E '^(reference|caches|resident|tier disagreement|result|  cuda-)' "$LOGS/replay_prod_$steps.txt" | tr '\n' ' ') $(tail -1 "$LOGS/replay_prod_$steps.txt")"
     done
   fi

@@ -141,7 +141,8 @@ struct DeviceCacheMirror::Impl {
 };
 
 DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::LayerCaches& caches,
-                                     std::vector<PendingPoison>* pending)
+                                     std::vector<PendingPoison>* pending,
+                                     const std::vector<spec::BufferKind>& uploaded)
     : impl_(std::make_unique<Impl>()) {
   spec::validate(c);
   detail::require_buffers(c, caches);
@@ -170,7 +171,12 @@ DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::Lay
   }
   for (std::size_t i = 0; i < caches.buffers.size(); ++i) {
     const spec::CacheBuffer& b = caches.buffers[i];
-    if (pending != nullptr && b.storage.is_lazy() && b.storage.materialised().empty()) {
+    if (!uploaded.empty() &&
+        std::find(uploaded.begin(), uploaded.end(), b.kind) == uploaded.end()) {
+      detail::check_cuda(cudaMemset(base + impl_->offsets[i], kMarginPoison,
+                                    static_cast<std::size_t>(b.storage.size())),
+                         "cudaMemset(a buffer not read)");
+    } else if (pending != nullptr && b.storage.is_lazy() && b.storage.materialised().empty()) {
       pending->push_back({base + impl_->offsets[i], b.storage.size(), b.storage.salt(), 0, true});
     } else if (b.storage.is_lazy()) {
       upload_lazy(base + impl_->offsets[i], b.storage);

@@ -76,6 +76,16 @@ std::vector<std::int32_t> indexer_topk_host(const spec::ModelConfig& c,
                                        path);
 }
 
+std::vector<std::int32_t> indexer_selection_host(const spec::ModelConfig& c,
+                                                 const spec::IndexerParams& p,
+                                                 const spec::ReadBatch& b,
+                                                 const spec::HostTensor& index_q,
+                                                 const spec::LayerCaches& caches, ReadKernel kernel,
+                                                 BlockScores& scores) {
+  return detail::indexer_topk_host_via(launch_indexer_topk, c, p, b, index_q, caches, kernel, {},
+                                       IndexerPath::kTwoLaunch, &scores);
+}
+
 bool indexer_is_fused(const spec::ModelConfig& config, const spec::IndexerParams& params,
                       ReadKernel kernel, std::int64_t max_n_valid) {
   // The view's start: a 256-byte-aligned allocation plus the view's offset. One multiprocessor:
@@ -110,7 +120,7 @@ spec::HostTensor flash_attention_host(const spec::ModelConfig& c, const spec::At
 std::vector<std::int32_t> detail::indexer_topk_host_via(
     IndexerLaunch launch, const spec::ModelConfig& c, const spec::IndexerParams& p,
     const spec::ReadBatch& b, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
-    ReadKernel kernel, const spec::TopkForm& form, IndexerPath path) {
+    ReadKernel kernel, const spec::TopkForm& form, IndexerPath path, BlockScores* scores) {
   const QueryRows rows = detail::check_indexer_inputs(c, p, b, index_q, caches);
   const std::int64_t tq = rows.size();
   const std::int64_t max_nvalid = rows.max_n_valid(b, p.sparse_block);
@@ -118,14 +128,16 @@ std::vector<std::int32_t> detail::indexer_topk_host_via(
       static_cast<std::size_t>(tq * c.geometry.num_kv_heads *
                                spec::selection_width(p, c.geometry.num_kv_heads)),
       -1);
-  const DeviceCacheMirror mirror(c, caches);  // checks the buffers
+  // Checks the buffers; the indexer reads the index-K alone.
+  const DeviceCacheMirror mirror(c, caches, nullptr, {spec::BufferKind::kIndexK});
+  const std::size_t score_count =
+      static_cast<std::size_t>(tq * c.geometry.num_kv_heads *
+                               spec::selection_lanes(p, c.geometry.num_kv_heads) * max_nvalid);
+  if (scores != nullptr) *scores = {std::vector<float>(score_count), max_nvalid};
   if (tq == 0) return ids;
   const DeviceRows d_rows(b, rows);
   const DeviceBuffer d_q(index_q.bytes), d_out(ids.size() * sizeof(std::int32_t));
-  const DeviceBuffer d_scores(
-      static_cast<std::size_t>(tq * c.geometry.num_kv_heads *
-                               spec::selection_lanes(p, c.geometry.num_kv_heads) * max_nvalid) *
-      sizeof(float));
+  const DeviceBuffer d_scores(score_count * sizeof(float));
   // The one-launch path's counters (IndexerPath::kFused): zero before, and zero after (checked: a
   // row whose last CUDA block never selected would leave its counter behind).
   const DeviceBuffer d_done(static_cast<std::size_t>(tq) * sizeof(std::uint32_t));
@@ -138,6 +150,7 @@ std::vector<std::int32_t> detail::indexer_topk_host_via(
          kernel, nullptr);
   check_cuda(cudaDeviceSynchronize(), "indexer");
   d_out.download(ids.data(), ids.size() * sizeof(std::int32_t));
+  if (scores != nullptr) d_scores.download(scores->scores.data(), score_count * sizeof(float));
   std::vector<std::uint32_t> done(static_cast<std::size_t>(tq));
   d_done.download(done.data(), done.size() * sizeof(std::uint32_t));
   for (std::size_t i = 0; i < done.size(); ++i) {
@@ -169,7 +182,9 @@ spec::HostTensor attention_host_common(const RunAttention& run, bool workspace,
       detail::check_attention_inputs(c, p, b, q, k_scale, v_scale, selection, topk);
   const std::int64_t tq = rows.size(), hd = c.geometry.head_dim;
   const std::int64_t slots = selection.empty() ? rows.max_n_valid(b, p.sparse_block) : topk;
-  const DeviceCacheMirror mirror(c, caches);  // checks the buffers
+  // Checks the buffers; attention reads K and V alone.
+  const DeviceCacheMirror mirror(
+      c, caches, nullptr, {spec::BufferKind::kK, spec::BufferKind::kV, spec::BufferKind::kKv});
   spec::HostTensor out;
   out.dtype = p.out_dtype;
   out.shape = {tq, p.num_q_heads, hd};

@@ -2,9 +2,24 @@
 // views, and the limit check.
 #include "read_launch.cuh"
 
+#include <mutex>
+#include <unordered_map>
+
 #include "kvo/spec/outcome.hpp"
 
 namespace kvo::gpu::detail {
+
+void raise_smem_limit(const void* kernel, std::size_t bytes) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, std::size_t> limit;  // per kernel, as set so far
+  const std::lock_guard<std::mutex> lock(mu);
+  std::size_t& now = limit[kernel];
+  if (bytes <= now) return;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(bytes)),
+             "cudaFuncSetAttribute");
+  now = bytes;
+}
 
 ReadGeom make_geom(const spec::ModelConfig& c, std::int64_t max_blocks) {
   const KvStrides st = kv_strides(c);

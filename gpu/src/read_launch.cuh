@@ -84,13 +84,15 @@ BatchView batch_view(const spec::ModelConfig& c, const DeviceReadBatch& b);
 /// Throws spec::Unsupported(what) unless ok.
 void require(bool ok, const std::string& what);
 
-/// Sets a kernel's dynamic shared memory limit to `bytes` (above 48 KiB, static shared memory
-/// included, a launch fails without it).
+/// Raises a kernel's dynamic shared memory limit to at least `bytes` (above 48 KiB, static shared
+/// memory included, a launch fails without it), never lowering it. The limit is the process's and
+/// host threads launch side by side (the GPU tier's answerer and a judged subject, each on its own
+/// thread): a thread setting a smaller limit between another's setting and its launch failed that
+/// launch (cudaErrorInvalidValue). A higher limit changes no launch: each asks its own bytes.
+void raise_smem_limit(const void* kernel, std::size_t bytes);
 template <class K>
 void allow_smem(K kernel, std::size_t bytes) {
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(bytes)),
-             "cudaFuncSetAttribute");
+  raise_smem_limit(reinterpret_cast<const void*>(kernel), bytes);
 }
 
 /// The fused indexer launch's plan for a call (indexer_fused.cuh; host): its logical blocks per
@@ -107,7 +109,8 @@ FusedPlan fused_indexer_plan(const spec::ModelConfig& c, const spec::IndexerPara
                              long long start, int sms);
 
 /// The public launchers' signatures (kvo/gpu/read.hpp), and the host-memory paths of read_host.cu
-/// over any launcher of that signature.
+/// over any launcher of that signature (`scores`: where the indexer's block scores go, when
+/// wanted).
 using IndexerLaunch = void (*)(const spec::ModelConfig&, const spec::IndexerParams&,
                                const DeviceReadBatch&, const DeviceIndexer&, ReadKernel, void*);
 using AttentionLaunch = void (*)(const spec::ModelConfig&, const spec::AttentionParams&,
@@ -116,7 +119,8 @@ using AttentionLaunch = void (*)(const spec::ModelConfig&, const spec::Attention
 std::vector<std::int32_t> indexer_topk_host_via(
     IndexerLaunch launch, const spec::ModelConfig& config, const spec::IndexerParams& params,
     const spec::ReadBatch& batch, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
-    ReadKernel kernel, const spec::TopkForm& form = {}, IndexerPath path = IndexerPath::kTwoLaunch);
+    ReadKernel kernel, const spec::TopkForm& form = {}, IndexerPath path = IndexerPath::kTwoLaunch,
+    BlockScores* scores = nullptr);
 
 spec::HostTensor attention_host_via(
     AttentionLaunch launch, const spec::ModelConfig& config, const spec::AttentionParams& params,

@@ -215,6 +215,20 @@ std::string CheckReport::summary() const {
             static_cast<double>(std::max<std::int64_t>(1, resident_cases + resident_checks)));
     s << line2;
   }
+  if (serial_rows && seconds > 0.0) {
+    char line3[200];
+    std::snprintf(line3, sizeof line3,
+                  "time: of %.2f s, the main thread (which runs the GPU, device and Python "
+                  "subjects) waited %.2f s for the workers' cases",
+                  seconds, waited_seconds);
+    s << line3;
+    if (tier_busy_seconds > 0.0) {
+      std::snprintf(line3, sizeof line3, "; the tier's answerers were busy %.2f s on their thread",
+                    tier_busy_seconds);
+      s << line3;
+    }
+    s << "\n";
+  }
   if (!tier_disagreement.empty()) {
     s << "\nthe reference tier disagrees with the CPU reference; the campaign stopped:\n"
       << tier_disagreement << "\n";
@@ -408,7 +422,7 @@ CheckReport Campaign::run(const Progress& progress) {
   };
   // The tier's answerer judged on a case the CPU reference answered: "" or the disagreement.
   const auto check_tier = [](const OpDriver& driver, Subject& answerer, PreparedCase& cpu_case) {
-    const Verdict v = driver.judge(answerer, cpu_case);
+    const Verdict v = driver.judge_answerer(answerer, cpu_case);
     if (v.outcome == Outcome::kPass) return std::string();
     return "the " + std::string(spec::name_of(driver.op())) + " answerer " + answerer.name() +
            " disagrees with the CPU reference (" + std::string(spec::name_of(v.outcome)) + ") on " +
@@ -474,7 +488,8 @@ CheckReport Campaign::run(const Progress& progress) {
         continue;
       }
       c = driver.prepare(seed, o_.overrides);
-      if (answerer != nullptr && cpu_answers) {
+      // A self-judged answerer is judged as a subject against this answer anyway.
+      if (answerer != nullptr && sampled && !tier_.self_judged.contains(row.op)) {
         ++w.checks;
         if (std::string problem = check_tier(driver, *answerer, *c);
             !problem.empty() && w.tier_problem.empty())
@@ -489,9 +504,18 @@ CheckReport Campaign::run(const Progress& progress) {
     }
     w.judged.resize(rows_.size());
     for (std::size_t r = 0; r < rows_.size(); ++r) {
-      if (!rows_[r].subject->concurrent()) continue;
       const OpDriver& driver = driver_of(rows_[r].op);
-      w.judged[r] = driver.judge(*rows_[r].subject, *w.cases.at(driver.case_kind()));
+      PreparedCase& c = *w.cases.at(driver.case_kind());
+      if (!rows_[r].subject->concurrent()) {
+        // What it throws, judge meets again on the main thread, where it is classified.
+        try {
+          if (!w.on_device.contains(driver.case_kind()))
+            driver.ready_to_judge(*rows_[r].subject, c);
+        } catch (...) {
+        }
+        continue;
+      }
+      w.judged[r] = driver.judge(*rows_[r].subject, c);
     }
     return w;
   };
@@ -502,6 +526,7 @@ CheckReport Campaign::run(const Progress& progress) {
   // `window` cases are wasted when the campaign stops early.
   const bool serial_rows = std::any_of(rows_.begin(), rows_.end(),
                                        [](const Row& r) { return !r.subject->concurrent(); });
+  report_.serial_rows = serial_rows;
   const std::int64_t workers = campaign_jobs(o_.jobs) + (serial_rows ? 1 : 0);
   const std::int64_t window = 2 * workers;
   std::mutex mu;
@@ -545,8 +570,11 @@ CheckReport Campaign::run(const Progress& progress) {
       if (o_.fail_fast && failed()) break;
       std::variant<CaseWork, std::exception_ptr> result;
       {
+        const auto waited_from = std::chrono::steady_clock::now();
         std::unique_lock<std::mutex> lock(mu);
         changed.wait(lock, [&] { return done.contains(i); });
+        report_.waited_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - waited_from).count();
         result = std::move(done.at(i));
         done.erase(i);
         ++consumed;
@@ -676,6 +704,7 @@ CheckReport Campaign::run(const Progress& progress) {
   }
   finish();
   report_.seconds = elapsed();
+  report_.tier_busy_seconds = tier_.busy_seconds();
   return report_;
 }
 

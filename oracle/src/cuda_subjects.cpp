@@ -1,11 +1,11 @@
 // The CUDA subjects. Writes: cuda-fused (one launch per layer: its specialised kernel where it
 // applies), cuda-fused-generic (the same write through the generic kernel only) and cuda-unfused
 // (the 12/8-launch baseline), through kvo::gpu::write_layer_host. Dense insert:
-// cuda-dense-qknorm-rope (and cuda-dense-engine, foreign). Reads: cuda-canonical and cuda-fast,
-// through kvo::gpu's read host API. All validate on the host before any copy or launch and turn
-// CUDA errors into spec::FailedToRun. Planted faults come from kvo_gpu_testing, never from the
-// production launchers. Attention alone: cuda-flash-bf16, the flash family (FlashAttention's
-// arithmetic, profile bf16_p).
+// cuda-dense-qknorm-rope (and cuda-dense-engine, foreign). Reads: cuda-canonical, cuda-fast and
+// cuda-canonical-generic (the GPU tier's read answerer), through kvo::gpu's read host API. All
+// validate on the host before any copy or launch and turn CUDA errors into spec::FailedToRun.
+// Planted faults come from kvo_gpu_testing, never from the production launchers. Attention alone:
+// cuda-flash-bf16, the flash family (FlashAttention's arithmetic, profile bf16_p).
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +17,7 @@
 #include "kvo/gpu/write.hpp"
 #include "kvo/oracle/cuda_subjects.hpp"
 #include "kvo/oracle/device_subject.hpp"
+#include "kvo/oracle/reference_tier.hpp"
 #include "kvo/oracle/subject.hpp"
 
 namespace kvo::oracle {
@@ -62,9 +63,11 @@ class CudaReadSubject final : public Subject {
   CudaReadSubject(std::string name, gpu::ReadKernel kernel,
                   std::optional<gpu::testing::ReadFault> fault = std::nullopt,
                   std::optional<TopkForm> written = std::nullopt,
-                  std::optional<TopkForm> declared = std::nullopt)
+                  std::optional<TopkForm> declared = std::nullopt,
+                  gpu::AttentionPath attention_path = gpu::AttentionPath::kAuto)
       : name_(std::move(name)),
         kernel_(kernel),
+        attention_path_(attention_path),
         fault_(fault),
         written_(written.value_or(family_form(kernel))),
         declared_(declared.value_or(written_)),
@@ -96,7 +99,20 @@ class CudaReadSubject final : public Subject {
                                                  kernel_);
     }
     return gpu::attention_host(c.config, c.attention, c.batch, c.q, c.caches, c.k_scale, c.v_scale,
-                               ids, topk, kernel_);
+                               ids, topk, kernel_, attention_path_);
+  }
+  /// The canonical family's ids with the block scores it ranked (the GPU tier's read answer).
+  reference::TopkSelection indexer_selection(const ReadCase& c) override {
+    if (kernel_ != gpu::ReadKernel::kCanonical || indexer_only_)
+      return Subject::indexer_selection(c);
+    gpu::BlockScores scores;
+    std::vector<std::int32_t> ids =
+        fault_.has_value()
+            ? gpu::testing::indexer_topk_host_faulty(*fault_, c.config, c.indexer, c.batch,
+                                                     c.index_q, c.caches, kernel_, &scores)
+            : gpu::indexer_selection_host(c.config, c.indexer, c.batch, c.index_q, c.caches,
+                                          kernel_, scores);
+    return selection_from_scores(c, std::move(ids), scores.scores, scores.max_n_valid);
   }
 
  private:
@@ -108,6 +124,7 @@ class CudaReadSubject final : public Subject {
 
   std::string name_;
   gpu::ReadKernel kernel_;
+  gpu::AttentionPath attention_path_;
   std::optional<gpu::testing::ReadFault> fault_;
   TopkForm written_, declared_;
   bool indexer_only_;  ///< a form variant of the family: its attention is the family's own
@@ -184,6 +201,12 @@ SubjectList make_cuda_subjects() {
   out.push_back(std::make_unique<CudaDenseSubject>(false));
   out.push_back(std::make_unique<CudaDenseSubject>(true));
   out.push_back(std::make_unique<CudaReadSubject>("cuda-canonical", gpu::ReadKernel::kCanonical));
+  // The GPU tier's read answerer (reference_tier.hpp): the canonical family through its baseline
+  // paths (two-launch indexer, generic attention), so that cuda-canonical's production paths are
+  // judged against it.
+  out.push_back(std::make_unique<CudaReadSubject>(
+      "cuda-canonical-generic", gpu::ReadKernel::kCanonical, std::nullopt, std::nullopt,
+      std::nullopt, gpu::AttentionPath::kGeneric));
   out.push_back(std::make_unique<CudaReadSubject>("cuda-fast", gpu::ReadKernel::kFast));
   for (const auto& [name, form] : kCudaFastIndexerForms)
     out.push_back(

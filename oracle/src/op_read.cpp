@@ -21,8 +21,10 @@ namespace kvo::oracle {
 namespace {
 
 struct ReadPrepared final : PreparedCase {
-  ReadPrepared(ReadCase c, std::optional<spec::AttentionProfile> p)
-      : rc(std::move(c)), expectation(rc), profile(p) {}
+  /// `answerer`: a reference tier's, which answers the selection and the exact output (null: the
+  /// CPU reference).
+  ReadPrepared(ReadCase c, std::optional<spec::AttentionProfile> p, Subject* answerer = nullptr)
+      : rc(std::move(c)), expectation(rc, false, answerer), profile(p) {}
   std::uint64_t seed() const override { return rc.seed; }
   std::string describe() const override { return rc.describe(); }
 
@@ -422,17 +424,52 @@ class ReadDriver final : public OpDriver {
   spec::Op op() const override { return op_; }
   std::string_view case_kind() const override { return "read"; }
 
-  std::unique_ptr<PreparedCase> prepare(
-      std::uint64_t seed, const Overrides& o,
-      Subject* /*answerer: the reference answers reads*/) const override {
+  std::unique_ptr<PreparedCase> prepare(std::uint64_t seed, const Overrides& o,
+                                        Subject* answerer) const override {
     const ReadOverrides r = effective_read(o);
-    return std::make_unique<ReadPrepared>(make_read_case(seed, r), r.profile);
+    return std::make_unique<ReadPrepared>(make_read_case(seed, r), r.profile, answerer);
   }
+  bool answers_through_tier() const override { return true; }
 
   Verdict judge(Subject& subject, PreparedCase& pc) const override {
     auto& rp = static_cast<ReadPrepared&>(pc);
     const ReadVerdict r = judge_read(subject, op_, rp.expectation, rp.profile);
     return {r.outcome, r.report, 0};
+  }
+
+  void ready_to_judge(const Subject& subject, PreparedCase& pc) const override {
+    auto& rp = static_cast<ReadPrepared&>(pc);
+    if (subject.ordering() == spec::Ordering::kCanonical) {
+      if (op_ == spec::Op::kAttention) rp.expectation.exact();
+    } else if (op_ == spec::Op::kIndexer) {
+      rp.expectation.score_truth(subject.ordering());
+    } else if (profile_override_problem(subject, rp.profile).empty()) {
+      rp.expectation.attention_truth(subject.ordering(),
+                                     rp.profile.value_or(subject.attention_profile()));
+    }
+  }
+
+  /// The tier answers the whole read case, whichever of its ops asks: its selection (ids, n_valid
+  /// and block scores, bit for bit), then its exact output over the CPU reference's selection
+  /// handed to attention.
+  Verdict judge_answerer(Subject& answerer, PreparedCase& pc) const override {
+    auto& rp = static_cast<ReadPrepared&>(pc);
+    Verdict v;
+    v.outcome = run_guarded(
+        [&] {
+          v.report =
+              diff_selection_exact(rp.expectation.selection(), answerer.indexer_selection(rp.rc));
+          if (!v.report.empty()) {
+            v.report = "the selection: " + v.report;
+            return spec::Outcome::kMismatch;
+          }
+          const AttentionDiff d = diff_attention_exact(
+              rp.expectation.exact(), answerer.attention(rp.rc, rp.expectation.attended()));
+          v.report = "the attention output: " + d.report();
+          return d.pass() ? spec::Outcome::kPass : spec::Outcome::kMismatch;
+        },
+        v.report);
+    return v;
   }
 
   Verdict explain(Subject& subject, PreparedCase& pc) const override {

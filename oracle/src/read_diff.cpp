@@ -1,6 +1,7 @@
 #include "kvo/oracle/read_diff.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -126,6 +127,46 @@ std::string TopkDiff::report() const {
     if (!d.problem.empty()) s << "; " << d.problem;
   }
   return s.str();
+}
+
+std::string diff_selection_exact(const reference::TopkSelection& e,
+                                 const reference::TopkSelection& a) {
+  const auto shape = [](const reference::TopkSelection& s) {
+    return "[Tq " + std::to_string(s.num_queries) + ", nkv " + std::to_string(s.num_kv_heads) +
+           ", width " + std::to_string(s.topk) + ", lanes " + std::to_string(s.lanes) + "]";
+  };
+  if (shape(e) != shape(a) || a.n_valid.size() != e.n_valid.size())
+    return "selection shape " + shape(a) + ", expected " + shape(e);
+  for (std::size_t q = 0; q < e.n_valid.size(); ++q) {
+    if (a.n_valid[q] != e.n_valid[q]) {
+      return "n_valid of query row " + std::to_string(q) + ": " + std::to_string(a.n_valid[q]) +
+             ", expected " + std::to_string(e.n_valid[q]);
+    }
+  }
+  if (const TopkDiff d = diff_topk_exact(e, a.ids); !d.equal()) return d.report();
+  const std::int64_t rows = e.num_kv_heads * e.lanes;
+  for (std::int64_t q = 0; q < e.num_queries; ++q) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t j = 0; j < e.n_valid[static_cast<std::size_t>(q)]; ++j) {
+        const float want = e.scores[reference::score_index(q, r, j, rows, e.max_blocks)];
+        const float got = a.scores.size() == e.scores.size() && a.max_blocks == e.max_blocks
+                              ? a.scores[reference::score_index(q, r, j, rows, a.max_blocks)]
+                              : NAN;
+        if (std::bit_cast<std::uint32_t>(want) == std::bit_cast<std::uint32_t>(got)) continue;
+        char text[320];
+        std::snprintf(text, sizeof text,
+                      "block score of query row %lld, score row %lld (KV head %lld, lane %lld), "
+                      "block %lld: %.9g (0x%08x), expected %.9g (0x%08x)",
+                      static_cast<long long>(q), static_cast<long long>(r),
+                      static_cast<long long>(r / e.lanes), static_cast<long long>(r % e.lanes),
+                      static_cast<long long>(j), static_cast<double>(got),
+                      std::bit_cast<std::uint32_t>(got), static_cast<double>(want),
+                      std::bit_cast<std::uint32_t>(want));
+        return text;
+      }
+    }
+  }
+  return {};
 }
 
 TopkDiff diff_topk_exact(const reference::TopkSelection& e,

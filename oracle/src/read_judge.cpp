@@ -55,9 +55,12 @@ std::vector<std::int32_t> arrange_selection(const reference::TopkSelection& s,
   return out;
 }
 
-ReadExpectation::ReadExpectation(const ReadCase& c, bool dense) : rc_(c), dense_(dense) {
+ReadExpectation::ReadExpectation(const ReadCase& c, bool dense, Subject* answerer)
+    : rc_(c), dense_(dense) {
   if (dense_) return;
-  selection_ = reference::indexer_topk(c.config, c.indexer, c.batch, c.index_q, c.caches);
+  selection_ = answerer != nullptr
+                   ? answerer->indexer_selection(c)
+                   : reference::indexer_topk(c.config, c.indexer, c.batch, c.index_q, c.caches);
   attended_ = selection_;
   if (c.attention_ids.empty()) {
     attended_.ids = arrange_selection(selection_, c.attended, c.seed);
@@ -66,6 +69,7 @@ ReadExpectation::ReadExpectation(const ReadCase& c, bool dense) : rc_(c), dense_
     attended_.ids = c.attention_ids;
     attended_.topk = c.attention_width;
   }
+  if (answerer != nullptr) exact_out_ = answerer->attention(c, &attended_);
 }
 
 const truth::ScoreTruth& ReadExpectation::score_truth(spec::Ordering o) {

@@ -57,6 +57,10 @@ class FunctionSubject final : public Subject {
     if (!fns_.attention) not_implemented(*this, spec::Op::kAttention);
     return fns_.attention(c, sel);
   }
+  reference::TopkSelection indexer_selection(const ReadCase& c) override {
+    if (!fns_.indexer_selection) return Subject::indexer_selection(c);
+    return fns_.indexer_selection(c);
+  }
 
  private:
   std::string name_;
@@ -77,6 +81,10 @@ std::vector<std::int32_t> Subject::indexer(const ReadCase&) {
 }
 spec::HostTensor Subject::attention(const ReadCase&, const reference::TopkSelection*) {
   not_implemented(*this, spec::Op::kAttention);
+}
+reference::TopkSelection Subject::indexer_selection(const ReadCase&) {
+  throw spec::Unsupported("subject " + name() +
+                          " gives no block scores with its selection (not a tier's answerer)");
 }
 
 std::unique_ptr<Subject> make_function_subject(std::string name, SubjectFunctions functions) {

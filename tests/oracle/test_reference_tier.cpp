@@ -16,6 +16,7 @@
 #include "kvo/oracle/mutants.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/reference/paged_cache.hpp"
+#include "tier_test_options.hpp"
 
 namespace kvo::oracle {
 namespace {
@@ -186,11 +187,7 @@ TEST(ReferenceTier, TheGpuTierAgreesAndAPlantedFaultInItIsCaught) {
   o.ops = {spec::Op::kWrite, spec::Op::kDense};
   o.subjects = {"cpu-fused", "cpu-unfused", "cpu-dense"};
   o.jobs = 4;
-  // The odd cases: every stress theme but the huge caches' (theme slot 6), whose device mirrors of
-  // several GiB would crowd the other test shards sharing the GPU (the device script's `tier`
-  // stage runs the whole default distribution in a process of its own).
-  o.total_shards = 2;
-  o.shard_index = 1;
+  without_huge_caches(o);
   const CheckReport r = run_check(o, subjects);
   EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
   EXPECT_EQ(r.tier_answerers, "write: cuda-fused, dense: cuda-dense-qknorm-rope");
@@ -226,8 +223,7 @@ TEST(ReferenceTier, TheResidentPathJudgesWriteCasesOnTheDevice) {
   CheckOptions o = tier_options(200, 8, 16);
   o.subjects = {"cuda-unfused"};
   o.jobs = 4;
-  o.total_shards = 2;  // the odd cases: no huge caches (see above)
-  o.shard_index = 1;
+  without_huge_caches(o);
   const CheckReport r = run_check(o, subjects);
   EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
   EXPECT_EQ(r.cpu_cases, 4);

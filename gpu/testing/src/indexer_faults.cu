@@ -12,7 +12,7 @@ std::vector<std::int32_t> indexer_topk_host_faulty(ReadFault fault, const spec::
                                                    const spec::ReadBatch& batch,
                                                    const spec::HostTensor& index_q,
                                                    const spec::LayerCaches& caches,
-                                                   ReadKernel kernel) {
+                                                   ReadKernel kernel, BlockScores* scores) {
   if (kernel != ReadKernel::kFast && fault != ReadFault::kTiesToHigherId)
     throw spec::Unsupported("planted score and id bugs live in the fast family only");
   const detail::IndexerLaunch launch =
@@ -23,7 +23,8 @@ std::vector<std::int32_t> indexer_topk_host_faulty(ReadFault fault, const spec::
       : fault == ReadFault::kTiesToHigherId
           ? detail::launch_indexer_topk_t<detail::ReadBug::kTiesToHigherId>
           : launch_indexer_topk;  // attention's bugs: the indexer as in production
-  return detail::indexer_topk_host_via(launch, config, params, batch, index_q, caches, kernel);
+  return detail::indexer_topk_host_via(launch, config, params, batch, index_q, caches, kernel, {},
+                                       IndexerPath::kTwoLaunch, scores);
 }
 
 }  // namespace kvo::gpu::testing

@@ -104,9 +104,12 @@ class DeviceCacheMirror {
   /// With `pending`, the margins' poison and that of the lazy buffers holding no page are appended
   /// there instead of launched (the caller poisons them, before any use of the mirror); the rest
   /// (dense buffers, held pages) is copied now either way, synchronously to the host, on the
-  /// legacy default stream.
+  /// legacy default stream. `uploaded` (empty: every buffer) names the buffers a call reads: the
+  /// others are not copied and hold the margins' poison (a read of the index-K alone need not
+  /// move the K/V caches, tens of MB a case at long contexts).
   DeviceCacheMirror(const spec::ModelConfig& config, const spec::LayerCaches& caches,
-                    std::vector<PendingPoison>* pending = nullptr);
+                    std::vector<PendingPoison>* pending = nullptr,
+                    const std::vector<spec::BufferKind>& uploaded = {});
   ~DeviceCacheMirror();
   DeviceCacheMirror(const DeviceCacheMirror&) = delete;
   DeviceCacheMirror& operator=(const DeviceCacheMirror&) = delete;

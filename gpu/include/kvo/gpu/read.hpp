@@ -43,6 +43,24 @@ std::vector<std::int32_t> indexer_topk_host(
     ReadKernel kernel = ReadKernel::kCanonical, const spec::TopkForm& form = {},
     IndexerPath path = IndexerPath::kTwoLaunch);
 
+/// The block scores behind an indexer's selection: what the top-k ranked, after the SPEC 5
+/// forcing, [Tq, nkv * spec::selection_lanes, max_n_valid] (a row's entries past its n_valid, and a
+/// padded row's, unspecified). The GPU reference tier (issue 15) answers a read case with them, as
+/// the CPU reference's selection carries its own.
+struct BlockScores {
+  std::vector<float> scores;
+  std::int64_t max_n_valid = 0;
+};
+
+/// indexer_topk_host (two launches, token-major, the family's order) that also brings back the
+/// block scores the selection ranked into `scores`.
+std::vector<std::int32_t> indexer_selection_host(const spec::ModelConfig& config,
+                                                 const spec::IndexerParams& params,
+                                                 const spec::ReadBatch& batch,
+                                                 const spec::HostTensor& index_q,
+                                                 const spec::LayerCaches& caches, ReadKernel kernel,
+                                                 BlockScores& scores);
+
 /// Whether launch_indexer_topk runs this call in one launch (given DeviceIndexer::row_done and an
 /// index-K view starting 16-byte aligned): index_group max (one score row per KV head), the
 /// canonical family under drop_neg_inf only up to topk 16, index_dim 64 .. 256, at most 4096

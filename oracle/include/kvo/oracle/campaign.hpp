@@ -151,6 +151,11 @@ struct CheckReport {
   std::int64_t resident_cases = 0, resident_checks = 0;
   double resident_seconds = 0.0;
   std::string tier_disagreement;
+  /// Where a campaign's time goes when the main thread judges subjects that are not concurrent
+  /// (GPU, device, Python): its seconds waiting for the workers' cases, and the seconds the tier's
+  /// answerers were busy answering (on their own threads). Timings, in the summary only.
+  double waited_seconds = 0.0, tier_busy_seconds = 0.0;
+  bool serial_rows = false;  ///< some subject is judged on the main thread
 
   /// The one-screen summary printed by the CLI.
   std::string summary() const;

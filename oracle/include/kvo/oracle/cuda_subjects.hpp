@@ -28,9 +28,9 @@ inline const std::array<std::pair<const char*, TopkForm>, 2> kCudaFastIndexerFor
     {"cuda-fast-keys16", {spec::TopkOrder::kDescendingScore, spec::TopkLayout::kTokenMajor, 16}},
 }};
 
-/// cuda-fused, cuda-unfused, cuda-dense-qknorm-rope, cuda-dense-engine, cuda-canonical, cuda-fast,
-/// cuda-fast-head-major, cuda-fast-keys16, cuda-flash-bf16: every one skipped with its reason
-/// where no CUDA device answers.
+/// cuda-fused, cuda-unfused, cuda-fused-generic, cuda-dense-qknorm-rope, cuda-dense-engine,
+/// cuda-canonical, cuda-canonical-generic, cuda-fast, cuda-fast-head-major, cuda-fast-keys16,
+/// cuda-flash-bf16: every one skipped with its reason where no CUDA device answers.
 SubjectList make_cuda_subjects();
 
 /// cuda-fast-head-major's kernel declaring token-major rows (vllm#48604's class): the mutant.

@@ -108,9 +108,16 @@ class OpDriver {
   /// (answers_through_tier() false) takes the reference's answer whatever it is given.
   virtual std::unique_ptr<PreparedCase> prepare(std::uint64_t seed, const Overrides& overrides,
                                                 Subject* answerer) const = 0;
-  /// Whether prepare takes its answer from an answerer (the write and dense ops: their answer is
-  /// caches; the read ops' selections and scores come from the reference alone).
+  /// Whether prepare takes its answer from an answerer (every op of the registry: the write and
+  /// dense caches, the read case's selection with its scores and its exact attention output).
   virtual bool answers_through_tier() const { return false; }
+  /// A tier's answerer judged on a case the CPU reference answered (prepare(seed, overrides)),
+  /// bit for bit over everything the tier answers a case with: by default judge (the answer is
+  /// what a subject gives); an op whose tier answers more than a subject does (the read case's
+  /// block scores) checks that too.
+  virtual Verdict judge_answerer(Subject& answerer, PreparedCase& c) const {
+    return judge(answerer, c);
+  }
   /// The GPU tier's resident path (issue 15 item 4): the case of `seed` drawn without its input
   /// values and without an answer, for judge_on_device; null for an op without that path (the
   /// default) or a case it cannot take.
@@ -141,6 +148,11 @@ class OpDriver {
   virtual std::string check_on_device(PreparedCase& /*c*/, Subject& /*answerer*/) const {
     throw spec::Unsupported("this op has no resident path on the device");
   }
+  /// Computes, on a worker thread, what judging `subject` on the case will read (a foreign read
+  /// subject's float64 truth), so that the main thread, which judges the subjects that are not
+  /// concurrent (GPU, device, Python), only runs them and diffs. Optional: judge computes what was
+  /// not.
+  virtual void ready_to_judge(const Subject& /*subject*/, PreparedCase& /*c*/) const {}
   /// Runs the op of `subject` on the case and judges it: canonical subjects bit for bit, foreign
   /// ones by their admissible sets (tie-aware top-k, bounded attention). What the subject throws
   /// is classified (spec::Outcome), never folded into a pass.

@@ -46,6 +46,13 @@ std::vector<std::int32_t> token_major_ids(const reference::TopkSelection& shape,
 TopkDiff diff_topk_exact(const reference::TopkSelection& expected,
                          const std::vector<std::int32_t>& actual);
 
+/// A whole selection (a reference tier's answer, Subject::indexer_selection) against the CPU
+/// reference's, bit for bit: its shape, each row's n_valid, the ids (diff_topk_exact), and every
+/// valid block's score by its bits. Empty when equal; else the first difference with its
+/// coordinates and both values.
+std::string diff_selection_exact(const reference::TopkSelection& expected,
+                                 const reference::TopkSelection& actual);
+
 /// Tie-aware comparison for a foreign kernel (token-major rows), per (query row, KV head) and per
 /// lane (score row: one under index_group max, each index head under union): ids below n_valid,
 /// no duplicates, k_eff of them (under union between the largest lane's count and the lanes' sum;

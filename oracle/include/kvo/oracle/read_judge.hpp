@@ -23,8 +23,11 @@ class ReadExpectation {
  public:
   /// `dense`: attention over every token t <= p and no indexer (a dense layer); otherwise the
   /// reference's top-k selection, which attention is judged over (so an indexer bug does not mask
-  /// an attention one).
-  explicit ReadExpectation(const ReadCase& c, bool dense = false);
+  /// an attention one). `answerer` (sparse only): a reference tier's answerer (reference_tier.hpp)
+  /// gives the selection (Subject::indexer_selection) and the exact attention output over the
+  /// selection handed to attention, both asked here (what it throws propagates); null: the CPU
+  /// reference, the exact output computed when first asked.
+  explicit ReadExpectation(const ReadCase& c, bool dense = false, Subject* answerer = nullptr);
 
   const ReadCase& read_case() const { return rc_; }
   bool dense() const { return dense_; }

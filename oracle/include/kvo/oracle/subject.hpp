@@ -72,6 +72,12 @@ class Subject {
   virtual std::vector<std::int32_t> indexer(const ReadCase& c);
   /// kAttention: [Tq, nq, hd] in c.attention.out_dtype over `selection` (null: dense).
   virtual spec::HostTensor attention(const ReadCase& c, const reference::TopkSelection* selection);
+  /// kIndexer's whole answer, as reference::indexer_topk gives it: the ids with the block scores
+  /// they were ranked by and each row's n_valid. What a reference tier's read answerer gives
+  /// (reference_tier.hpp: a read case answered by the tier carries its scores, which order the
+  /// selection handed to attention); a judged subject never needs it. The default throws
+  /// spec::Unsupported.
+  virtual reference::TopkSelection indexer_selection(const ReadCase& c);
 };
 
 using SubjectList = std::vector<std::unique_ptr<Subject>>;
@@ -83,6 +89,7 @@ using DenseFunction = std::function<spec::HostTensor(const spec::ModelConfig&,
 using IndexerFunction = std::function<std::vector<std::int32_t>(const ReadCase&)>;
 using AttentionFunction =
     std::function<spec::HostTensor(const ReadCase&, const reference::TopkSelection*)>;
+using IndexerSelectionFunction = std::function<reference::TopkSelection(const ReadCase&)>;
 
 /// A subject from plain functions: the ops it implements are the functions given.
 struct SubjectFunctions {
@@ -90,6 +97,7 @@ struct SubjectFunctions {
   DenseFunction dense;
   IndexerFunction indexer;
   AttentionFunction attention;
+  IndexerSelectionFunction indexer_selection;  ///< Subject::indexer_selection (a tier's answerer)
   spec::Ordering ordering = spec::Ordering::kCanonical;
   TopkForm topk_form;
   spec::AttentionProfile attention_profile = spec::AttentionProfile::kFp32;

@@ -106,13 +106,11 @@ void write_layer_host_faulty(WriteFault fault, WritePath path, const spec::Model
                              const spec::LayerWrite& write, spec::LayerCaches& caches);
 
 /// indexer_topk_host with `fault` planted; `kernel` must be kFast (else spec::Unsupported) but for
-/// kTiesToHigherId.
-std::vector<std::int32_t> indexer_topk_host_faulty(ReadFault fault, const spec::ModelConfig& config,
-                                                   const spec::IndexerParams& params,
-                                                   const spec::ReadBatch& batch,
-                                                   const spec::HostTensor& index_q,
-                                                   const spec::LayerCaches& caches,
-                                                   ReadKernel kernel = ReadKernel::kFast);
+/// kTiesToHigherId. `scores`: the block scores too, as indexer_selection_host gives them.
+std::vector<std::int32_t> indexer_topk_host_faulty(
+    ReadFault fault, const spec::ModelConfig& config, const spec::IndexerParams& params,
+    const spec::ReadBatch& batch, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
+    ReadKernel kernel = ReadKernel::kFast, BlockScores* scores = nullptr);
 
 /// attention_host with `fault` planted: an attention bug of the fast family (`kernel` must be
 /// kFast) or, for the indexer's bugs, attention as in production; a flash fault is
