@@ -17,7 +17,15 @@ function(kvo_add_test name)
   # gtest_discover_tests flattens PROPERTIES into property/value pairs, so a list value (two
   # labels) would shift every pair after it: the labels are set by a script that ctest includes
   # after the discovery, over the list of tests it found.
+  # A GPU binary's tests are named gpu.<Suite>.<Test>: some of its sources are also built into a
+  # CPU binary (tests/oracle/test_reference_tier*.cpp), and two tests of one name would share
+  # their labels (the CPU copies then labelled gpu too, and left out by `ctest -LE gpu`).
+  set(prefix "")
+  if("gpu" IN_LIST ARG_LABELS)
+    set(prefix "gpu.")
+  endif()
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
+    TEST_PREFIX "${prefix}"
     TEST_LIST ${name}_TESTS
     PROPERTIES TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "RC_PARAMS=${KVO_RC_PARAMS}")
   set(labels_script ${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake)
