@@ -191,7 +191,7 @@ san_errors() { grep -oE '(ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors)' "$1" | t
 if want sanitizers; then
 for tool in memcheck racecheck; do
   filter=$SAN_FILTER
-  [[ $tool == memcheck ]] && filter="$SAN_FILTER:SpecialisedWrite.*:ReferenceTierReads.TheGpu*"
+  [[ $tool == memcheck ]] && filter="$SAN_FILTER:SpecialisedWrite.*:ReferenceTierReads.TheGpu*:ReferenceTierReads.TheResident*"
   KVO_GPU_CASES=$SAN_CASES KVO_SPECIALISED_MAX_TOKENS=40 KVO_DENSE_CASES=10 KVO_GPU_READ_CASES=4 KVO_GPU_READ_LONG=0 KVO_TIER_READ_CASES=12 timeout $(budget 150) compute-sanitizer --tool $tool --print-limit 20 \
     "$BIN/test_gpu_write" --gtest_filter="$filter" >"$LOGS/sanitizer_$tool.log" 2>&1
   echo "exit $?" >>"$LOGS/sanitizer_$tool.log"
@@ -292,14 +292,20 @@ fi
 # (cuda-fast: judged against the float64 truth, which the CPU computes in every tier).
 if tier_part reads; then
 # Then each op alone on the GPU tier (where the time goes).
-for run in cpu-canonical:200 gpu-canonical:1000 cpu-fast:200 gpu-fast:1000 \
-  gpu-canonical-indexer:1000 gpu-canonical-attention:1000; do
+# cuda-canonical on the GPU tier is judged resident on the device (the case's layer generated and
+# written there); -staged: through the host as before (--staged). cuda-fast (foreign: its truth
+# reads host caches) is staged. -odd: the odd cases (theme slot = case index % 8; the huge-cache
+# theme, slot 6, moves two copies of 4-12 GB on the device a case).
+for run in cpu-canonical:200 gpu-canonical-staged:1000 gpu-canonical:5000 gpu-canonical-odd:5000 \
+  cpu-fast:200 gpu-fast:1000 gpu-canonical-indexer:5000 gpu-canonical-attention:5000; do
   name=${run%%:*}; cases=${run##*:}
   tier=${name%%-*}; subject=${name#*-}; subject=cuda-${subject%%-*}
-  ops=indexer,attention
+  ops=indexer,attention; flags=
   [[ $name == *-indexer ]] && ops=indexer
   [[ $name == *-attention ]] && ops=attention
-  timeout $(budget 150) "$BIN/kvoracle" check --cases $cases --ops $ops --no-shrink \
+  [[ $name == *-staged ]] && flags=--staged
+  [[ $name == *-odd ]] && flags="--total-shards 2 --shard-index 1"
+  timeout $(budget 150) "$BIN/kvoracle" check --cases $cases --ops $ops --no-shrink $flags \
     --seq-len 16384 --subject $subject --tier $tier >"$LOGS/read_tier_$name.txt" 2>&1
   echo "exit $?" >>"$LOGS/read_tier_$name.txt"
 done
@@ -540,9 +546,9 @@ PY
       echo "  --tier $tier: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/tier_$tier.txt"); $(grep -m1 '^reference:' "$LOGS/tier_$tier.txt"); $(tail -2 "$LOGS/tier_$tier.txt" | tr '\n' ' ')"
     done
     echo "read campaign, 16k-token contexts (indexer + attention), one CUDA subject:"
-    for name in cpu-canonical gpu-canonical cpu-fast gpu-fast gpu-canonical-indexer gpu-canonical-attention; do
+    for name in cpu-canonical gpu-canonical-staged gpu-canonical gpu-canonical-odd cpu-fast gpu-fast gpu-canonical-indexer gpu-canonical-attention; do
       [ -f "$LOGS/read_tier_$name.txt" ] || continue
-      echo "  $name: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/read_tier_$name.txt"); $(grep -m1 '^reference:' "$LOGS/read_tier_$name.txt" | cut -c1-200); $(grep -m1 '^time:' "$LOGS/read_tier_$name.txt"); $(tail -2 "$LOGS/read_tier_$name.txt" | tr '\n' ' ')"
+      echo "  $name: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/read_tier_$name.txt"); $(grep -m1 '^reference:' "$LOGS/read_tier_$name.txt" | cut -c1-200); $(grep -m1 '^resident:' "$LOGS/read_tier_$name.txt" | cut -c1-200); $(grep -m1 '^time:' "$LOGS/read_tier_$name.txt"); $(tail -2 "$LOGS/read_tier_$name.txt" | tr '\n' ' ')"
     done
     echo "replay of a 120-step 60-layer batch-64 trace, subject cuda-unfused (fused: cuda-fused-generic), --jobs 2 (alljobs: one per hardware thread):"
     echo "write campaign, one CUDA subject (cuda-unfused):"

@@ -182,14 +182,14 @@ void check_selection(const spec::ModelConfig& c, const QueryRows& rows,
 
 QueryRows check_indexer_inputs(const spec::ModelConfig& c, const spec::IndexerParams& p,
                                const spec::ReadBatch& b, const spec::HostTensor& index_q,
-                               const spec::LayerCaches& caches) {
+                               spec::LayerKind caches) {
   spec::validate(c);
   QueryRows rows(c, b);
   spec::validate_indexer(c, p);
   check_tensor(index_q, "index_q", spec::index_q_dtype(c, p), rows.size(), p.num_index_heads,
                c.geometry.index_dim);
-  if (caches.kind != spec::LayerKind::kSparse) {
-    throw spec::InvalidInput("caches.kind", -1, std::string(spec::name_of(caches.kind)),
+  if (caches != spec::LayerKind::kSparse) {
+    throw spec::InvalidInput("caches.kind", -1, std::string(spec::name_of(caches)),
                              "the indexer reads a sparse layer's index-K");
   }
   return rows;

@@ -62,11 +62,11 @@ void check_selection(const spec::ModelConfig& config, const QueryRows& rows,
                      const std::vector<std::int32_t>& selection, std::int64_t topk);
 
 /// Validates an indexer call on the host (SPEC principle 5: before anything moves): the config,
-/// the batch, the params, index_q [Tq, num_index_heads, index_dim] and a sparse layer's caches.
-/// Returns the query rows.
+/// the batch, the params, index_q [Tq, num_index_heads, index_dim] and the kind of the caches read
+/// (a sparse layer's). Returns the query rows.
 QueryRows check_indexer_inputs(const spec::ModelConfig& config, const spec::IndexerParams& params,
                                const spec::ReadBatch& batch, const spec::HostTensor& index_q,
-                               const spec::LayerCaches& caches);
+                               spec::LayerKind caches);
 
 /// Validates an attention call on the host: the config, the batch, the params, the scales, q
 /// [Tq, nq, hd] and the selection when there is one (empty: dense). Returns the query rows.

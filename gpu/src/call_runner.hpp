@@ -154,33 +154,83 @@ spec::HostTensor run_dense_call(Stager& s, const DeviceDenseFunction& fn,
   return q_out;
 }
 
+/// The indexer call over `views` (caches staged already, or resident on the device): the inputs
+/// staged, the ids poisoned, `fn` invoked once, the ids (and, when `scores` is non-null, the
+/// scores output it was given) brought back. `rows`: check_indexer_inputs' answer.
+template <class Stager>
+std::vector<std::int32_t> indexer_call_answer(
+    Stager& s, const DeviceIndexerFunction& fn, const spec::ModelConfig& c,
+    const spec::IndexerParams& p, const spec::ReadBatch& b, const spec::HostTensor& index_q,
+    const QueryRows& rows, const DeviceKvCaches& views, std::vector<float>* scores) {
+  const std::int64_t nkv = c.geometry.num_kv_heads;
+  DeviceIndexerCall call;
+  call.config = &c;
+  call.params = p;
+  call.caches = views;
+  call.index_q = s.input(index_q);
+  call.batch = stage_batch(s, b, rows);
+  call.batch.max_n_valid = rows.max_n_valid(b, p.sparse_block);
+  const std::vector<std::int32_t> poison(
+      static_cast<std::size_t>(rows.size() * nkv * spec::selection_width(p, nkv)), kIdPoison);
+  call.ids =
+      s.input(poison.data(), ElementType::kI32, {rows.size(), nkv, spec::selection_width(p, nkv)});
+  if (scores != nullptr) {
+    call.scores = s.output(
+        ElementType::kF32,
+        {rows.size(), nkv * spec::selection_lanes(p, nkv), call.batch.max_n_valid}, kOutputPoison);
+  }
+  s.invoke(fn, call);
+  std::vector<std::int32_t> ids(poison.size());
+  s.fetch(call.ids, ids.data());
+  if (scores != nullptr) {
+    scores->resize(static_cast<std::size_t>(call.scores.numel()));
+    s.fetch(call.scores, scores->data());
+  }
+  return ids;
+}
+
 template <class Stager>
 std::vector<std::int32_t> run_indexer_call(Stager& s, const DeviceIndexerFunction& fn,
                                            const spec::ModelConfig& c, const spec::IndexerParams& p,
                                            const spec::ReadBatch& b,
                                            const spec::HostTensor& index_q,
                                            const spec::LayerCaches& caches) {
-  const QueryRows rows = check_indexer_inputs(c, p, b, index_q, caches);
-  DeviceIndexerCall call;
-  call.config = &c;
-  call.params = p;
-  call.caches = s.caches(c, caches);
-  call.index_q = s.input(index_q);
-  call.batch = stage_batch(s, b, rows);
-  const std::vector<std::int32_t> poison(
-      static_cast<std::size_t>(rows.size() * c.geometry.num_kv_heads *
-                               spec::selection_width(p, c.geometry.num_kv_heads)),
-      kIdPoison);
-  call.ids = s.input(
-      poison.data(), ElementType::kI32,
-      {rows.size(), c.geometry.num_kv_heads, spec::selection_width(p, c.geometry.num_kv_heads)});
-  s.invoke(fn, call);
-  std::vector<std::int32_t> ids(poison.size());
-  s.fetch(call.ids, ids.data());
+  const QueryRows rows = check_indexer_inputs(c, p, b, index_q, caches.kind);
+  std::vector<std::int32_t> ids =
+      indexer_call_answer(s, fn, c, p, b, index_q, rows, s.caches(c, caches), nullptr);
   spec::LayerCaches after = caches;
   s.download(after);
   require_caches_unchanged(caches, after);
   return ids;
+}
+
+/// The attention call over `views` (as indexer_call_answer): out [Tq, nq, hd] in p.out_dtype.
+template <class Stager>
+spec::HostTensor attention_call_answer(Stager& s, const DeviceAttentionFunction& fn,
+                                       const spec::ModelConfig& c, const spec::AttentionParams& p,
+                                       const spec::ReadBatch& b, const spec::HostTensor& q,
+                                       const QueryRows& rows, const DeviceKvCaches& views,
+                                       const std::vector<float>& k_scale,
+                                       const std::vector<float>& v_scale,
+                                       const std::vector<std::int32_t>& selection,
+                                       std::int64_t topk) {
+  const std::int64_t tq = rows.size(), hd = c.geometry.head_dim;
+  DeviceAttentionCall call;
+  call.config = &c;
+  call.params = p;
+  call.caches = views;
+  call.q = s.input(q);
+  call.batch = stage_batch(s, b, rows);
+  call.batch.max_n_valid = rows.max_n_valid(b, p.sparse_block);
+  call.k_scale = stage_scales(s, k_scale);
+  call.v_scale = stage_scales(s, v_scale);
+  if (!selection.empty()) {
+    call.selection =
+        s.input(selection.data(), ElementType::kI32, {tq, c.geometry.num_kv_heads, topk});
+  }
+  call.out = s.output(element_type_of(p.out_dtype), {tq, p.num_q_heads, hd}, kOutputPoison);
+  s.invoke(fn, call);
+  return fetch_host(s, call.out, p.out_dtype);
 }
 
 template <class Stager>
@@ -192,22 +242,8 @@ spec::HostTensor run_attention_call(Stager& s, const DeviceAttentionFunction& fn
                                     const std::vector<float>& v_scale,
                                     const std::vector<std::int32_t>& selection, std::int64_t topk) {
   const QueryRows rows = check_attention_inputs(c, p, b, q, k_scale, v_scale, selection, topk);
-  const std::int64_t tq = rows.size(), hd = c.geometry.head_dim;
-  DeviceAttentionCall call;
-  call.config = &c;
-  call.params = p;
-  call.caches = s.caches(c, caches);
-  call.q = s.input(q);
-  call.batch = stage_batch(s, b, rows);
-  call.k_scale = stage_scales(s, k_scale);
-  call.v_scale = stage_scales(s, v_scale);
-  if (!selection.empty()) {
-    call.selection =
-        s.input(selection.data(), ElementType::kI32, {tq, c.geometry.num_kv_heads, topk});
-  }
-  call.out = s.output(element_type_of(p.out_dtype), {tq, p.num_q_heads, hd}, kOutputPoison);
-  s.invoke(fn, call);
-  spec::HostTensor out = fetch_host(s, call.out, p.out_dtype);
+  spec::HostTensor out = attention_call_answer(s, fn, c, p, b, q, rows, s.caches(c, caches),
+                                               k_scale, v_scale, selection, topk);
   spec::LayerCaches after = caches;
   s.download(after);
   require_caches_unchanged(caches, after);

@@ -97,6 +97,19 @@ spec::HostTensor run_device_attention(const DeviceAttentionFunction&, const spec
                                       const std::vector<std::int32_t>&, std::int64_t) {
   no_cuda();
 }
+std::vector<std::int32_t> run_resident_indexer(const DeviceIndexerFunction&,
+                                               const spec::ModelConfig&, const spec::IndexerParams&,
+                                               const spec::ReadBatch&, const spec::HostTensor&,
+                                               const DeviceKvCaches&, void*, std::vector<float>*) {
+  no_cuda();
+}
+spec::HostTensor run_resident_attention(const DeviceAttentionFunction&, const spec::ModelConfig&,
+                                        const spec::AttentionParams&, const spec::ReadBatch&,
+                                        const spec::HostTensor&, const DeviceKvCaches&,
+                                        const std::vector<float>&, const std::vector<float>&,
+                                        const std::vector<std::int32_t>&, std::int64_t, void*) {
+  no_cuda();
+}
 #endif
 
 }  // namespace kvo::gpu

@@ -121,7 +121,7 @@ std::vector<std::int32_t> detail::indexer_topk_host_via(
     IndexerLaunch launch, const spec::ModelConfig& c, const spec::IndexerParams& p,
     const spec::ReadBatch& b, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
     ReadKernel kernel, const spec::TopkForm& form, IndexerPath path, BlockScores* scores) {
-  const QueryRows rows = detail::check_indexer_inputs(c, p, b, index_q, caches);
+  const QueryRows rows = detail::check_indexer_inputs(c, p, b, index_q, caches.kind);
   const std::int64_t tq = rows.size();
   const std::int64_t max_nvalid = rows.max_n_valid(b, p.sparse_block);
   std::vector<std::int32_t> ids(
@@ -234,6 +234,89 @@ spec::HostTensor detail::flash_attention_host_via(
     launch(c, p, rows, a, nullptr);
   };
   return attention_host_common(run, false, c, p, b, q, caches, k_scale, v_scale, selection, topk);
+}
+
+namespace {
+
+DeviceReadBatch read_batch(const DeviceBatch& b) {
+  return {b.block_table.as<const std::int32_t>(),
+          b.row_request.as<const std::int64_t>(),
+          b.row_position.as<const std::int64_t>(),
+          b.seq_lens.as<const std::int64_t>(),
+          b.row_request.shape.at(0),
+          b.block_table.shape.at(1)};
+}
+
+/// Device scratch of a call, allocated and freed on its stream (stream-ordered: the memory
+/// returns to the pool once the call's kernels are done with it).
+class StreamScratch {
+ public:
+  StreamScratch(std::size_t bytes, void* stream) : stream_(static_cast<cudaStream_t>(stream)) {
+    if (bytes > 0) check_cuda(cudaMallocAsync(&p_, bytes, stream_), "cudaMallocAsync(scratch)");
+  }
+  ~StreamScratch() {
+    if (p_ != nullptr) (void)cudaFreeAsync(p_, stream_);
+  }
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  float* floats() const { return static_cast<float*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+DeviceIndexerFunction device_indexer_function(ReadKernel kernel) {
+  return [kernel](const DeviceIndexerCall& call) {
+    const spec::ModelConfig& c = *call.config;
+    const std::int64_t tq = call.index_q.shape.at(0);
+    if (tq == 0) return;
+    const std::int64_t nkv = c.geometry.num_kv_heads;
+    const std::int64_t n = call.batch.max_n_valid;
+    const auto count =
+        static_cast<std::size_t>(tq * nkv * spec::selection_lanes(call.params, nkv) * n);
+    // The scores land in the call's output where it asks for them, else in scratch.
+    const StreamScratch scratch(call.scores.present() ? 0 : count * sizeof(float), call.stream);
+    float* scores = call.scores.present() ? call.scores.as<float>() : scratch.floats();
+    launch_indexer_topk(c, call.params, read_batch(call.batch),
+                        {call.caches.index_cache.data,
+                         call.index_q.data,
+                         n,
+                         scores,
+                         call.ids.as<std::int32_t>(),
+                         {},
+                         nullptr},
+                        kernel, call.stream);
+  };
+}
+
+DeviceAttentionFunction device_attention_function(ReadKernel kernel, AttentionPath path) {
+  return [kernel, path](const DeviceAttentionCall& call) {
+    const spec::ModelConfig& c = *call.config;
+    const std::int64_t tq = call.q.shape.at(0);
+    if (tq == 0) return;
+    const bool sparse = call.selection.present();
+    const std::int64_t slots = sparse ? call.selection.shape.at(2) : call.batch.max_n_valid;
+    const StreamScratch ws(
+        attention_workspace_floats(tq, call.params.num_q_heads, c.geometry.head_dim, slots) *
+            sizeof(float),
+        call.stream);
+    DeviceAttention a;
+    a.k_cache = call.caches.k_cache.data;
+    a.v_cache = call.caches.v_cache.present() ? call.caches.v_cache.data : call.caches.k_cache.data;
+    a.q = call.q.data;
+    a.k_scale = call.k_scale.as<const float>();
+    a.v_scale = call.v_scale.as<const float>();
+    a.selection = sparse ? call.selection.as<const std::int32_t>() : nullptr;
+    a.topk = sparse ? call.selection.shape.at(2) : 0;
+    a.slots = slots;
+    a.workspace = ws.floats();
+    a.out = call.out.data;
+    (path == AttentionPath::kGeneric ? launch_attention_generic : launch_attention)(
+        c, call.params, read_batch(call.batch), a, kernel, call.stream);
+  };
 }
 
 }  // namespace kvo::gpu

@@ -32,6 +32,8 @@ struct GenTensor {
   void* out = nullptr;
   std::int64_t tensor = 0;  ///< the generator's tensor field (reference::GenTensor's value)
   std::int64_t heads = 1, dim = 0;
+  bool biased = false;  ///< GeneratedValues::biased: each value round(x + bias)
+  float bias = 0.0f;
 };
 /// A generation launch: up to three tensors of the same rows (a layer's K, V and index-K), for
 /// gridDim.y layers: layer y's tensors start `layer_stride` bytes after layer y - 1's.
@@ -69,14 +71,15 @@ __global__ void generate_kernel(GenLaunch p) {
                           : spec::generated_value(
                                 key, p.rule, [](float x) { return detail::round_to_act<A>(x); },
                                 [](std::uint32_t bits) { return __uint_as_float(bits); });
+      const float biased = g.biased ? detail::round_to_act<A>(v + g.bias) : v;
       // v is rounded already: its narrowing is exact (NaN: the dtype's canonical NaN, as on the
       // CPU).
       if constexpr (A == DType::kBF16) {
-        reinterpret_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+        reinterpret_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(biased);
       } else if constexpr (A == DType::kF16) {
-        reinterpret_cast<__half*>(out)[i] = __float2half_rn(v);
+        reinterpret_cast<__half*>(out)[i] = __float2half_rn(biased);
       } else {
-        reinterpret_cast<float*>(out)[i] = v;
+        reinterpret_cast<float*>(out)[i] = biased;
       }
     }
   }
@@ -104,6 +107,26 @@ void launch_generate(DType act, const GenLaunch& p, unsigned layers, cudaStream_
   check_cuda(cudaGetLastError(), "generate_kernel");
 }
 
+/// Patch i of `patches` stored into the generated rows of every layer of the launch (gridDim.y):
+/// tensor t's element (row, element) of layer y at out[t] + y * layer_stride, `act_bytes` a code.
+struct PatchLaunch {
+  std::uint8_t* out[3] = {nullptr, nullptr, nullptr};  ///< K, V, index-K rows [rows, heads * dim]
+  std::int64_t row_elements[3] = {0, 0, 0};
+  std::int64_t layer_stride = 0;
+  const SourcePatch* patches = nullptr;
+  std::int64_t count = 0;
+  int act_bytes = 2;
+};
+__global__ void patch_kernel(PatchLaunch p) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+       i < p.count; i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const SourcePatch q = p.patches[i];
+    std::uint8_t* at = p.out[q.tensor] + blockIdx.y * p.layer_stride +
+                       (q.row * p.row_elements[q.tensor] + q.element) * p.act_bytes;
+    for (int b = 0; b < p.act_bytes; ++b) at[b] = static_cast<std::uint8_t>(q.code >> (8 * b));
+  }
+}
+
 /// Generated inputs of all layers at once up to this many bytes (else one layer at a time).
 constexpr std::int64_t kAllLayersInputBytes = std::int64_t{512} << 20;
 
@@ -128,9 +151,14 @@ struct CompareResult {
 constexpr std::int64_t kTileBytes = 64 << 10;
 
 /// Block (tile, layer): the differing bytes of the tile between copy a and copy b of the layer.
+/// `tiles` null: tile i is [i, i + 1) * kTileBytes of the whole allocation (a whole comparison).
 __global__ void compare_kernel(const CopyPointers* a, const CopyPointers* b,
                                const CompareTile* tiles, CompareResult* out) {
-  const CompareTile t = tiles[blockIdx.x];
+  const CompareTile t =
+      tiles != nullptr
+          ? tiles[blockIdx.x]
+          : CompareTile{kAllocationSlot, static_cast<std::int64_t>(blockIdx.x) * kTileBytes,
+                        static_cast<std::int64_t>(blockIdx.x + 1) * kTileBytes};
   const std::int64_t layer = blockIdx.y;
   const CopyPointers& x = a[layer];
   const CopyPointers& y = b[layer];
@@ -177,10 +205,11 @@ __global__ void pending_poison_kernel(const PendingPoison* list) {
     return;
   }
   const std::uint64_t words = n / 8;
+  const auto first = static_cast<std::uint64_t>(q.first);
   for (std::uint64_t w = start; w < words; w += stride)
-    reinterpret_cast<std::uint64_t*>(q.data)[w] = spec::poison_word(q.salt, w);
+    reinterpret_cast<std::uint64_t*>(q.data)[w] = spec::poison_word(q.salt, first / 8 + w);
   for (std::uint64_t i = 8 * words + start; i < n; i += stride)
-    q.data[i] = spec::poison_byte(q.salt, i);
+    q.data[i] = spec::poison_byte(q.salt, first + i);
 }
 
 __global__ void init_results_kernel(CompareResult* out, unsigned layers) {
@@ -251,6 +280,43 @@ std::string gib(std::int64_t v) {
   return text;
 }
 
+/// The pending poison of `mirror`'s lazy buffers limited to `defined` (rounded out to whole
+/// ResidentReplay pages): each salted entry over a whole buffer storage becomes one per range of
+/// that buffer.
+void limit_poison(const DeviceCacheMirror& mirror, std::span<const BufferByteRange> defined,
+                  std::vector<PendingPoison>& pending) {
+  constexpr std::int64_t kPage = spec::ByteStorage::kPageBytes;
+  std::vector<PendingPoison> out;
+  for (const PendingPoison& q : pending) {
+    std::int64_t b = -1;
+    for (std::size_t i = 0; i < mirror.buffer_count(); ++i) {
+      if (q.salted && q.data == mirror.storage(i) && q.bytes == mirror.storage_bytes(i))
+        b = static_cast<std::int64_t>(i);
+    }
+    if (b < 0) {
+      out.push_back(q);
+      continue;
+    }
+    // The buffer's ranges as pages, each page once.
+    std::vector<std::pair<std::int64_t, std::int64_t>> pages;
+    for (const BufferByteRange& r : defined) {
+      if (r.buffer != b) continue;
+      const std::int64_t from = std::max<std::int64_t>(0, r.begin) / kPage * kPage;
+      const std::int64_t to = std::min(q.bytes, (r.end + kPage - 1) / kPage * kPage);
+      if (from < to) pages.emplace_back(from, to);
+    }
+    std::sort(pages.begin(), pages.end());
+    std::int64_t done = 0;
+    for (auto [from, to] : pages) {
+      from = std::max(from, done);
+      if (from >= to) continue;
+      out.push_back({q.data + from, to - from, q.salt, 0, true, from});
+      done = to;
+    }
+  }
+  pending = std::move(out);
+}
+
 }  // namespace
 
 std::vector<std::uint8_t> generated_rows_on_device(const GeneratedValues& values,
@@ -271,7 +337,9 @@ std::vector<std::uint8_t> generated_rows_on_device(const GeneratedValues& values
   p.layers = d_layer.as<const std::int64_t>();
   p.keys = d_keys.as<const GeneratedRowKey>();
   p.rows = rows;
-  p.t[0] = {d_out.data(), tensor, heads, dim};
+  const bool biased = values.biased && tensor >= 0 && tensor < 3;
+  p.t[0] = {d_out.data(), tensor, heads,
+            dim,          biased, biased ? values.bias[static_cast<std::size_t>(tensor)] : 0.0f};
   p.count = 1;
   const cudaStream_t stream = detail::call_stream();
   launch_generate(values.act, p, 1, stream);
@@ -292,21 +360,22 @@ struct ResidentReplay::Impl {
   std::int64_t device_bytes = 0;
   /// The fixed tables, uploaded once: per copy the pointer table of every layer ([copies, layers]
   /// CopyPointers), the K and V scales [layers, scale_count] f32, the generator's layer keys
-  /// [layers] int64, every byte of the largest allocation as tiles, the mirrors' pending poison.
+  /// [layers] int64, the mirrors' pending poison.
   DeviceBuffer tables;
   const CopyPointers* pointer_tables = nullptr;
   float* k_scale = nullptr;
   float* v_scale = nullptr;
   std::int64_t scale_count = 1;
   const std::int64_t* layer_ids = nullptr;
-  const CompareTile* whole_tiles = nullptr;
   // The staged step.
   std::int64_t tokens = 0;                  ///< T: the slot mappings' rows
   std::int64_t source_rows = 0;             ///< T_src: the generated rows
   const GeneratedRowKey* keys_d = nullptr;  ///< [source_rows], in `staged`
   const std::uint8_t* zero_d = nullptr;     ///< [source_rows] zero-row flags, or null
-  std::uint8_t* slots_d = nullptr;          ///< [tokens] slot type, in `staged`
-  std::uint8_t* index_slots_d = nullptr;    ///< [tokens] (separate_index_slots), or null
+  const SourcePatch* patches_d = nullptr;   ///< [patch_count], in `staged`
+  std::int64_t patch_count = 0;
+  std::uint8_t* slots_d = nullptr;        ///< [tokens] slot type, in `staged`
+  std::uint8_t* index_slots_d = nullptr;  ///< [tokens] (separate_index_slots), or null
   /// The generated inputs: per layer (all layers at once where they fit in
   /// kAllLayersInputBytes, else one slot reused layer after layer) K [max_tokens, nkv, hd], V the
   /// same, index-K [max_tokens, index_dim], `input_stride` bytes a layer.
@@ -347,12 +416,31 @@ struct ResidentReplay::Impl {
     p.rows = source_rows;
     // The tensor fields are reference::GenTensor's: K 0, V 1, index-K 2 (generated for every
     // layer of the launch: a dense layer's is not read).
-    p.t[0] = {inputs.data(), 0, g.num_kv_heads, g.head_dim};
-    p.t[1] = {inputs.data() + kv_input_bytes, 1, g.num_kv_heads, g.head_dim};
+    const bool b = values.biased;
+    p.t[0] = {inputs.data(), 0, g.num_kv_heads, g.head_dim, b, values.bias[0]};
+    p.t[1] = {inputs.data() + kv_input_bytes, 1, g.num_kv_heads, g.head_dim, b, values.bias[1]};
     p.count = 2;
-    if (std::find(kinds.begin(), kinds.end(), spec::LayerKind::kSparse) != kinds.end())
-      p.t[p.count++] = {inputs.data() + 2 * kv_input_bytes, 2, 1, g.index_dim};
+    const bool sparse =
+        std::find(kinds.begin(), kinds.end(), spec::LayerKind::kSparse) != kinds.end();
+    if (sparse) {
+      p.t[p.count++] = {inputs.data() + 2 * kv_input_bytes, 2, 1, g.index_dim, b, values.bias[2]};
+    }
     launch_generate(values.act, p, static_cast<unsigned>(count), stream);
+    if (patch_count == 0) return;
+    PatchLaunch q;
+    q.out[0] = static_cast<std::uint8_t*>(p.t[0].out);
+    q.out[1] = static_cast<std::uint8_t*>(p.t[1].out);
+    q.out[2] = sparse ? inputs.data() + 2 * kv_input_bytes : nullptr;
+    q.row_elements[0] = q.row_elements[1] = g.num_kv_heads * g.head_dim;
+    q.row_elements[2] = g.index_dim;
+    q.layer_stride = input_stride;
+    q.patches = patches_d;
+    q.count = patch_count;
+    q.act_bytes = static_cast<int>(spec::dtype_bytes(values.act));
+    const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>((patch_count + 255) / 256, 256)),
+                    static_cast<unsigned>(count));
+    patch_kernel<<<grid, 256, 0, stream>>>(q);
+    check_cuda(cudaGetLastError(), "patch_kernel");
   }
 
   /// Pinned host memory of at least `bytes` (its old contents dropped).
@@ -383,7 +471,7 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
                                const GeneratedValues& values,
                                const std::vector<std::vector<float>>& k_scale,
                                const std::vector<std::vector<float>>& v_scale,
-                               std::int64_t max_tokens)
+                               std::int64_t max_tokens, std::span<const BufferByteRange> defined)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   spec::validate(config);
@@ -454,6 +542,7 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
       t.p[kAllocationSlot] = mirror->allocation();
       t.bytes[kAllocationSlot] = mirror->allocation_bytes();
       table.push_back(t);
+      if (!defined.empty()) limit_poison(*mirror, defined, pending);
       m.copies[c].push_back(std::move(mirror));
     }
   }
@@ -463,30 +552,27 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
     k.insert(k.end(), k_scale[from].begin(), k_scale[from].end());
     v.insert(v.end(), v_scale[from].begin(), v_scale[from].end());
   }
-  std::vector<CompareTile> whole;
   std::int64_t most = 0, most_poison = 0;
   for (const auto& mirror : m.copies.front()) most = std::max(most, mirror->allocation_bytes());
   for (const PendingPoison& q : pending) most_poison = std::max(most_poison, q.bytes);
-  append_tiles(whole, kAllocationSlot, 0, most);
-  m.whole_tile_count = static_cast<std::int64_t>(whole.size());
-  // One upload: [pointer tables | K scales | V scales | layer keys | whole tiles | poison list],
-  // each part 256-byte aligned.
+  // A whole comparison's tiles are implicit (compare_kernel without a list): as many as the
+  // largest allocation has kTileBytes pieces.
+  m.whole_tile_count = (most + kTileBytes - 1) / kTileBytes;
+  // One upload: [pointer tables | K scales | V scales | layer keys | poison list], each part
+  // 256-byte aligned.
   const auto aligned = [](std::size_t n) { return (n + 255) / 256 * 256; };
-  const std::size_t parts[] = {table.size() * sizeof(CopyPointers),
-                               k.size() * sizeof(float),
-                               v.size() * sizeof(float),
-                               m.layers.size() * sizeof(std::int64_t),
-                               whole.size() * sizeof(CompareTile),
+  const std::size_t parts[] = {table.size() * sizeof(CopyPointers), k.size() * sizeof(float),
+                               v.size() * sizeof(float), m.layers.size() * sizeof(std::int64_t),
                                pending.size() * sizeof(PendingPoison)};
-  const void* sources[] = {table.data(),    k.data(),     v.data(),
-                           m.layers.data(), whole.data(), pending.data()};
-  std::size_t at[6], total = 0;
-  for (int i = 0; i < 6; ++i) {
+  const void* sources[] = {table.data(), k.data(), v.data(), m.layers.data(), pending.data()};
+  constexpr int kParts = 5;
+  std::size_t at[kParts], total = 0;
+  for (int i = 0; i < kParts; ++i) {
     at[i] = total;
     total += aligned(parts[i]);
   }
   m.tables_pinned = PinnedPool::instance().acquire(total, m.tables_pinned_bytes);
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < kParts; ++i) {
     if (parts[i] > 0) std::memcpy(m.tables_pinned + at[i], sources[i], parts[i]);
   }
   m.tables = DeviceBuffer(std::max<std::size_t>(total, 1));
@@ -497,13 +583,12 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
   m.k_scale = reinterpret_cast<float*>(m.tables.data() + at[1]);
   m.v_scale = reinterpret_cast<float*>(m.tables.data() + at[2]);
   m.layer_ids = reinterpret_cast<const std::int64_t*>(m.tables.data() + at[3]);
-  m.whole_tiles = reinterpret_cast<const CompareTile*>(m.tables.data() + at[4]);
   if (!pending.empty()) {
     const dim3 grid(
         static_cast<unsigned>(std::min<std::int64_t>((most_poison / 8 + 255) / 256 + 1, 1024)),
         static_cast<unsigned>(pending.size()));
     pending_poison_kernel<<<grid, 256, 0, m.stream>>>(
-        reinterpret_cast<const PendingPoison*>(m.tables.data() + at[5]));
+        reinterpret_cast<const PendingPoison*>(m.tables.data() + at[4]));
     check_cuda(cudaGetLastError(), "pending_poison_kernel");
   }
   const spec::CacheGeometry& g = config.geometry;
@@ -557,7 +642,8 @@ void ResidentReplay::stage_step(std::span<const GeneratedRowKey> keys,
                                 const spec::SlotMapping& slots,
                                 const spec::SlotMapping* index_slots,
                                 std::span<const BufferByteRange> compared,
-                                std::span<const std::int64_t> zero_rows) {
+                                std::span<const std::int64_t> zero_rows,
+                                std::span<const SourcePatch> patches) {
   Impl& m = *impl_;
   const auto t = static_cast<std::int64_t>(slots.slots.size());
   const auto rows = static_cast<std::int64_t>(keys.size());
@@ -579,6 +665,16 @@ void ResidentReplay::stage_step(std::span<const GeneratedRowKey> keys,
       zero[static_cast<std::size_t>(r)] = 1;
     }
   }
+  const spec::CacheGeometry& g = m.config.geometry;
+  const std::int64_t row_elements[3] = {g.num_kv_heads * g.head_dim, g.num_kv_heads * g.head_dim,
+                                        g.index_dim};
+  for (const SourcePatch& q : patches) {
+    if (q.tensor < 0 || q.tensor > 2 || q.row < 0 || q.row >= rows || q.element < 0 ||
+        q.element >= row_elements[q.tensor]) {
+      throw spec::InvalidInput("patches", -1, std::to_string(q.tensor),
+                               "expected a patch of tensor 0..2 inside its generated rows");
+    }
+  }
   std::vector<CompareTile> tiles;
   for (const BufferByteRange& r : compared) {
     if (r.buffer < 0 || r.buffer >= kMaxBuffers) {
@@ -587,7 +683,8 @@ void ResidentReplay::stage_step(std::span<const GeneratedRowKey> keys,
     }
     append_tiles(tiles, r.buffer, r.begin, r.end);
   }
-  // One upload: [keys | slots | index slots | zero rows | tiles], each part 256-byte aligned.
+  // One upload: [keys | slots | index slots | zero rows | patches | tiles], each part 256-byte
+  // aligned.
   const auto aligned = [](std::size_t n) { return (n + 255) / 256 * 256; };
   const std::vector<std::uint8_t> s = detail::slot_storage(slots);
   const std::vector<std::uint8_t> is =
@@ -595,7 +692,8 @@ void ResidentReplay::stage_step(std::span<const GeneratedRowKey> keys,
   const std::size_t at_slots = aligned(keys.size_bytes());
   const std::size_t at_index = at_slots + aligned(s.size());
   const std::size_t at_zero = at_index + aligned(is.size());
-  const std::size_t at_tiles = at_zero + aligned(zero.size());
+  const std::size_t at_patches = at_zero + aligned(zero.size());
+  const std::size_t at_tiles = at_patches + aligned(patches.size_bytes());
   const std::size_t total = at_tiles + tiles.size() * sizeof(CompareTile);
   // The previous step's launches read the staged bytes until the stream is done with them.
   if (m.staged_before) check_cuda(cudaStreamSynchronize(m.stream), "resident step");
@@ -605,6 +703,7 @@ void ResidentReplay::stage_step(std::span<const GeneratedRowKey> keys,
   std::memcpy(m.pinned + at_slots, s.data(), s.size());
   if (!is.empty()) std::memcpy(m.pinned + at_index, is.data(), is.size());
   if (!zero.empty()) std::memcpy(m.pinned + at_zero, zero.data(), zero.size());
+  if (!patches.empty()) std::memcpy(m.pinned + at_patches, patches.data(), patches.size_bytes());
   if (!tiles.empty())
     std::memcpy(m.pinned + at_tiles, tiles.data(), tiles.size() * sizeof(CompareTile));
   if (m.staged.size() < total) m.staged = DeviceBuffer(total);
@@ -614,6 +713,8 @@ void ResidentReplay::stage_step(std::span<const GeneratedRowKey> keys,
   m.source_rows = rows;
   m.keys_d = m.staged.as<const GeneratedRowKey>();
   m.zero_d = zero.empty() ? nullptr : m.staged.data() + at_zero;
+  m.patches_d = reinterpret_cast<const SourcePatch*>(m.staged.data() + at_patches);
+  m.patch_count = static_cast<std::int64_t>(patches.size());
   m.slots_d = m.staged.data() + at_slots;
   m.index_slots_d = index_slots != nullptr ? m.staged.data() + at_index : nullptr;
   m.step_tiles_d = reinterpret_cast<const CompareTile*>(m.staged.data() + at_tiles);
@@ -661,7 +762,7 @@ std::vector<ResidentDifference> ResidentReplay::compare(std::size_t copy, bool w
     // The largest grid dimension x is 2^31 - 1 tiles (128 TiB a layer): never reached.
     const dim3 grid(static_cast<unsigned>(tiles), layers);
     compare_kernel<<<grid, 256, 0, m.stream>>>(m.pointer_tables, m.pointer_tables + copy * layers,
-                                               whole ? m.whole_tiles : m.step_tiles_d,
+                                               whole ? nullptr : m.step_tiles_d,
                                                m.results.as<CompareResult>());
     check_cuda(cudaGetLastError(), "compare_kernel");
   }
@@ -768,5 +869,11 @@ void ResidentReplay::download(std::size_t li, std::size_t copy,
 void ResidentReplay::synchronize() {
   check_cuda(cudaStreamSynchronize(impl_->stream), "the resident replay's stream");
 }
+
+const DeviceKvCaches& ResidentReplay::views(std::size_t li, std::size_t copy) const {
+  return impl_->copies.at(copy).at(li)->views();
+}
+
+void* ResidentReplay::stream() const { return impl_->stream; }
 
 }  // namespace kvo::gpu

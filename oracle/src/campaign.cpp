@@ -412,9 +412,11 @@ CheckReport Campaign::run(const Progress& progress) {
   // path does not take is answered on the host as above.
   struct CaseWork {
     std::map<std::string_view, std::unique_ptr<PreparedCase>> cases;
-    std::set<std::string_view> on_device;        // the case kinds drawn for the device
-    bool sampled = false;                        // a case the tier is checked on
-    std::vector<std::vector<bool>> hits;         // per coverage op group, its driver's flags
+    std::set<std::string_view> on_device;  // the case kinds drawn for the device
+    bool sampled = false;                  // a case the tier is checked on
+    // Per coverage op group, its driver's flags (unset until judged for a case kind judged on the
+    // device whose conditions read the device's answer: OpDriver::conditions_before_device).
+    std::vector<std::optional<std::vector<bool>>> hits;
     std::vector<std::optional<Verdict>> judged;  // per row: set when judged on the worker
     std::set<std::string_view> tiered;           // the case kinds the tier answered
     std::int64_t checks = 0;                     // the tier judged against the CPU reference
@@ -450,20 +452,26 @@ CheckReport Campaign::run(const Progress& progress) {
     }
     if (!c) c = driver.prepare(seed, o_.overrides);
   };
-  // The ops whose judged subjects all write on the device, as the tier's answerer does.
-  std::set<spec::Op> resident_ops;
+  // The case kinds judged on the device (OpDriver::runs_on_device): every row of the kind runs
+  // there, as the tier's answerer does for each of the kind's ops; each with the op of its first
+  // row (whose driver checks the answerer on the sampled cases).
+  std::map<std::string_view, spec::Op> resident_kinds;
   if (o_.tier == ReferenceTier::kGpu && o_.tier_resident) {
     for (const Row& row : rows_) {
-      const Subject* answerer = tier_.answering(row.op);
-      if (answerer == nullptr || !answerer->device_write()) continue;
-      if (std::all_of(rows_.begin(), rows_.end(), [&](const Row& r) {
-            return r.op != row.op || (!r.subject->concurrent() && r.subject->device_write());
-          }))
-        resident_ops.insert(row.op);
+      const std::string_view kind = driver_of(row.op).case_kind();
+      if (resident_kinds.contains(kind)) continue;
+      const bool all = std::all_of(rows_.begin(), rows_.end(), [&](const Row& r) {
+        const OpDriver& d = driver_of(r.op);
+        if (d.case_kind() != kind) return true;
+        const Subject* answerer = tier_.answering(r.op);
+        return answerer != nullptr && d.runs_on_device(*answerer) && !r.subject->concurrent() &&
+               d.runs_on_device(*r.subject);
+      });
+      if (all) resident_kinds.emplace(kind, row.op);
     }
   }
-  const auto work = [this, &check_tier, &answer_on_host, &resident_ops](std::uint64_t seed,
-                                                                        std::int64_t index) {
+  const auto work = [this, &check_tier, &answer_on_host, &resident_kinds](std::uint64_t seed,
+                                                                          std::int64_t index) {
     CaseWork w;
     const bool sampled = tier_sampled(index, o_.tier_sample_first, o_.tier_sample_every);
     w.sampled = sampled;
@@ -475,7 +483,7 @@ CheckReport Campaign::run(const Progress& progress) {
       // The answerer judged as a subject of the campaign is judged against the CPU reference's
       // answer on every case, never against its own.
       const bool cpu_answers = sampled || tier_.self_judged.contains(row.op);
-      if (answerer != nullptr && !cpu_answers && resident_ops.contains(row.op)) {
+      if (answerer != nullptr && !cpu_answers && resident_kinds.contains(driver.case_kind())) {
         c = driver.prepare_for_device(seed, o_.overrides);
         if (c) {
           w.on_device.insert(driver.case_kind());
@@ -500,6 +508,10 @@ CheckReport Campaign::run(const Progress& progress) {
       const CoverageRow& cov = report_.coverage[k];
       if (k > 0 && report_.coverage[k - 1].op == cov.op) continue;  // once per op
       const OpDriver& driver = driver_of(cov.op);
+      if (w.on_device.contains(driver.case_kind()) && !driver.conditions_before_device()) {
+        w.hits.emplace_back();
+        continue;
+      }
       w.hits.push_back(driver.reached(*w.cases.at(driver.case_kind())));
     }
     w.judged.resize(rows_.size());
@@ -584,18 +596,6 @@ CheckReport Campaign::run(const Progress& progress) {
         std::rethrow_exception(std::get<std::exception_ptr>(result));
       CaseWork& w = std::get<CaseWork>(result);
       const std::uint64_t seed = seed_of(i);
-      std::size_t group = 0;
-      for (std::size_t k = 0; k < report_.coverage.size(); ++k) {
-        if (k > 0 && report_.coverage[k - 1].op == report_.coverage[k].op) continue;
-        const std::vector<bool>& hit = w.hits[group++];
-        for (std::size_t j = 0; j < hit.size(); ++j) {
-          CoverageRow& r = report_.coverage[k + j];
-          ++r.cases;
-          if (!hit[j]) continue;
-          ++r.reached;
-          if (r.first_case < 0) r.first_case = i;
-        }
-      }
       // The cases drawn for the device, judged there (one verdict per row of the case kind, in
       // row order); one the device does not take is answered on the host.
       std::map<std::string_view, std::vector<Verdict>> on_device;
@@ -603,7 +603,7 @@ CheckReport Campaign::run(const Progress& progress) {
       // On a sampled case of a resident op, the answerer's device run (inputs generated there)
       // is checked against the CPU reference's answer too: the resident path's trust chain.
       if (w.sampled) {
-        for (const spec::Op op : resident_ops) {
+        for (const auto& [kind, op] : resident_kinds) {
           const OpDriver& driver = driver_of(op);
           ++report_.resident_checks;
           PreparedCase& c = *w.cases.at(driver.case_kind());
@@ -624,12 +624,12 @@ CheckReport Campaign::run(const Progress& progress) {
         });
         const OpDriver& driver = driver_of(first->op);
         Subject* answerer = tier_.of(first->op);
-        std::vector<Subject*> subjects;
+        std::vector<OpDriver::DeviceRow> device_rows;
         for (const Row& r : rows_) {
-          if (driver_of(r.op).case_kind() == kind) subjects.push_back(r.subject);
+          if (driver_of(r.op).case_kind() == kind) device_rows.push_back({r.op, r.subject});
         }
         try {
-          on_device[kind] = driver.judge_on_device(*w.cases.at(kind), *answerer, subjects);
+          on_device[kind] = driver.judge_on_device(*w.cases.at(kind), *answerer, device_rows);
           ++report_.resident_cases;
         } catch (const std::exception&) {
           // Not taken there (spec::Unsupported), or a writer that threw or faulted: the host path
@@ -639,6 +639,24 @@ CheckReport Campaign::run(const Progress& progress) {
       }
       report_.resident_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - device_start).count();
+      // The conditions each case reached (those of a case judged on the device asked now, its
+      // answer known; a case the device did not take was answered on the host).
+      std::size_t group = 0;
+      for (std::size_t k = 0; k < report_.coverage.size(); ++k) {
+        if (k > 0 && report_.coverage[k - 1].op == report_.coverage[k].op) continue;
+        std::optional<std::vector<bool>>& hit = w.hits[group++];
+        if (!hit) {
+          const OpDriver& driver = driver_of(report_.coverage[k].op);
+          hit = driver.reached(*w.cases.at(driver.case_kind()));
+        }
+        for (std::size_t j = 0; j < hit->size(); ++j) {
+          CoverageRow& r = report_.coverage[k + j];
+          ++r.cases;
+          if (!(*hit)[j]) continue;
+          ++r.reached;
+          if (r.first_case < 0) r.first_case = i;
+        }
+      }
       std::vector<Verdict> verdicts;
       std::map<std::string_view, std::size_t> device_next;
       for (std::size_t r = 0; r < rows_.size(); ++r) {

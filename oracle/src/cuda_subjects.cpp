@@ -82,6 +82,16 @@ class CudaReadSubject final : public Subject {
                                                   : spec::Ordering::kForeign;
   }
   TopkForm topk_form() const override { return declared_; }
+  /// The canonical family's reads on device memory (the resident read path judges canonical
+  /// subjects only); none with a planted fault.
+  DeviceIndexerFn device_indexer() const override {
+    if (!has_device_reads()) return {};
+    return gpu::device_indexer_function(kernel_);
+  }
+  DeviceAttentionFn device_attention() const override {
+    if (!has_device_reads()) return {};
+    return gpu::device_attention_function(kernel_, attention_path_);
+  }
   std::vector<std::int32_t> indexer(const ReadCase& c) override {
     if (fault_.has_value()) {
       return gpu::testing::indexer_topk_host_faulty(*fault_, c.config, c.indexer, c.batch,
@@ -116,6 +126,9 @@ class CudaReadSubject final : public Subject {
   }
 
  private:
+  bool has_device_reads() const {
+    return kernel_ == gpu::ReadKernel::kCanonical && !fault_.has_value() && !indexer_only_;
+  }
   /// The family's own form: ascending ids (canonical), best first (fast); token-major, exact keys.
   static TopkForm family_form(gpu::ReadKernel kernel) {
     return {kernel == gpu::ReadKernel::kCanonical ? TopkOrder::kAscendingIds

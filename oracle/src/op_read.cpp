@@ -13,23 +13,38 @@
 #include <cstring>
 #include <sstream>
 
+#include "kvo/oracle/harness.hpp"
 #include "kvo/oracle/read_judge.hpp"
+#include "kvo/oracle/resident_reads.hpp"
 #include "kvo/reference/paged_cache.hpp"
 #include "op_drivers.hpp"
 
 namespace kvo::oracle {
 namespace {
 
+std::string hex_byte(std::uint8_t b) {
+  constexpr char kDigits[] = "0123456789abcdef";
+  return {kDigits[b >> 4], kDigits[b & 15]};
+}
+
 struct ReadPrepared final : PreparedCase {
   /// `answerer`: a reference tier's, which answers the selection and the exact output (null: the
   /// CPU reference).
   ReadPrepared(ReadCase c, std::optional<spec::AttentionProfile> p, Subject* answerer = nullptr)
-      : rc(std::move(c)), expectation(rc, false, answerer), profile(p) {}
+      : rc(std::move(c)), profile(p) {
+    expectation.emplace(rc, false, answerer);
+  }
+  /// A case for the device (its values deferred): its expectation comes when the tier answers it
+  /// there (ReadDriver::judge_on_device).
+  struct Deferred {};
+  ReadPrepared(ReadCase c, std::optional<spec::AttentionProfile> p, Deferred)
+      : rc(std::move(c)), profile(p) {}
   std::uint64_t seed() const override { return rc.seed; }
   std::string describe() const override { return rc.describe(); }
 
   ReadCase rc;
-  ReadExpectation expectation;                    ///< refers to rc: never moved after construction
+  /// Refers to rc: never moved after construction. Set but on a deferred case until judged.
+  std::optional<ReadExpectation> expectation;
   std::optional<spec::AttentionProfile> profile;  ///< --profile: foreign attention judged under it
 };
 
@@ -48,7 +63,7 @@ class AttentionAnswer final : public CapturedAnswer {
   Verdict judge_under(const ModeChoice& choice) override {
     const std::size_t value = choice.at(0);
     const AttentionDiff d = diff_attention_output(
-        c_.expectation, out,
+        *c_.expectation, out,
         value == 0 ? std::nullopt
                    : std::optional<spec::AttentionProfile>(kProfilesByLooseness.at(value - 1)));
     return {d.pass() ? spec::Outcome::kPass : spec::Outcome::kMismatch, d.report(), 0};
@@ -195,9 +210,10 @@ void for_each_cut(const reference::TopkSelection& s, std::int64_t topk, F&& f) {
       for (std::int64_t l = 0; l < s.lanes; ++l) {
         std::vector<float> v;
         for (std::int64_t j = 0; j < n_valid; ++j) v.push_back(s.score(q, g, j, l));
-        std::vector<float> sorted = v;
-        std::sort(sorted.begin(), sorted.end(), std::greater<>());
-        const float cut = sorted[static_cast<std::size_t>(k_eff - 1)];
+        // The k_eff-th largest score (no full sort: rows run to thousands of blocks).
+        std::vector<float> order = v;
+        std::nth_element(order.begin(), order.begin() + (k_eff - 1), order.end(), std::greater<>());
+        const float cut = order[static_cast<std::size_t>(k_eff - 1)];
         const auto above = std::count_if(v.begin(), v.end(), [&](float x) { return x > cut; });
         const auto tied = std::count(v.begin(), v.end(), cut);
         f(tied, k_eff - above, k_eff);
@@ -212,7 +228,7 @@ enum class ReadOps : std::uint8_t { kIndexer, kBoth, kAttention };
 /// Whether some row (q, g) of the selection handed to attention satisfies `f(row ids, n_valid)`.
 template <class F>
 bool any_attended_row(const ReadPrepared& c, F&& f) {
-  const reference::TopkSelection& s = *c.expectation.attended();
+  const reference::TopkSelection& s = *c.expectation->attended();
   for (std::int64_t q = 0; q < s.num_queries; ++q) {
     for (std::int64_t g = 0; g < s.num_kv_heads; ++g) {
       const auto at = s.ids.begin() + (q * s.num_kv_heads + g) * s.topk;
@@ -230,7 +246,7 @@ std::vector<std::int64_t> pages_read(const ReadPrepared& c, spec::Op op) {
   const spec::ReadBatch& b = c.rc.batch;
   const std::int64_t bs = c.rc.config.geometry.block_size;
   const reference::TopkSelection* s =
-      op == spec::Op::kAttention ? c.expectation.attended() : nullptr;
+      op == spec::Op::kAttention ? c.expectation->attended() : nullptr;
   std::vector<std::int64_t> pages;
   const auto page = [&](std::int64_t r, std::int64_t token) {
     pages.push_back(b.block_table[static_cast<std::size_t>(r * b.max_blocks + token / bs)]);
@@ -337,7 +353,7 @@ const std::array<ReadCondition, 21> kReadConditions{{
      [](const ReadPrepared& c) {
        bool hit = false;
        for_each_cut(
-           c.expectation.selection(), c.rc.indexer.topk,
+           c.expectation->selection(), c.rc.indexer.topk,
            [&](std::int64_t tied, std::int64_t kept, std::int64_t) { hit |= tied > kept; });
        return hit;
      }},
@@ -345,13 +361,13 @@ const std::array<ReadCondition, 21> kReadConditions{{
      [](const ReadPrepared& c) {
        bool hit = false;
        for_each_cut(
-           c.expectation.selection(), c.rc.indexer.topk,
+           c.expectation->selection(), c.rc.indexer.topk,
            [&](std::int64_t tied, std::int64_t, std::int64_t) { hit |= tied > c.rc.indexer.topk; });
        return hit;
      }},
     {{"neg_inf_block", "a valid block whose score is -inf"},
      [](const ReadPrepared& c) {
-       const reference::TopkSelection& s = c.expectation.selection();
+       const reference::TopkSelection& s = c.expectation->selection();
        for (std::int64_t q = 0; q < s.num_queries; ++q)
          for (std::int64_t g = 0; g < s.num_kv_heads; ++g)
            for (std::int64_t l = 0; l < s.lanes; ++l)
@@ -360,7 +376,7 @@ const std::array<ReadCondition, 21> kReadConditions{{
        return false;
      }},
     {{"union_lanes", "index_group union over several index heads per KV head"},
-     [](const ReadPrepared& c) { return c.expectation.selection().lanes > 1; }},
+     [](const ReadPrepared& c) { return c.expectation->selection().lanes > 1; }},
     {{"e4m3_index_q", "fp8 index-Q"},
      [](const ReadPrepared& c) { return c.rc.indexer.index_q_type == spec::IndexQType::kFp8E4m3; }},
     {{"gqa_16", "16 or more query heads per KV head"},
@@ -373,13 +389,13 @@ const std::array<ReadCondition, 21> kReadConditions{{
      ReadOps::kBoth},
     {{"block_ids_past_1024", "a row with more than 1024 logical blocks (top-k's long path)"},
      [](const ReadPrepared& c) {
-       const auto& n = c.expectation.selection().n_valid;
+       const auto& n = c.expectation->selection().n_valid;
        return std::any_of(n.begin(), n.end(), [](std::int64_t v) { return v > 1024; });
      },
      ReadOps::kBoth},
     {{"block_ids_past_4096", "a row with more than 4096 logical blocks"},
      [](const ReadPrepared& c) {
-       const auto& n = c.expectation.selection().n_valid;
+       const auto& n = c.expectation->selection().n_valid;
        return std::any_of(n.begin(), n.end(), [](std::int64_t v) { return v > 4096; });
      },
      ReadOps::kBoth},
@@ -433,19 +449,19 @@ class ReadDriver final : public OpDriver {
 
   Verdict judge(Subject& subject, PreparedCase& pc) const override {
     auto& rp = static_cast<ReadPrepared&>(pc);
-    const ReadVerdict r = judge_read(subject, op_, rp.expectation, rp.profile);
+    const ReadVerdict r = judge_read(subject, op_, *rp.expectation, rp.profile);
     return {r.outcome, r.report, 0};
   }
 
   void ready_to_judge(const Subject& subject, PreparedCase& pc) const override {
     auto& rp = static_cast<ReadPrepared&>(pc);
     if (subject.ordering() == spec::Ordering::kCanonical) {
-      if (op_ == spec::Op::kAttention) rp.expectation.exact();
+      if (op_ == spec::Op::kAttention) rp.expectation->exact();
     } else if (op_ == spec::Op::kIndexer) {
-      rp.expectation.score_truth(subject.ordering());
+      rp.expectation->score_truth(subject.ordering());
     } else if (profile_override_problem(subject, rp.profile).empty()) {
-      rp.expectation.attention_truth(subject.ordering(),
-                                     rp.profile.value_or(subject.attention_profile()));
+      rp.expectation->attention_truth(subject.ordering(),
+                                      rp.profile.value_or(subject.attention_profile()));
     }
   }
 
@@ -458,18 +474,113 @@ class ReadDriver final : public OpDriver {
     v.outcome = run_guarded(
         [&] {
           v.report =
-              diff_selection_exact(rp.expectation.selection(), answerer.indexer_selection(rp.rc));
+              diff_selection_exact(rp.expectation->selection(), answerer.indexer_selection(rp.rc));
           if (!v.report.empty()) {
             v.report = "the selection: " + v.report;
             return spec::Outcome::kMismatch;
           }
           const AttentionDiff d = diff_attention_exact(
-              rp.expectation.exact(), answerer.attention(rp.rc, rp.expectation.attended()));
+              rp.expectation->exact(), answerer.attention(rp.rc, rp.expectation->attended()));
           v.report = "the attention output: " + d.report();
           return d.pass() ? spec::Outcome::kPass : spec::Outcome::kMismatch;
         },
         v.report);
     return v;
+  }
+
+  // The GPU tier's resident path (resident_reads.hpp): a read case drawn without its values, its
+  // layer generated and written on the device, the tier's answerer reading one copy and the
+  // canonical subjects the other, through their device reads.
+  bool runs_on_device(const Subject& subject) const override {
+    return ResidentRead::unavailable(subject, op_).empty();
+  }
+  std::unique_ptr<PreparedCase> prepare_for_device(std::uint64_t seed,
+                                                   const Overrides& o) const override {
+    const ReadOverrides r = effective_read(o);
+    return std::make_unique<ReadPrepared>(make_read_case(seed, r, CaseValues::kDeferred), r.profile,
+                                          ReadPrepared::Deferred{});
+  }
+  bool conditions_before_device() const override { return false; }
+
+  /// The tier's answerer gives the case's expectation from copy 0 (its selection with the scores,
+  /// its exact output over the selection handed to attention), then each row's subject is judged
+  /// on copy 1 as judge judges it, and copy 1 is compared with copy 0 (a read that changed its
+  /// caches fails to run).
+  std::vector<Verdict> judge_on_device(PreparedCase& pc, Subject& answerer,
+                                       const std::vector<DeviceRow>& rows) const override {
+    auto& rp = static_cast<ReadPrepared&>(pc);
+    ResidentRead device(rp.rc);
+    const std::unique_ptr<Subject> tier = device.reader(answerer, 0);
+    rp.expectation.emplace(rp.rc, false, tier.get());
+    const auto judge_row = [&](const DeviceRow& row) {
+      const std::unique_ptr<Subject> reader = device.reader(*row.subject, 1);
+      const ReadVerdict r = judge_read(*reader, row.op, *rp.expectation, rp.profile);
+      return Verdict{r.outcome, r.report, 0};
+    };
+    std::vector<Verdict> out;
+    for (const DeviceRow& row : rows) out.push_back(judge_row(row));
+    // Copy 1 compared once after every row's reads; where it changed, each row runs again on a
+    // restored copy, compared after it, to name the reads that change their caches.
+    if (device.compare().count == 0) return out;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      device.resync();
+      out[i] = judge_row(rows[i]);
+      const LayerDifference d = device.compare();
+      if (d.count == 0) continue;
+      out[i].outcome = spec::Outcome::kFailedToRun;
+      out[i].report =
+          "failed to run: a read changed its caches on the device: " +
+          (d.buffer < 0 ? std::string("a margin outside every buffer")
+                        : std::string(spec::name_of(
+                              rp.rc.caches.buffers[static_cast<std::size_t>(d.buffer)].kind))) +
+          " byte " + std::to_string(d.byte) + " of its storage (" + std::to_string(d.count) +
+          " bytes differ)";
+    }
+    return out;
+  }
+
+  /// The resident path's trust chain on a case the CPU reference answered: the layer the device
+  /// wrote (every byte of its buffers; of a huge cache's, the pages the reference holds) and the
+  /// tier's answer read from it (judge_answerer) against the reference's.
+  std::string check_on_device(PreparedCase& pc, Subject& answerer) const override {
+    auto& rp = static_cast<ReadPrepared&>(pc);
+    ResidentRead device(rp.rc);
+    const reference::PagedCacheLayout layout(rp.rc.config);
+    spec::LayerCaches got = make_layer_caches(layout, 0, spec::LayerKind::kSparse, /*lazy=*/true,
+                                              /*hold_guards=*/false);
+    std::vector<BufferBytes> ranges;
+    for (std::size_t b = 0; b < rp.rc.caches.buffers.size(); ++b) {
+      const spec::ByteStorage& st = rp.rc.caches.buffers[b].storage;
+      const auto index = static_cast<std::int32_t>(b);
+      if (!st.is_lazy()) {
+        ranges.push_back({index, 0, st.size()});
+        continue;
+      }
+      for (const spec::ByteRange& r : st.materialised())
+        ranges.push_back({index, r.first, r.second});
+    }
+    device.download(ranges, got);
+    for (std::size_t b = 0; b < got.buffers.size(); ++b) {
+      const spec::CacheBuffer& want = rp.rc.caches.buffers[b];
+      const spec::ByteStorage& have = got.buffers[b].storage;
+      if (want.storage.same_as(have)) continue;
+      for (const auto& [from, to] : want.storage.compare_ranges(have)) {
+        for (std::int64_t j = from; j < to; ++j) {
+          if (want.storage.byte(j) == have.byte(j)) continue;
+          return "the canonical fused write of the read case on the device (rows generated "
+                 "there) disagrees with the CPU reference's on " +
+                 rp.describe() + ": " + std::string(spec::name_of(want.kind)) + " byte " +
+                 std::to_string(j - want.guard_bytes) + " of its body: device 0x" +
+                 hex_byte(have.byte(j)) + ", reference 0x" + hex_byte(want.storage.byte(j));
+        }
+      }
+    }
+    const std::unique_ptr<Subject> tier = device.reader(answerer, 0);
+    const Verdict v = judge_answerer(*tier, pc);
+    if (v.outcome == spec::Outcome::kPass) return {};
+    return "the read answerer " + answerer.name() +
+           " reading on the device (the layer written there) disagrees with the CPU reference (" +
+           std::string(spec::name_of(v.outcome)) + ") on " + rp.describe() + "\n" + v.report;
   }
 
   Verdict explain(Subject& subject, PreparedCase& pc) const override {
@@ -578,7 +689,7 @@ class ReadDriver final : public OpDriver {
     auto answer = std::make_unique<AttentionAnswer>(rp);
     answer->run_outcome = run_guarded(
         [&] {
-          answer->out = subject.attention(rp.rc, rp.expectation.attended());
+          answer->out = subject.attention(rp.rc, rp.expectation->attended());
           return spec::Outcome::kPass;
         },
         answer->run_error);
@@ -626,7 +737,7 @@ class ReadDriver final : public OpDriver {
     out.put_host("input.index_q", rc.index_q);
     out.put_host("input.q", rc.q);
     // SPEC 6: the selection attention is handed, as it was drawn (the indexer ignores it).
-    const reference::TopkSelection& attended = *rp.expectation.attended();
+    const reference::TopkSelection& attended = *rp.expectation->attended();
     m["attention_width"] = text(attended.topk);
     out.put_i32("input.attention_selection",
                 {rc.batch.num_queries(), rc.config.geometry.num_kv_heads, attended.topk},
@@ -718,7 +829,7 @@ class ReadDriver final : public OpDriver {
     rc.caches = in.take_caches("cache.", rc.config, spec::LayerKind::kSparse);
     auto c = std::make_unique<ReadPrepared>(std::move(rc), std::nullopt);
     validate_as("input.attention_", [&] {  // SPEC 6: no id twice in a row
-      const reference::TopkSelection& s = *c->expectation.attended();
+      const reference::TopkSelection& s = *c->expectation->attended();
       for (std::int64_t q = 0; q < s.num_queries; ++q)
         for (std::int64_t h = 0; h < s.num_kv_heads; ++h) reference::attention_chunks(&s, q, h, 0);
     });
@@ -735,7 +846,7 @@ class ReadDriver final : public OpDriver {
       const bool whole = static_cast<std::int64_t>(ids.size()) == shape[0] * shape[1] * shape[2];
       out.put_i32("topk_ids", whole ? shape : std::vector<std::int64_t>{std::ssize(ids)}, ids);
     } else {
-      out.put_host("out", subject.attention(rp.rc, rp.expectation.attended()));
+      out.put_host("out", subject.attention(rp.rc, rp.expectation->attended()));
     }
   }
 
@@ -763,12 +874,12 @@ class ReadDriver final : public OpDriver {
   /// The reference's answer to this op of the case, named as a result holds it.
   NamedTensor reference_answer(ReadPrepared& rp) const {
     if (op_ == spec::Op::kIndexer) {
-      const std::vector<std::int32_t>& ids = rp.expectation.selection().ids;
+      const std::vector<std::int32_t>& ids = rp.expectation->selection().ids;
       std::vector<std::uint8_t> bytes(ids.size() * sizeof(std::int32_t));
       if (!ids.empty()) std::memcpy(bytes.data(), ids.data(), bytes.size());
       return {"topk_ids", TensorDType::kI32, topk_shape(rp.rc), std::move(bytes)};
     }
-    const spec::HostTensor& out = rp.expectation.exact();
+    const spec::HostTensor& out = rp.expectation->exact();
     return {"out", tensor_dtype(out.dtype), out.shape, out.bytes};
   }
 

@@ -251,11 +251,15 @@ class WriteDriver final : public OpDriver {
     return ResidentWrites::config_blocker(static_cast<const WritePrepared&>(pc).wc.config).empty();
   }
 
+  bool runs_on_device(const Subject& subject) const override {
+    return static_cast<bool>(subject.device_write());
+  }
+
   std::vector<Verdict> judge_on_device(PreparedCase& pc, Subject& answerer,
-                                       const std::vector<Subject*>& subjects) const override {
+                                       const std::vector<DeviceRow>& rows) const override {
     auto& c = static_cast<WritePrepared&>(pc);
     std::vector<Subject*> writers{&answerer};
-    writers.insert(writers.end(), subjects.begin(), subjects.end());
+    for (const DeviceRow& r : rows) writers.push_back(r.subject);
     const std::unique_ptr<ResidentWrites> device = write_resident(c, writers);
     const std::vector<spec::LayerCaches>& initial = c.device_start();
     // Every byte of every allocation: the buffers, their guard bands and the margins around them.

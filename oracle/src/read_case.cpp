@@ -6,6 +6,7 @@
 #include <numeric>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "kvo/oracle/harness.hpp"
 #include "kvo/oracle/write_case.hpp"
@@ -50,6 +51,16 @@ std::string ReadOverrides::to_flags() const {
   return s.str();
 }
 
+std::vector<ReadCaseValues::Patch> ReadCaseValues::distinct_patches() const {
+  std::vector<Patch> out;
+  std::set<std::tuple<std::int32_t, std::int64_t, std::int64_t>> seen;
+  for (auto it = patches.rbegin(); it != patches.rend(); ++it) {
+    if (seen.insert({it->tensor, it->row, it->element}).second) out.push_back(*it);
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 std::string ReadCase::describe() const {
   std::ostringstream s;
   s << spec::describe(config) << " sparse_block=" << indexer.sparse_block
@@ -61,7 +72,7 @@ std::string ReadCase::describe() const {
   return s.str();
 }
 
-ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
+ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o, CaseValues values) {
   SplitMix64 rng(seed);
   ReadCase rc;
   rc.seed = seed;
@@ -247,75 +258,90 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o) {
   for (float& s : rc.v_scale)
     s = static_cast<float>(rng.uniform(1, 1 << 16)) / static_cast<float>(1 << 14);
 
-  // Write every request's tokens through the reference write path, into strided views under the
-  // strided theme (SPEC 3).
+  // Every request's tokens, their rows drawn from SPEC 8 with the planted values (ReadCaseValues),
+  // written through the reference write path into strided views under the strided theme (SPEC 3).
   choose_strides(seed, o.kv_strides, o.index_strides, c);
   const reference::PagedCacheLayout layout(c);
-  rc.caches = oracle::make_layer_caches(layout, 0, spec::LayerKind::kSparse);
-  // A huge cache's pages (harness.hpp): every block a row's table names, whole (reads touch a
-  // block's slots past the context too, to mask them).
-  std::set<std::int32_t> table_blocks(b.block_table.begin(), b.block_table.end());
-  for (std::int32_t blk : table_blocks) {
-    if (blk >= 0 && blk < c.geometry.num_blocks) materialise_block(layout, rc.caches, blk);
-  }
-  std::vector<reference::RowKey> keys;
-  spec::SlotMapping slots;
-  slots.type = c.slot_type;
+  ReadCaseValues& plan = rc.values;
+  plan.gen = gen;
+  plan.slots.type = c.slot_type;
+  // Adversarial V: a large common offset, so the output cancels it against the weights.
+  plan.v_bias = adversarial ? 1000.0f : 0.0f;
   for (std::int64_t r = 0; r < nreq; ++r) {
     for (std::int64_t t = 0; t < b.seq_lens[static_cast<std::size_t>(r)]; ++t) {
       const std::int32_t blk =
           b.block_table[static_cast<std::size_t>(r * b.max_blocks + t / c.geometry.block_size)];
-      slots.slots.push_back(static_cast<std::int64_t>(blk) * c.geometry.block_size +
-                            t % c.geometry.block_size);
-      keys.push_back({r, t});
+      plan.slots.slots.push_back(static_cast<std::int64_t>(blk) * c.geometry.block_size +
+                                 t % c.geometry.block_size);
+      plan.keys.push_back({r, t});
     }
   }
-  if (!keys.empty()) {
-    spec::LayerWrite w;
-    w.kind = spec::LayerKind::kSparse;
-    // Adversarial V: a large common offset, so the output cancels it against the weights.
-    w.k = reference::generated_rows(gen, 0, GenTensor::kK, keys, nkv, c.geometry.head_dim, 0.0f);
-    w.v = reference::generated_rows(gen, 0, GenTensor::kV, keys, nkv, c.geometry.head_dim,
-                                    adversarial ? 1000.0f : 0.0f);
-    w.index_k =
-        reference::generated_rows(gen, 0, GenTensor::kIndexK, keys, 0, c.geometry.index_dim, 0.0f);
+  if (!plan.keys.empty()) {
+    const auto index_code = [&](std::int64_t row, std::int64_t dim, std::uint32_t code) {
+      plan.patches.push_back({static_cast<std::int32_t>(GenTensor::kIndexK), row, dim, code});
+    };
     if (nan_index_k) {
       // One to three tokens get a NaN in one index dim: their token scores are NaN in every head,
       // and the blocks holding them are where the index_nan rules differ (blockscale keeps the
       // NaN too: amax ignores it and the cast stores e4m3's NaN).
-      const std::size_t eb = spec::dtype_bytes(c.act_dtype);
       const std::uint32_t nan_code =
           reference::encode(std::nanf(""), c.act_dtype, spec::Saturation::kSatFinite);
-      const auto last_key = static_cast<std::int64_t>(keys.size()) - 1;
+      const auto last_key = static_cast<std::int64_t>(plan.keys.size()) - 1;
       for (std::int64_t n = later.uniform(1, 3); n > 0; --n) {
-        const auto k = static_cast<std::size_t>(later.uniform(0, last_key));
-        const auto d = static_cast<std::size_t>(later.uniform(0, c.geometry.index_dim - 1));
-        reference::store_code(
-            nan_code, c.act_dtype,
-            &w.index_k.bytes[(k * static_cast<std::size_t>(c.geometry.index_dim) + d) * eb]);
+        const std::int64_t k = later.uniform(0, last_key);
+        index_code(k, later.uniform(0, c.geometry.index_dim - 1), nan_code);
       }
     }
     if (neg_inf_block) {
-      // Every token of one logical block of request 0: index-K [2^127, 0, ...] (see
-      // ReadOverrides::neg_inf_block; index-Q's dim 0 is set below).
+      // Every token of one logical block of request 0 (its tokens are the first keys, in order):
+      // index-K [2^127, 0, ...] (see ReadOverrides::neg_inf_block; index-Q's dim 0 is set below).
       const std::int64_t seq0 = b.seq_lens[0];
       const std::int64_t sb = rc.indexer.sparse_block;
       const std::int64_t j = seq0 > 0 ? third.uniform(0, (seq0 - 1) / sb) : 0;
-      const std::size_t eb = spec::dtype_bytes(c.act_dtype);
       const std::uint32_t big =
           reference::encode(0x1p127f, c.act_dtype, spec::Saturation::kSatFinite);
       for (std::int64_t t = j * sb; t < std::min(seq0, (j + 1) * sb); ++t) {
-        // Request 0's tokens are the first keys, in order.
-        std::uint8_t* row =
-            &w.index_k.bytes[static_cast<std::size_t>(t * c.geometry.index_dim) * eb];
-        std::fill(row, row + c.geometry.index_dim * static_cast<std::int64_t>(eb), 0);
-        reference::store_code(big, c.act_dtype, row);
+        index_code(t, 0, big);
+        for (std::int64_t d = 1; d < c.geometry.index_dim; ++d) index_code(t, d, 0);
       }
     }
-    w.slots = slots;
-    w.k_scale = rc.k_scale;
-    w.v_scale = rc.v_scale;
-    reference::write_layer(c, w, rc.caches);
+  }
+  // A deferred case's caches hold nothing on the host: the device poisons and writes them.
+  rc.caches = values == CaseValues::kDeferred
+                  ? oracle::make_layer_caches(layout, 0, spec::LayerKind::kSparse, /*lazy=*/true,
+                                              /*hold_guards=*/false)
+                  : oracle::make_layer_caches(layout, 0, spec::LayerKind::kSparse);
+  if (values == CaseValues::kGenerated) {
+    // A huge cache's pages (harness.hpp): every block a row's table names, whole (reads touch a
+    // block's slots past the context too, to mask them).
+    std::set<std::int32_t> table_blocks(b.block_table.begin(), b.block_table.end());
+    for (std::int32_t blk : table_blocks) {
+      if (blk >= 0 && blk < c.geometry.num_blocks) materialise_block(layout, rc.caches, blk);
+    }
+    if (!plan.keys.empty()) {
+      spec::LayerWrite w;
+      w.kind = spec::LayerKind::kSparse;
+      w.k = reference::generated_rows(gen, 0, GenTensor::kK, plan.keys, nkv, c.geometry.head_dim,
+                                      0.0f);
+      w.v = reference::generated_rows(gen, 0, GenTensor::kV, plan.keys, nkv, c.geometry.head_dim,
+                                      plan.v_bias);
+      w.index_k = reference::generated_rows(gen, 0, GenTensor::kIndexK, plan.keys, 0,
+                                            c.geometry.index_dim, 0.0f);
+      const std::size_t eb = spec::dtype_bytes(c.act_dtype);
+      spec::HostTensor* tensors[3] = {&w.k, &w.v, &w.index_k};
+      const std::int64_t row_elements[3] = {nkv * c.geometry.head_dim, nkv * c.geometry.head_dim,
+                                            c.geometry.index_dim};
+      for (const ReadCaseValues::Patch& q : plan.patches) {
+        const auto t = static_cast<std::size_t>(q.tensor);
+        reference::store_code(
+            q.code, c.act_dtype,
+            &tensors[t]->bytes[static_cast<std::size_t>(q.row * row_elements[t] + q.element) * eb]);
+      }
+      w.slots = plan.slots;
+      w.k_scale = rc.k_scale;
+      w.v_scale = rc.v_scale;
+      reference::write_layer(c, w, rc.caches);
+    }
   }
   std::vector<reference::RowKey> qkeys;
   for (std::int64_t r = 0; r < nreq; ++r) {

@@ -42,6 +42,8 @@ class OneThreadSubject final : public Subject {
   spec::Ordering ordering() const override { return inner_.ordering(); }
   /// Called on the caller's thread: a replay resident on the device calls it from its one thread.
   DeviceWriteFn device_write() const override { return inner_.device_write(); }
+  DeviceIndexerFn device_indexer() const override { return inner_.device_indexer(); }
+  DeviceAttentionFn device_attention() const override { return inner_.device_attention(); }
   void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& write,
                    spec::LayerCaches& caches) override {
     call([&] { inner_.write_layer(config, write, caches); });

@@ -61,23 +61,46 @@ std::string ResidentWrites::unavailable(const std::vector<Subject*>& writers) {
   return {};
 }
 
+namespace {
+/// The writers' device writes; spec::Unsupported where one has none.
+std::vector<DeviceWriteFn> device_writes(const std::vector<Subject*>& writers) {
+  if (const std::string why = ResidentWrites::unavailable(writers); !why.empty()) {
+    throw spec::Unsupported("writes resident on the device: " + why);
+  }
+  std::vector<DeviceWriteFn> out;
+  for (const Subject* s : writers) out.push_back(s->device_write());
+  return out;
+}
+}  // namespace
+
 ResidentWrites::ResidentWrites(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
                                const std::vector<spec::LayerCaches>& initial,
                                std::vector<Subject*> writers, const reference::ValueGenerator& gen,
                                const std::vector<std::vector<float>>& k_scale,
                                const std::vector<std::vector<float>>& v_scale,
                                std::int64_t max_tokens)
+    : ResidentWrites(config, std::move(layers), initial, device_writes(writers), gen, k_scale,
+                     v_scale, max_tokens, {}) {}
+
+ResidentWrites::ResidentWrites(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
+                               const std::vector<spec::LayerCaches>& initial,
+                               std::vector<DeviceWriteFn> writers,
+                               const reference::ValueGenerator& gen,
+                               const std::vector<std::vector<float>>& k_scale,
+                               const std::vector<std::vector<float>>& v_scale,
+                               std::int64_t max_tokens, std::span<const float> bias,
+                               std::span<const BufferBytes> defined)
     : impl_(std::make_unique<Impl>()) {
-  if (const std::string why = unavailable(writers); !why.empty()) {
-    throw spec::Unsupported("writes resident on the device: " + why);
-  }
-  for (const Subject* s : writers) impl_->writers.push_back(s->device_write());
+  impl_->writers = std::move(writers);
   gpu::GeneratedValues values;
   values.seed = gen.seed;
   values.rule = {gen.range, gen.edge_values, gen.allow_nonfinite};
   values.act = gen.act;
-  impl_->device = std::make_unique<gpu::ResidentReplay>(
-      config, std::move(layers), initial, writers.size(), values, k_scale, v_scale, max_tokens);
+  values.biased = !bias.empty();
+  for (std::size_t t = 0; t < bias.size() && t < 3; ++t) values.bias[t] = bias[t];
+  impl_->device = std::make_unique<gpu::ResidentReplay>(config, std::move(layers), initial,
+                                                        impl_->writers.size(), values, k_scale,
+                                                        v_scale, max_tokens, defined);
 }
 
 std::int64_t ResidentWrites::device_bytes() const { return impl_->device->device_bytes(); }
@@ -86,11 +109,12 @@ void ResidentWrites::stage_step(std::span<const reference::RowKey> keys,
                                 const spec::SlotMapping& slots,
                                 const spec::SlotMapping* index_slots,
                                 std::span<const BufferBytes> compared,
-                                std::span<const std::int64_t> zero_rows) {
+                                std::span<const std::int64_t> zero_rows,
+                                std::span<const gpu::SourcePatch> patches) {
   std::vector<gpu::GeneratedRowKey> device_keys;
   device_keys.reserve(keys.size());
   for (const reference::RowKey& k : keys) device_keys.push_back({k.request, k.position});
-  impl_->device->stage_step(device_keys, slots, index_slots, compared, zero_rows);
+  impl_->device->stage_step(device_keys, slots, index_slots, compared, zero_rows, patches);
 }
 
 void ResidentWrites::write(std::size_t li, std::size_t writer) {
@@ -112,6 +136,12 @@ void ResidentWrites::download(std::size_t li, std::size_t writer,
   impl_->device->download(li, writer, bytes, into);
 }
 
+const gpu::DeviceKvCaches& ResidentWrites::views(std::size_t li, std::size_t writer) const {
+  return impl_->device->views(li, writer);
+}
+
+void* ResidentWrites::stream() const { return impl_->device->stream(); }
+
 #else  // built without CUDA: never available
 
 struct ResidentWrites::Impl {};
@@ -127,16 +157,28 @@ ResidentWrites::ResidentWrites(const spec::ModelConfig&, std::vector<std::int64_
                                const std::vector<std::vector<float>>&, std::int64_t) {
   throw spec::Unsupported("writes resident on the device: " + unavailable({}));
 }
+ResidentWrites::ResidentWrites(const spec::ModelConfig&, std::vector<std::int64_t>,
+                               const std::vector<spec::LayerCaches>&, std::vector<DeviceWriteFn>,
+                               const reference::ValueGenerator&,
+                               const std::vector<std::vector<float>>&,
+                               const std::vector<std::vector<float>>&, std::int64_t,
+                               std::span<const float>, std::span<const BufferBytes>) {
+  throw spec::Unsupported("writes resident on the device: " + unavailable({}));
+}
 std::int64_t ResidentWrites::device_bytes() const { return 0; }
 void ResidentWrites::stage_step(std::span<const reference::RowKey>, const spec::SlotMapping&,
                                 const spec::SlotMapping*, std::span<const BufferBytes>,
-                                std::span<const std::int64_t>) {}
+                                std::span<const std::int64_t>, std::span<const gpu::SourcePatch>) {}
 void ResidentWrites::write(std::size_t, std::size_t) {}
 std::vector<LayerDifference> ResidentWrites::compare(std::size_t, bool) { return {}; }
 void ResidentWrites::synchronize() {}
 void ResidentWrites::resync(std::size_t, std::size_t) {}
 void ResidentWrites::download(std::size_t, std::size_t, std::span<const BufferBytes>,
                               spec::LayerCaches&) {}
+const gpu::DeviceKvCaches& ResidentWrites::views(std::size_t, std::size_t) const {
+  throw spec::Unsupported("writes resident on the device: " + unavailable({}));
+}
+void* ResidentWrites::stream() const { return nullptr; }
 
 #endif
 

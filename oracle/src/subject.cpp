@@ -39,6 +39,8 @@ class FunctionSubject final : public Subject {
   spec::AttentionProfile attention_profile() const override { return fns_.attention_profile; }
   bool concurrent() const override { return fns_.concurrent; }
   DeviceWriteFn device_write() const override { return fns_.device_write; }
+  DeviceIndexerFn device_indexer() const override { return fns_.device_indexer; }
+  DeviceAttentionFn device_attention() const override { return fns_.device_attention; }
   void write_layer(const spec::ModelConfig& c, const spec::LayerWrite& w,
                    spec::LayerCaches& caches) override {
     if (!fns_.write) not_implemented(*this, spec::Op::kWrite);

@@ -42,86 +42,12 @@ void cuda(cudaError_t e) {
 /// The fused write kernel, fed from the call's tensors (the production adapter).
 const gpu::DeviceWriteFunction builtin_write = gpu::device_write_function(gpu::WritePath::kFused);
 
-/// The largest n_valid of the call's rows (the launchers size their workspaces by it); a user's
-/// launcher would know it from its scheduler, this one reads the positions back.
-std::int64_t max_n_valid(const gpu::DeviceBatch& b, std::int64_t sparse_block) {
-  std::vector<std::int64_t> pos(static_cast<std::size_t>(b.row_position.numel()));
-  std::vector<std::int64_t> seq(static_cast<std::size_t>(b.seq_lens.numel()));
-  std::vector<std::int64_t> req(pos.size());
-  cuda(cudaMemcpy(pos.data(), b.row_position.data, pos.size() * 8, cudaMemcpyDeviceToHost));
-  cuda(cudaMemcpy(req.data(), b.row_request.data, req.size() * 8, cudaMemcpyDeviceToHost));
-  cuda(cudaMemcpy(seq.data(), b.seq_lens.data, seq.size() * 8, cudaMemcpyDeviceToHost));
-  std::int64_t m = 1;
-  for (std::size_t i = 0; i < pos.size(); ++i) {
-    if (seq[static_cast<std::size_t>(req[i])] > 0) m = std::max(m, pos[i] / sparse_block + 1);
-  }
-  return m;
-}
-
-gpu::DeviceReadBatch read_batch(const gpu::DeviceBatch& b) {
-  return {b.block_table.as<const std::int32_t>(),
-          b.row_request.as<const std::int64_t>(),
-          b.row_position.as<const std::int64_t>(),
-          b.seq_lens.as<const std::int64_t>(),
-          b.row_request.shape.at(0),
-          b.block_table.shape.at(1)};
-}
-
-/// Device scratch freed after the stream is done.
-struct Scratch {
-  void* p = nullptr;
-  cudaStream_t stream;
-  Scratch(std::size_t bytes, void* s) : stream(static_cast<cudaStream_t>(s)) {
-    cuda(cudaMalloc(&p, std::max<std::size_t>(bytes, 4)));
-  }
-  ~Scratch() {
-    cudaStreamSynchronize(stream);
-    cudaFree(p);
-  }
-};
-
-void builtin_indexer(const gpu::DeviceIndexerCall& call) {
-  const std::int64_t tq = call.index_q.shape.at(0);
-  if (tq == 0) return;
-  const std::int64_t n = max_n_valid(call.batch, call.params.sparse_block);
-  const std::int64_t nkv = call.config->geometry.num_kv_heads;
-  Scratch scores(
-      static_cast<std::size_t>(tq * nkv * spec::selection_lanes(call.params, nkv) * n) * 4,
-      call.stream);
-  gpu::launch_indexer_topk(*call.config, call.params, read_batch(call.batch),
-                           {call.caches.index_cache.data,
-                            call.index_q.data,
-                            n,
-                            static_cast<float*>(scores.p),
-                            call.ids.as<std::int32_t>(),
-                            {}},
-                           gpu::ReadKernel::kCanonical, call.stream);
-}
-
-void builtin_attention(const gpu::DeviceAttentionCall& call) {
-  const std::int64_t tq = call.q.shape.at(0);
-  if (tq == 0) return;
-  const std::int64_t slots = call.selection.present()
-                                 ? call.selection.shape.at(2)
-                                 : max_n_valid(call.batch, call.params.sparse_block);
-  Scratch ws(gpu::attention_workspace_floats(tq, call.params.num_q_heads,
-                                             call.config->geometry.head_dim, slots) *
-                 4,
-             call.stream);
-  gpu::DeviceAttention a;
-  a.k_cache = call.caches.k_cache.data;
-  a.v_cache = call.caches.v_cache.present() ? call.caches.v_cache.data : call.caches.k_cache.data;
-  a.q = call.q.data;
-  a.k_scale = call.k_scale.as<const float>();
-  a.v_scale = call.v_scale.as<const float>();
-  a.selection = call.selection.as<const std::int32_t>();
-  a.topk = call.selection.present() ? call.selection.shape.at(2) : 0;
-  a.slots = slots;
-  a.workspace = static_cast<float*>(ws.p);
-  a.out = call.out.data;
-  gpu::launch_attention(*call.config, call.params, read_batch(call.batch), a,
-                        gpu::ReadKernel::kCanonical, call.stream);
-}
+/// kvoracle's canonical read kernels as device functions (kvo/gpu/read.hpp), fed from the call's
+/// tensors as a user's kernel is.
+const gpu::DeviceIndexerFunction builtin_indexer =
+    gpu::device_indexer_function(gpu::ReadKernel::kCanonical);
+const gpu::DeviceAttentionFunction builtin_attention =
+    gpu::device_attention_function(gpu::ReadKernel::kCanonical);
 
 oracle::CheckOptions options(std::vector<spec::Op> ops, std::int64_t cases) {
   oracle::CheckOptions o;

@@ -4,6 +4,9 @@
 // a subject fails. The same tests run with a CPU answerer standing in for the GPU tier
 // (everywhere) and with the CUDA answerer itself (where a GPU answers).
 #include <gtest/gtest.h>
+#ifdef KVO_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,7 +14,9 @@
 #include <memory>
 #include <string>
 
+#include "kvo/gpu/read.hpp"
 #include "kvo/oracle/campaign.hpp"
+#include "kvo/oracle/device_subject.hpp"
 #include "kvo/oracle/mutants.hpp"
 #include "kvo/oracle/reference_tier.hpp"
 #include "kvo/reference/read_path.hpp"
@@ -96,6 +101,20 @@ CheckOptions read_tier_options(std::int64_t cases, std::int64_t first, std::int6
   return o;
 }
 
+/// The same campaign on the CPU tier, whose passes per subject must be `r`'s.
+CheckReport cpu_tier_passes_alike(const CheckOptions& o, SubjectList& subjects,
+                                  const CheckReport& r) {
+  CheckOptions cpu = o;
+  cpu.tier = ReferenceTier::kCpu;
+  CheckReport c = run_check(cpu, subjects);
+  EXPECT_EQ(c.subjects.size(), r.subjects.size());
+  for (std::size_t i = 0; i < std::min(c.subjects.size(), r.subjects.size()); ++i) {
+    EXPECT_EQ(c.subjects[i].count(spec::Outcome::kPass), r.subjects[i].count(spec::Outcome::kPass))
+        << c.subjects[i].name;
+  }
+  return c;
+}
+
 /// A read campaign whose tier is the stand-in with `damage` from its `good_cases`-th case on.
 CheckReport run_read_tier(ReadDamage damage, std::int64_t good_cases, std::int64_t cases,
                           std::int64_t first, std::int64_t every) {
@@ -125,15 +144,8 @@ TEST(ReferenceTierReads, ATierAnswersReadCasesWithTheCpuReferencesVerdicts) {
   EXPECT_EQ(r.tier_answerers, "indexer: stand-in-read-tier, attention: stand-in-read-tier");
   // The CPU tier's campaign: the same verdicts and the same rare conditions reached (the tier's
   // scores order the selection handed to attention and mark the ties at the cut).
-  CheckOptions cpu = o;
-  cpu.tier = ReferenceTier::kCpu;
-  const CheckReport c = run_check(cpu, subjects);
+  const CheckReport c = cpu_tier_passes_alike(o, subjects, r);
   EXPECT_EQ(c.tier_cases, 0);
-  ASSERT_EQ(c.subjects.size(), r.subjects.size());
-  for (std::size_t i = 0; i < c.subjects.size(); ++i) {
-    EXPECT_EQ(c.subjects[i].count(spec::Outcome::kPass), r.subjects[i].count(spec::Outcome::kPass))
-        << c.subjects[i].name;
-  }
   ASSERT_EQ(c.coverage.size(), r.coverage.size());
   std::int64_t reached = 0;
   for (std::size_t i = 0; i < c.coverage.size(); ++i) {
@@ -246,14 +258,7 @@ TEST(ReferenceTierReads, TheGpuTierAgreesAndAPlantedFaultInItIsCaught) {
   const std::int64_t odd = n / 2, sampled = std::min<std::int64_t>(odd, 4);
   EXPECT_EQ(r.cpu_cases, sampled);
   EXPECT_EQ(r.tier_cases, odd - sampled);
-  CheckOptions cpu = o;
-  cpu.tier = ReferenceTier::kCpu;
-  const CheckReport c = run_check(cpu, subjects);
-  ASSERT_EQ(c.subjects.size(), r.subjects.size());
-  for (std::size_t i = 0; i < c.subjects.size(); ++i) {
-    EXPECT_EQ(c.subjects[i].count(spec::Outcome::kPass), r.subjects[i].count(spec::Outcome::kPass))
-        << c.subjects[i].name;
-  }
+  cpu_tier_passes_alike(o, subjects, r);
   // Ties at every cut (zero index-Q): the higher id winning them in the tier's selection.
   add_named_mutants({"cuda-ties-to-higher-id"}, subjects);
   Subject& ties = find_subject(subjects, "cuda-ties-to-higher-id");
@@ -264,6 +269,113 @@ TEST(ReferenceTierReads, TheGpuTierAgreesAndAPlantedFaultInItIsCaught) {
   EXPECT_NE(bad.tier_disagreement.find("cuda-ties-to-higher-id disagrees with the CPU reference"),
             std::string::npos)
       << bad.tier_disagreement;
+}
+
+#ifdef KVO_HAVE_CUDA
+/// Flips every bit of the first byte at `p` (device memory) after the stream's work.
+void flip_first_byte(void* p, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  std::uint8_t b = 0;
+  ASSERT_EQ(cudaMemcpyAsync(&b, p, 1, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  b ^= 0xFF;
+  ASSERT_EQ(cudaMemcpyAsync(p, &b, 1, cudaMemcpyHostToDevice, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+}
+#endif
+
+/// kvoracle's canonical read kernels as a user's device subject; `damage`: its attention's first
+/// output byte flipped (kOutput), or its indexer writing into the index-K cache it read (kIds).
+std::unique_ptr<Subject> device_reads(const std::string& name, ReadDamage damage) {
+  DeviceSubjectFunctions f;
+  f.indexer = gpu::device_indexer_function(gpu::ReadKernel::kCanonical);
+  f.attention = gpu::device_attention_function(gpu::ReadKernel::kCanonical);
+#ifdef KVO_HAVE_CUDA
+  if (damage == ReadDamage::kOutput) {
+    f.attention = [good = f.attention](const gpu::DeviceAttentionCall& call) {
+      good(call);
+      if (call.out.numel() > 0) flip_first_byte(call.out.data, call.stream);
+    };
+  } else if (damage == ReadDamage::kIds) {
+    f.indexer = [good = f.indexer](const gpu::DeviceIndexerCall& call) {
+      good(call);
+      flip_first_byte(call.caches.index_cache.data, call.stream);
+    };
+  }
+#endif
+  return make_device_subject(name, f);
+}
+
+/// The resident read path (issue 15): canonical subjects with device reads are judged on a copy of
+/// the case's layer generated and written on the device, the tier reading its own copy: the CPU
+/// tier's verdicts and coverage; a wrong output and a read that writes into its caches caught
+/// there and confirmed on the host; a tier wrong on the device caught by the first sample.
+TEST(ReferenceTierReads, TheResidentPathJudgesReadCasesOnTheDevice) {
+  SubjectList subjects = make_subjects();
+  const Subject& generic = find_subject(subjects, "cuda-canonical-generic");
+  if (!generic.unavailable_reason().empty()) GTEST_SKIP() << generic.unavailable_reason();
+  subjects.push_back(device_reads("device-reads", ReadDamage::kNone));
+  subjects.push_back(device_reads("device-reads-bad-output", ReadDamage::kOutput));
+  subjects.push_back(device_reads("device-reads-write-caches", ReadDamage::kIds));
+  const char* env = std::getenv("KVO_TIER_READ_CASES");
+  const std::int64_t n = env != nullptr ? std::atoll(env) : 120;
+  CheckOptions o = read_tier_options(n, 8, 16);
+  o.subjects = {"cuda-canonical", "device-reads"};
+  without_huge_caches(o);
+  const CheckReport r = run_check(o, subjects);
+  EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
+  const std::int64_t odd = n / 2, sampled = std::min<std::int64_t>(odd, 4);
+  EXPECT_EQ(r.cpu_cases, sampled);
+  EXPECT_EQ(r.tier_cases, odd - sampled);
+  EXPECT_EQ(r.resident_cases, odd - sampled) << r.summary();
+  EXPECT_EQ(r.resident_checks, sampled) << r.summary();
+  const CheckReport c = cpu_tier_passes_alike(o, subjects, r);
+  ASSERT_EQ(c.coverage.size(), r.coverage.size());
+  for (std::size_t i = 0; i < c.coverage.size(); ++i) {
+    EXPECT_EQ(c.coverage[i].reached, r.coverage[i].reached) << c.coverage[i].condition;
+    EXPECT_EQ(c.coverage[i].first_case, r.coverage[i].first_case) << c.coverage[i].condition;
+  }
+  // Planted: judged on the device, then again on the host, where the same verdict stands.
+  CheckOptions bad = o;
+  bad.cases = 40;
+  bad.subjects = {"device-reads-bad-output", "device-reads-write-caches"};
+  const CheckReport b = run_check(bad, subjects);
+  EXPECT_GT(b.resident_cases, 0) << b.summary();
+  ASSERT_EQ(b.subjects.size(), 4u) << b.summary();
+  EXPECT_TRUE(b.tier_disagreement.empty()) << b.tier_disagreement;
+  for (const auto& s : b.subjects) {
+    if (s.name == "device-reads-bad-output" && s.op == spec::Op::kAttention) {
+      EXPECT_GT(s.count(spec::Outcome::kMismatch), 0) << b.summary();
+    }
+    if (s.name == "device-reads-write-caches" && s.op == spec::Op::kIndexer) {
+      EXPECT_GT(s.count(spec::Outcome::kFailedToRun), 0) << b.summary();
+    }
+  }
+  // A tier right on the host (the CPU reference) and off on the device (the flipped output): the
+  // first sampled case's device check.
+  SubjectFunctions split = {};
+  split.indexer = [](const ReadCase& rc) {
+    return reference::indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches).ids;
+  };
+  split.indexer_selection = [](const ReadCase& rc) {
+    return reference::indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
+  };
+  split.attention = [](const ReadCase& rc, const reference::TopkSelection* sel) {
+    return reference::attention(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
+                                rc.v_scale, sel)
+        .out;
+  };
+  const Subject& off = find_subject(subjects, "device-reads-bad-output");
+  split.device_indexer = off.device_indexer();
+  split.device_attention = off.device_attention();
+  const std::unique_ptr<Subject> split_tier = make_function_subject("split-tier", split);
+  CheckOptions t = o;
+  t.tier_answerers[spec::Op::kIndexer] = t.tier_answerers[spec::Op::kAttention] = split_tier.get();
+  const CheckReport tb = run_check(t, subjects);
+  EXPECT_EQ(tb.worst, spec::Outcome::kFailedToRun) << tb.summary();
+  EXPECT_EQ(tb.cases_run, 0) << tb.summary();
+  EXPECT_NE(tb.tier_disagreement.find("split-tier reading on the device"), std::string::npos)
+      << tb.tier_disagreement;
 }
 
 }  // namespace

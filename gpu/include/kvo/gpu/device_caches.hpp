@@ -87,6 +87,9 @@ struct PendingPoison {
   std::uint64_t salt = 0;
   std::uint8_t fill = 0;
   bool salted = false;
+  /// Salted: the storage offset of `data` (a multiple of 8): byte i of the range is the storage's
+  /// poison byte first + i (a range of a buffer poisoned alone).
+  std::int64_t first = 0;
 };
 
 /// The host buffers of one layer copied to the device, guard bands included, inside one device

@@ -72,6 +72,10 @@ struct DeviceBatch {
   DeviceTensor query_start_loc;  ///< [R + 1] i64
   DeviceTensor row_request;      ///< [Tq] i64: the request of each query row (derived)
   DeviceTensor row_position;     ///< [Tq] i64: its position p = seq_len - q_len + j (derived)
+  /// Host value: the largest n_valid (SPEC 5: floor(p / sparse_block) + 1) of any row of a request
+  /// with tokens, at least 1; what a launcher sizes its grid and workspaces by without reading the
+  /// positions back.
+  std::int64_t max_n_valid = 1;
 };
 
 /// kIndexer (SPEC 5): writes ids [Tq, nkv, topk] i32.
@@ -82,6 +86,11 @@ struct DeviceIndexerCall {
   DeviceBatch batch;
   DeviceKvCaches caches;  ///< the sparse layer's (index_cache is what the indexer reads)
   DeviceTensor ids;       ///< [Tq, nkv, topk] i32 (output, poisoned with kIdPoison)
+  /// Optional output (absent unless the caller asks): the block scores the selection ranked, after
+  /// SPEC 5's forcing, [Tq, nkv * spec::selection_lanes, batch.max_n_valid] f32 (a row's entries
+  /// past its n_valid unspecified). kvoracle's own indexer fills it (the GPU reference tier answers
+  /// a read case with them); a user's kernel may ignore it.
+  DeviceTensor scores;
   void* stream = nullptr;
 };
 
@@ -153,5 +162,27 @@ spec::HostTensor run_host_attention(const DeviceAttentionFunction& fn,
                                     const std::vector<float>& k_scale,
                                     const std::vector<float>& v_scale,
                                     const std::vector<std::int32_t>& selection, std::int64_t topk);
+
+// The read calls over caches already on the device (a resident copy: kvo/gpu/resident.hpp's
+// ResidentReplay::views), for the GPU tier's resident read path: the inputs validated on the host
+// and staged, `fn` called once on `stream` (a cudaStream_t, the copy's), waited for, the answer
+// brought back. The caches are neither copied nor checked here: the caller compares its copies on
+// the device (a read must leave them unchanged).
+
+/// `scores`: when non-null, the call's scores output is given (DeviceIndexerCall::scores,
+/// poisoned) and brought back into it.
+std::vector<std::int32_t> run_resident_indexer(const DeviceIndexerFunction& fn,
+                                               const spec::ModelConfig& config,
+                                               const spec::IndexerParams& params,
+                                               const spec::ReadBatch& batch,
+                                               const spec::HostTensor& index_q,
+                                               const DeviceKvCaches& caches, void* stream,
+                                               std::vector<float>* scores = nullptr);
+spec::HostTensor run_resident_attention(
+    const DeviceAttentionFunction& fn, const spec::ModelConfig& config,
+    const spec::AttentionParams& params, const spec::ReadBatch& batch, const spec::HostTensor& q,
+    const DeviceKvCaches& caches, const std::vector<float>& k_scale,
+    const std::vector<float>& v_scale, const std::vector<std::int32_t>& selection,
+    std::int64_t topk, void* stream);
 
 }  // namespace kvo::gpu

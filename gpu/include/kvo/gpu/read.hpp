@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvo/gpu/device_calls.hpp"
 #include "kvo/spec/read.hpp"
 #include "kvo/spec/write.hpp"
 
@@ -184,5 +185,15 @@ struct DeviceIndexer {
 void launch_indexer_topk(const spec::ModelConfig& config, const spec::IndexerParams& params,
                          const DeviceReadBatch& batch, const DeviceIndexer& ix, ReadKernel kernel,
                          void* stream);
+
+/// kvoracle's read kernels as device functions (kvo/gpu/device_calls.hpp), fed from a call's
+/// tensors as a user's kernel is: what a CUDA read subject runs on device memory (the GPU tier's
+/// resident read path). The indexer: `kernel`'s family in two launches, written in the family's
+/// form, the block scores into call.scores where the call has it; attention: `kernel`'s family
+/// through `path`. Their scratch (scores, per-chunk partials) is allocated and freed on the call's
+/// stream; grids are sized by call.batch.max_n_valid.
+DeviceIndexerFunction device_indexer_function(ReadKernel kernel);
+DeviceAttentionFunction device_attention_function(ReadKernel kernel,
+                                                  AttentionPath path = AttentionPath::kAuto);
 
 }  // namespace kvo::gpu

@@ -35,6 +35,21 @@ struct GeneratedValues {
   std::uint64_t seed = 0;
   spec::GeneratedValueRule rule;
   spec::DType act = spec::DType::kBF16;
+  /// reference::generated_rows' bias, per tensor field (K 0, V 1, index-K 2): when `biased`, a
+  /// value is round(x + bias[tensor]) of the generated x, in the activation dtype (a read case's
+  /// rows: its adversarial V's large common offset, the others' + 0).
+  bool biased = false;
+  float bias[3] = {0.0f, 0.0f, 0.0f};
+};
+
+/// One element of a generated source row overwritten after generation (a read case's planted
+/// NaN index-K values and -inf blocks): tensor field (K 0, V 1, index-K 2), source row, element
+/// within the row ([heads * dim]), and its activation code. A step's patches name distinct
+/// elements.
+struct SourcePatch {
+  std::int32_t tensor = 2;
+  std::int64_t row = 0, element = 0;
+  std::uint32_t code = 0;
 };
 
 /// SPEC 8's rows generated on the device: [keys, heads, dim] activation codes (little-endian),
@@ -69,11 +84,16 @@ class ResidentReplay {
   /// key). k_scale and v_scale: one set for every layer, or one per layer (a campaign's write case
   /// draws each layer's), each [1] or [nkv]. `max_tokens`: the most source rows a step will stage.
   /// Before allocating anything, spec::FailedToRun with the figures when the copies do not fit in
-  /// the device's free memory.
+  /// the device's free memory. `defined`: when given, the poison of a buffer that starts poisoned
+  /// (lazy, nothing held) covers only these byte ranges of it (rounded out to whole 4 KiB pages),
+  /// in every layer and copy, and the rest of it holds what the memory held before: only a
+  /// comparison over ranges inside them (compare(copy, false)) means anything there (a read case's
+  /// huge cache, of which its reads name a few pages among gigabytes).
   ResidentReplay(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
                  const std::vector<spec::LayerCaches>& initial, std::size_t copies,
                  const GeneratedValues& values, const std::vector<std::vector<float>>& k_scale,
-                 const std::vector<std::vector<float>>& v_scale, std::int64_t max_tokens);
+                 const std::vector<std::vector<float>>& v_scale, std::int64_t max_tokens,
+                 std::span<const BufferByteRange> defined = {});
   ~ResidentReplay();
   ResidentReplay(const ResidentReplay&) = delete;
   ResidentReplay& operator=(const ResidentReplay&) = delete;
@@ -89,9 +109,11 @@ class ResidentReplay {
   /// only with config.separate_index_slots, else null), the byte ranges a step's comparison reads
   /// in every layer (a range of a buffer a layer does not have is skipped), and the source rows
   /// that are all zero in every layer's K, V and index-K (SPEC 8's zero rows of a write case).
+  /// `patches`: elements of the generated rows overwritten after generation (SourcePatch).
   void stage_step(std::span<const GeneratedRowKey> keys, const spec::SlotMapping& slots,
                   const spec::SlotMapping* index_slots, std::span<const BufferByteRange> compared,
-                  std::span<const std::int64_t> zero_rows = {});
+                  std::span<const std::int64_t> zero_rows = {},
+                  std::span<const SourcePatch> patches = {});
   /// Calls `fn` once on copy `copy` of layer li with the staged step's inputs, generated on the
   /// device first unless layer li's are current (the stream's work is not waited for; what `fn`
   /// throws propagates).
@@ -108,6 +130,11 @@ class ResidentReplay {
                 spec::LayerCaches& into);
   /// Waits for the stream; a CUDA error is spec::FailedToRun.
   void synchronize();
+  /// Copy `copy` of layer li as the views a call receives (its buffers' bodies on the device), and
+  /// the stream every launch of this replay runs on (a cudaStream_t): what a read of a resident
+  /// copy is handed (kvo/gpu/device_calls.hpp: run_resident_indexer, run_resident_attention).
+  const DeviceKvCaches& views(std::size_t li, std::size_t copy) const;
+  void* stream() const;
 
  private:
   struct Impl;

@@ -125,17 +125,30 @@ class OpDriver {
                                                            const Overrides& /*overrides*/) const {
     return nullptr;
   }
-  /// A prepare_for_device case run on the device by `answerer` and by each of `subjects` (every
-  /// one with a Subject::device_write), the inputs generated there, each subject's answer compared
-  /// with the answerer's there: one verdict per subject, a pass (every byte equal) or a mismatch
-  /// whose report says only where the first difference is (the campaign judges a non-pass again
-  /// on the host against the CPU reference, for SPEC 7's report). spec::Unsupported when a writer
-  /// does not take the case (the campaign answers it on the host then); what a writer throws and
-  /// a CUDA error propagate.
+  /// Whether `subject` runs this op on the device for the resident path: write, a device write
+  /// (Subject::device_write); the reads, a canonical subject's device read of the op. The campaign
+  /// takes a case kind resident where every judged row of it does and the tier's answerer does
+  /// for each of the kind's ops.
+  virtual bool runs_on_device(const Subject& /*subject*/) const { return false; }
+  /// One row of a case kind judged on the device: the op and its subject.
+  struct DeviceRow {
+    spec::Op op;
+    Subject* subject;
+  };
+  /// A prepare_for_device case run on the device by `answerer` and by each of `rows` (every one
+  /// runs_on_device), the inputs generated there, each row's answer compared with the answerer's:
+  /// one verdict per row, a pass or a mismatch (the campaign judges a non-pass again on the host
+  /// against the CPU reference, for SPEC 7's report; a write's device report says only where the
+  /// first difference is). spec::Unsupported when a row's subject does not take the case (the
+  /// campaign answers it on the host then); what a subject throws and a CUDA error propagate.
   virtual std::vector<Verdict> judge_on_device(PreparedCase& /*c*/, Subject& /*answerer*/,
-                                               const std::vector<Subject*>& /*subjects*/) const {
+                                               const std::vector<DeviceRow>& /*rows*/) const {
     throw spec::Unsupported("this op has no resident path on the device");
   }
+  /// Whether the conditions of a prepare_for_device case (reached) are known before
+  /// judge_on_device: false where they read the answer the device gives (the read case's
+  /// selection), so that the campaign asks reached() after judging.
+  virtual bool conditions_before_device() const { return true; }
   /// Whether a prepare_for_device case has one right answer, byte for byte: false where the
   /// contract admits several (div_approx codes, colliding legacy_wrap slots), so that a subject
   /// differing from the answerer on the device is judged on the host by the admissible sets, and

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "kvo/oracle/write_case.hpp"
+#include "kvo/reference/generator.hpp"
 #include "kvo/spec/read.hpp"
 #include "kvo/spec/write.hpp"
 
@@ -61,13 +63,38 @@ struct AttendedForm {
   bool past_n_valid = false;
 };
 
+/// What a read case's sparse layer holds before it is written (SPEC 8): every token's rows
+/// generated from `gen` under its key (K and index-K + 0, V + v_bias: reference::generated_rows'
+/// bias), then `patches` stored over them in order (the planted NaN index-K values and -inf
+/// blocks), then written through `slots`. make_read_case writes them through the reference write;
+/// the GPU tier's resident path generates and writes the same bytes on the device.
+struct ReadCaseValues {
+  /// One element of a generated row overwritten: tensor field (reference::GenTensor: K 0, V 1,
+  /// index-K 2), the token's row, the element within the row, its activation code.
+  struct Patch {
+    std::int32_t tensor = 2;
+    std::int64_t row = 0, element = 0;
+    std::uint32_t code = 0;
+  };
+  reference::ValueGenerator gen;
+  std::vector<reference::RowKey> keys;  ///< [T] each token's (request, position)
+  spec::SlotMapping slots;              ///< [T] where each is written
+  float v_bias = 0.0f;
+  std::vector<Patch> patches;
+  /// The patches with every element named once (the last one naming it wins), in order.
+  std::vector<Patch> distinct_patches() const;
+};
+
 struct ReadCase {
   std::uint64_t seed = 0;
   spec::ModelConfig config;
   spec::IndexerParams indexer;
   spec::AttentionParams attention;
   spec::ReadBatch batch;
-  spec::LayerCaches caches;  ///< the sparse layer's buffers, written
+  /// The sparse layer's buffers, written from `values` (make_read_case(..., kDeferred): not
+  /// written; lazy storage holding only the guard bands).
+  spec::LayerCaches caches;
+  ReadCaseValues values;
   spec::HostTensor index_q;  ///< [Tq, num_index_heads, index_dim]
   spec::HostTensor q;        ///< [Tq, num_q_heads, head_dim]
   std::vector<float> k_scale, v_scale;
@@ -80,6 +107,9 @@ struct ReadCase {
   std::string describe() const;
 };
 
-ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& overrides);
+/// `values`: kDeferred leaves the caches unwritten (the GPU tier writes them on the device from
+/// ReadCase::values); index-Q and Q are generated either way.
+ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& overrides,
+                        CaseValues values = CaseValues::kGenerated);
 
 }  // namespace kvo::oracle

@@ -60,6 +60,16 @@ class ResidentWrites {
                  const reference::ValueGenerator& gen,
                  const std::vector<std::vector<float>>& k_scale,
                  const std::vector<std::vector<float>>& v_scale, std::int64_t max_tokens);
+  /// The same with the writers' device writes given as functions, the generated rows' bias per
+  /// tensor field (K, V, index-K: reference::generated_rows' bias; none when empty), and the byte
+  /// ranges that alone start poisoned in buffers that start so (gpu::ResidentReplay's `defined`;
+  /// empty: all of them).
+  ResidentWrites(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
+                 const std::vector<spec::LayerCaches>& initial, std::vector<DeviceWriteFn> writers,
+                 const reference::ValueGenerator& gen,
+                 const std::vector<std::vector<float>>& k_scale,
+                 const std::vector<std::vector<float>>& v_scale, std::int64_t max_tokens,
+                 std::span<const float> bias, std::span<const BufferBytes> defined = {});
   ~ResidentWrites();
   ResidentWrites(const ResidentWrites&) = delete;
   ResidentWrites& operator=(const ResidentWrites&) = delete;
@@ -71,7 +81,8 @@ class ResidentWrites {
   /// comparison reads, and the source rows that are all zero.
   void stage_step(std::span<const reference::RowKey> keys, const spec::SlotMapping& slots,
                   const spec::SlotMapping* index_slots, std::span<const BufferBytes> compared,
-                  std::span<const std::int64_t> zero_rows = {});
+                  std::span<const std::int64_t> zero_rows = {},
+                  std::span<const gpu::SourcePatch> patches = {});
   /// Writer `writer` writes layer li of the staged step (its inputs generated on the device
   /// first); not waited for. What the subject's function throws propagates.
   void write(std::size_t li, std::size_t writer);
@@ -85,6 +96,10 @@ class ResidentWrites {
   /// `bytes` (rounded out to whole pages) of writer `writer`'s copy of layer li, into `into`.
   void download(std::size_t li, std::size_t writer, std::span<const BufferBytes> bytes,
                 spec::LayerCaches& into);
+  /// Writer `writer`'s copy of layer li as a call's views, and the stream every launch runs on:
+  /// what a read of the copy is handed (gpu::run_resident_indexer, gpu::run_resident_attention).
+  const gpu::DeviceKvCaches& views(std::size_t li, std::size_t writer) const;
+  void* stream() const;
 
  private:
   struct Impl;

@@ -23,7 +23,9 @@
 #include "kvo/spec/write.hpp"
 
 namespace kvo::gpu {
-struct DeviceWriteCall;  // kvo/gpu/device_calls.hpp
+struct DeviceWriteCall;      // kvo/gpu/device_calls.hpp
+struct DeviceIndexerCall;    // kvo/gpu/device_calls.hpp
+struct DeviceAttentionCall;  // kvo/gpu/device_calls.hpp
 }  // namespace kvo::gpu
 
 namespace kvo::oracle {
@@ -31,6 +33,9 @@ namespace kvo::oracle {
 /// A write on device memory (gpu::DeviceWriteFunction): the call's tensors and caches in device
 /// memory, launched on its stream.
 using DeviceWriteFn = std::function<void(const gpu::DeviceWriteCall&)>;
+/// The reads on device memory (gpu::DeviceIndexerFunction, gpu::DeviceAttentionFunction).
+using DeviceIndexerFn = std::function<void(const gpu::DeviceIndexerCall&)>;
+using DeviceAttentionFn = std::function<void(const gpu::DeviceAttentionCall&)>;
 
 class Subject {
  public:
@@ -61,6 +66,12 @@ class Subject {
   /// subject, a CUDA twin with a planted fault. Where present it writes the bytes write_layer
   /// writes.
   virtual DeviceWriteFn device_write() const { return {}; }
+  /// kIndexer and kAttention on device memory: what the GPU tier's resident read path calls (a
+  /// read case's caches generated and written on the device, read there by the tier and the
+  /// subjects). Empty where the subject has none. Where present they answer what indexer and
+  /// attention answer; the tier's answerer's indexer also fills the call's scores output.
+  virtual DeviceIndexerFn device_indexer() const { return {}; }
+  virtual DeviceAttentionFn device_attention() const { return {}; }
   /// kWrite: one layer into `caches` (host buffers, guards included; the subject moves them to
   /// its device and back as it needs).
   virtual void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& write,
@@ -102,6 +113,8 @@ struct SubjectFunctions {
   TopkForm topk_form;
   spec::AttentionProfile attention_profile = spec::AttentionProfile::kFp32;
   DeviceWriteFn device_write;                       ///< Subject::device_write (empty: none)
+  DeviceIndexerFn device_indexer;                   ///< Subject::device_indexer (empty: none)
+  DeviceAttentionFn device_attention;               ///< Subject::device_attention (empty: none)
   std::function<std::string()> unavailable_reason;  ///< empty: always available
   bool concurrent = false;  ///< Subject::concurrent: the functions are pure and thread-safe
 };
