@@ -8,6 +8,7 @@
 #include "kvo/gpu/device.hpp"
 #include "kvo/gpu/device_caches.hpp"
 #include "kvo/gpu/device_calls.hpp"
+#include "kvo/gpu/memory_pool.hpp"
 #include "kvo/spec/outcome.hpp"
 
 namespace kvo::gpu {
@@ -67,6 +68,9 @@ std::string device_description() { return {}; }
 namespace {
 [[noreturn]] void no_cuda() { throw spec::FailedToRun("kvoracle was built without CUDA"); }
 }  // namespace
+
+KeepLargeBlocks::KeepLargeBlocks(std::size_t) : before_(0) {}
+KeepLargeBlocks::~KeepLargeBlocks() = default;
 
 struct DeviceCacheMirror::Impl {};
 DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig&, const spec::LayerCaches&) {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "kvo/gpu/memory_pool.hpp"
 #include "kvo/spec/outcome.hpp"
 #include "launch.cuh"
 #include "staging.cuh"
@@ -12,10 +13,12 @@ namespace kvo::gpu::detail {
 namespace {
 
 /// Blocks up to 1 GiB are pooled in power-of-two sizes (at least 256 bytes); larger ones are
-/// allocated to the next 2 MiB, and the last one freed is kept for the next large request it can
-/// hold with at most a quarter to spare (a campaign's huge caches come one at a time, each a few
-/// GiB: cudaMalloc and cudaFree of that size cost more than the case). The pool keeps at most
-/// kMaxCached bytes of small blocks.
+/// allocated to the next 2 MiB, and the last one freed (the last `large_kept` under
+/// KeepLargeBlocks) is kept for the next large request it can hold with at most a quarter to spare
+/// (a campaign's huge caches come one case at a time, each a few GiB: cudaMalloc and cudaFree of
+/// that size cost more than the case); a large request none can hold frees them first. Not more:
+/// the test shards share the device, and blocks kept idle by one ran another out of memory (GiB
+/// granules, two kept: session 22). The pool keeps at most kMaxCached bytes of small blocks.
 constexpr std::size_t kPooledMax = std::size_t{1} << 30;
 constexpr std::size_t kMaxCached = std::size_t{4} << 30;
 
@@ -35,16 +38,19 @@ class Pool {
  public:
   ~Pool() {
     for (const auto& [size, p] : free_) cudaFree(p);
-    if (large_ != nullptr) cudaFree(large_);
+    trim_large(0);
   }
   /// A block of at least `block` bytes; `block` becomes the size handed out.
   void* acquire(std::size_t& block) {
-    if (block > kPooledMax && large_ != nullptr && large_size_ >= block &&
-        large_size_ - block <= block / 4) {
-      void* p = large_;
-      block = large_size_;
-      large_ = nullptr;
-      return p;
+    if (block > kPooledMax) {
+      for (auto it = large_.begin(); it != large_.end(); ++it) {
+        if (it->first < block || it->first - block > block / 4) continue;
+        void* p = it->second;
+        block = it->first;
+        large_.erase(it);
+        return p;
+      }
+      trim_large(0);
     }
     for (auto it = free_.begin(); it != free_.end(); ++it) {
       if (it->first == block) {
@@ -61,17 +67,15 @@ class Pool {
       for (const auto& [size, q] : free_) cudaFree(q);
       free_.clear();
       cached_ = 0;
-      if (large_ != nullptr) cudaFree(large_);
-      large_ = nullptr;
+      trim_large(0);
       check_cuda(cudaMalloc(&p, block), "cudaMalloc");
     }
     return p;
   }
   void release(void* p, std::size_t block) {
     if (block > kPooledMax) {
-      if (large_ != nullptr) cudaFree(large_);
-      large_ = p;
-      large_size_ = block;
+      large_.insert(large_.begin(), {block, p});  // newest first
+      trim_large(large_kept_);
       return;
     }
     if (cached_ + block > kMaxCached) {
@@ -81,12 +85,26 @@ class Pool {
     free_.emplace_back(block, p);
     cached_ += block;
   }
+  std::size_t large_kept() const { return large_kept_; }
+  /// Keeps at most `n` freed large blocks from now on (the oldest freed first).
+  void keep_large(std::size_t n) {
+    large_kept_ = n;
+    trim_large(n);
+  }
 
  private:
+  /// Frees the kept large blocks past the newest `n`.
+  void trim_large(std::size_t n) {
+    while (large_.size() > n) {
+      cudaFree(large_.back().second);
+      large_.pop_back();
+    }
+  }
+
   std::vector<std::pair<std::size_t, void*>> free_;
   std::size_t cached_ = 0;
-  void* large_ = nullptr;  ///< the last large block freed
-  std::size_t large_size_ = 0;
+  std::vector<std::pair<std::size_t, void*>> large_;  ///< freed large blocks, newest first
+  std::size_t large_kept_ = 1;
 };
 
 Pool& pool() {
@@ -95,6 +113,19 @@ Pool& pool() {
 }
 
 }  // namespace
+
+}  // namespace kvo::gpu::detail
+
+namespace kvo::gpu {
+
+KeepLargeBlocks::KeepLargeBlocks(std::size_t blocks) : before_(detail::pool().large_kept()) {
+  detail::pool().keep_large(std::max(before_, blocks));
+}
+KeepLargeBlocks::~KeepLargeBlocks() { detail::pool().keep_large(before_); }
+
+}  // namespace kvo::gpu
+
+namespace kvo::gpu::detail {
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : size_(bytes) {
   // Even an empty buffer gets a block: a present pointer that is never dereferenced.

@@ -21,6 +21,8 @@
 #include <thread>
 #include <variant>
 
+#include "kvo/gpu/memory_pool.hpp"
+
 namespace kvo::oracle {
 namespace {
 
@@ -470,6 +472,10 @@ CheckReport Campaign::run(const Progress& progress) {
       if (all) resident_kinds.emplace(kind, row.op);
     }
   }
+  // A resident case's copies of its caches (one per writer or reader, several GB each for a huge
+  // cache) reused case after case by this thread's device memory pool, not allocated and freed.
+  std::optional<gpu::KeepLargeBlocks> keep_copies;
+  if (!resident_kinds.empty()) keep_copies.emplace(rows_.size() + 1);
   const auto work = [this, &check_tier, &answer_on_host, &resident_kinds](std::uint64_t seed,
                                                                           std::int64_t index) {
     CaseWork w;
