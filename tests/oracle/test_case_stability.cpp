@@ -13,6 +13,7 @@
 #include "kvo/oracle/campaign.hpp"
 #include "kvo/oracle/case_tensors.hpp"
 #include "kvo/oracle/op_driver.hpp"
+#include "kvo/oracle/read_case.hpp"
 #include "kvo/oracle/write_case.hpp"
 #include "kvo/reference/generator.hpp"
 #include "kvo/spec/outcome.hpp"
@@ -111,6 +112,51 @@ TEST(CaseStability, AWriteCaseDrawnWithoutValuesFillsToTheSameCase) {
   }
   EXPECT_GT(zero_rows, 20) << "the comparison reached cases with all-zero rows";
   EXPECT_GT(padded, 20) << "... and source rows past the slot mapping";
+}
+
+// The GPU tier's resident read path draws a read case without writing its caches and writes them
+// on the device from ReadCase::values: the deferred draw is the same case (inputs, table, scales,
+// the rows' keys, slots, bias and planted patches) with nothing held on the host.
+TEST(CaseStability, AReadCaseDrawnWithoutValuesIsTheSameCase) {
+  const CheckOptions defaults;
+  std::int64_t patched = 0, biased = 0;
+  for (std::uint64_t i = 0; i < 200; ++i) {
+    const std::uint64_t seed = case_seed(defaults.seed, i);
+    const ReadCase drawn = make_read_case(seed, {});
+    const ReadCase deferred = make_read_case(seed, {}, CaseValues::kDeferred);
+    ASSERT_EQ(deferred.describe(), drawn.describe()) << "seed " << seed;
+    EXPECT_EQ(deferred.index_q.bytes, drawn.index_q.bytes) << "seed " << seed;
+    EXPECT_EQ(deferred.q.bytes, drawn.q.bytes) << "seed " << seed;
+    EXPECT_EQ(deferred.batch.block_table, drawn.batch.block_table) << "seed " << seed;
+    EXPECT_EQ(deferred.batch.seq_lens, drawn.batch.seq_lens) << "seed " << seed;
+    EXPECT_EQ(deferred.k_scale, drawn.k_scale) << "seed " << seed;
+    EXPECT_EQ(deferred.v_scale, drawn.v_scale) << "seed " << seed;
+    const ReadCaseValues& a = drawn.values;
+    const ReadCaseValues& b = deferred.values;
+    ASSERT_EQ(a.keys.size(), b.keys.size()) << "seed " << seed;
+    for (std::size_t k = 0; k < a.keys.size(); ++k) {
+      ASSERT_EQ(a.keys[k].request, b.keys[k].request) << "seed " << seed << " key " << k;
+      ASSERT_EQ(a.keys[k].position, b.keys[k].position) << "seed " << seed << " key " << k;
+    }
+    EXPECT_EQ(a.slots.slots, b.slots.slots) << "seed " << seed;
+    EXPECT_EQ(a.v_bias, b.v_bias) << "seed " << seed;
+    ASSERT_EQ(a.patches.size(), b.patches.size()) << "seed " << seed;
+    for (std::size_t k = 0; k < a.patches.size(); ++k) {
+      EXPECT_EQ(a.patches[k].tensor, b.patches[k].tensor) << "seed " << seed << " patch " << k;
+      EXPECT_EQ(a.patches[k].row, b.patches[k].row) << "seed " << seed << " patch " << k;
+      EXPECT_EQ(a.patches[k].element, b.patches[k].element) << "seed " << seed << " patch " << k;
+      EXPECT_EQ(a.patches[k].code, b.patches[k].code) << "seed " << seed << " patch " << k;
+    }
+    ASSERT_EQ(deferred.caches.buffers.size(), drawn.caches.buffers.size());
+    for (const spec::CacheBuffer& buf : deferred.caches.buffers) {
+      EXPECT_TRUE(buf.storage.is_lazy() && buf.storage.materialised().empty())
+          << "seed " << seed << ": a deferred case holds " << spec::name_of(buf.kind) << " bytes";
+    }
+    patched += !a.patches.empty();
+    biased += a.v_bias != 0.0f;
+  }
+  EXPECT_GT(patched, 5) << "the comparison reached cases with planted rows";
+  EXPECT_GT(biased, 5) << "... and biased value rows";
 }
 
 }  // namespace

@@ -92,7 +92,7 @@ struct ReadCase {
   spec::AttentionParams attention;
   spec::ReadBatch batch;
   /// The sparse layer's buffers, written from `values` (make_read_case(..., kDeferred): not
-  /// written; lazy storage holding only the guard bands).
+  /// written; lazy storage holding nothing, not even the guard bands: the device poisons them).
   spec::LayerCaches caches;
   ReadCaseValues values;
   spec::HostTensor index_q;  ///< [Tq, num_index_heads, index_dim]
