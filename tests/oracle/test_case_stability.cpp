@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kvo/oracle/campaign.hpp"
 #include "kvo/oracle/case_tensors.hpp"
@@ -29,6 +30,14 @@ std::uint64_t fold(std::uint64_t h, const void* data, std::size_t n) {
   return reference::mix64(h ^ f ^ n);
 }
 std::uint64_t fold(std::uint64_t h, const std::string& s) { return fold(h, s.data(), s.size()); }
+
+/// The first `n` case seeds of the default campaign.
+std::vector<std::uint64_t> default_case_seeds(std::uint64_t n) {
+  const CheckOptions defaults;
+  std::vector<std::uint64_t> seeds;
+  for (std::uint64_t i = 0; i < n; ++i) seeds.push_back(case_seed(defaults.seed, i));
+  return seeds;
+}
 
 /// The hash of `cases` cases of `op` drawn as the default campaign draws them (huge cases, whose
 /// lazy caches no case file holds, count by their seed alone).
@@ -84,10 +93,8 @@ TEST(CaseStability, EachOpsCasesAreTheRecordedOnes) {
 // device from WriteCase::values: filled on the host, they are the bytes the case was drawn with,
 // zero rows and CUDA-graph padding rows included.
 TEST(CaseStability, AWriteCaseDrawnWithoutValuesFillsToTheSameCase) {
-  const CheckOptions defaults;
   std::int64_t zero_rows = 0, padded = 0;
-  for (std::uint64_t i = 0; i < 200; ++i) {
-    const std::uint64_t seed = case_seed(defaults.seed, i);
+  for (const std::uint64_t seed : default_case_seeds(200)) {
     const WriteCase drawn = make_write_case(seed, {});
     WriteCase deferred = make_write_case(seed, {}, CaseValues::kDeferred);
     ASSERT_TRUE(deferred.values.has_value());
@@ -118,10 +125,8 @@ TEST(CaseStability, AWriteCaseDrawnWithoutValuesFillsToTheSameCase) {
 // on the device from ReadCase::values: the deferred draw is the same case (inputs, table, scales,
 // the rows' keys, slots, bias and planted patches) with nothing held on the host.
 TEST(CaseStability, AReadCaseDrawnWithoutValuesIsTheSameCase) {
-  const CheckOptions defaults;
   std::int64_t patched = 0, biased = 0;
-  for (std::uint64_t i = 0; i < 200; ++i) {
-    const std::uint64_t seed = case_seed(defaults.seed, i);
+  for (const std::uint64_t seed : default_case_seeds(200)) {
     const ReadCase drawn = make_read_case(seed, {});
     const ReadCase deferred = make_read_case(seed, {}, CaseValues::kDeferred);
     ASSERT_EQ(deferred.describe(), drawn.describe()) << "seed " << seed;
