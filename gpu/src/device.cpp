@@ -71,6 +71,7 @@ namespace {
 
 KeepLargeBlocks::KeepLargeBlocks(std::size_t) : before_(0) {}
 KeepLargeBlocks::~KeepLargeBlocks() = default;
+LargeBlockUse KeepLargeBlocks::use() const { return {}; }
 
 struct DeviceCacheMirror::Impl {};
 DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig&, const spec::LayerCaches&) {

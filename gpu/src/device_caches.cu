@@ -176,7 +176,7 @@ DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig& c, const spec::Lay
       detail::check_cuda(cudaMemset(base + impl_->offsets[i], kMarginPoison,
                                     static_cast<std::size_t>(b.storage.size())),
                          "cudaMemset(a buffer not read)");
-    } else if (pending != nullptr && b.storage.is_lazy() && b.storage.materialised().empty()) {
+    } else if (pending != nullptr && b.storage.nothing_held()) {
       pending->push_back({base + impl_->offsets[i], b.storage.size(), b.storage.salt(), 0, true});
     } else if (b.storage.is_lazy()) {
       upload_lazy(base + impl_->offsets[i], b.storage);

@@ -194,22 +194,26 @@ __global__ void compare_kernel(const CopyPointers* a, const CopyPointers* b,
   atomicAdd(&out[layer].count, count);
 }
 
-/// Range blockIdx.y of `list` poisoned (PendingPoison: salted 8-byte words, or a fill byte).
-__global__ void pending_poison_kernel(const PendingPoison* list) {
-  const PendingPoison q = list[blockIdx.y];
-  const auto n = static_cast<std::uint64_t>(q.bytes);
+/// Ranges blockIdx.y, blockIdx.y + gridDim.y, ... of `list` (`ranges` of them) poisoned
+/// (PendingPoison: salted 8-byte words, or a fill byte). A huge cache's copy gets one range per run
+/// of its table's pages per buffer: past 65,535 (the grid's y limit) the rows stride.
+__global__ void pending_poison_kernel(const PendingPoison* list, std::uint64_t ranges) {
   const std::uint64_t start = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  if (!q.salted) {
-    for (std::uint64_t i = start; i < n; i += stride) q.data[i] = q.fill;
-    return;
+  for (std::uint64_t r = blockIdx.y; r < ranges; r += gridDim.y) {
+    const PendingPoison q = list[r];
+    const auto n = static_cast<std::uint64_t>(q.bytes);
+    if (!q.salted) {
+      for (std::uint64_t i = start; i < n; i += stride) q.data[i] = q.fill;
+      continue;
+    }
+    const std::uint64_t words = n / 8;
+    const auto first = static_cast<std::uint64_t>(q.first);
+    for (std::uint64_t w = start; w < words; w += stride)
+      reinterpret_cast<std::uint64_t*>(q.data)[w] = spec::poison_word(q.salt, first / 8 + w);
+    for (std::uint64_t i = 8 * words + start; i < n; i += stride)
+      q.data[i] = spec::poison_byte(q.salt, first + i);
   }
-  const std::uint64_t words = n / 8;
-  const auto first = static_cast<std::uint64_t>(q.first);
-  for (std::uint64_t w = start; w < words; w += stride)
-    reinterpret_cast<std::uint64_t*>(q.data)[w] = spec::poison_word(q.salt, first / 8 + w);
-  for (std::uint64_t i = 8 * words + start; i < n; i += stride)
-    q.data[i] = spec::poison_byte(q.salt, first + i);
 }
 
 __global__ void init_results_kernel(CompareResult* out, unsigned layers) {
@@ -280,38 +284,54 @@ std::string gib(std::int64_t v) {
   return text;
 }
 
-/// The pending poison of `mirror`'s lazy buffers limited to `defined` (rounded out to whole
-/// ResidentReplay pages): each salted entry over a whole buffer storage becomes one per range of
-/// that buffer.
-void limit_poison(const DeviceCacheMirror& mirror, std::span<const BufferByteRange> defined,
-                  std::vector<PendingPoison>& pending) {
+/// Each buffer's runs of `defined` (indexed by BufferByteRange::buffer) rounded out to whole
+/// ResidentReplay pages, ascending, disjoint and not adjacent: the same for every layer and copy,
+/// found once (a huge cache's table names thousands of blocks).
+using PageRuns = std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>>;
+PageRuns page_runs(std::span<const BufferByteRange> defined) {
   constexpr std::int64_t kPage = spec::ByteStorage::kPageBytes;
+  PageRuns runs;
+  for (const BufferByteRange& r : defined) {
+    if (r.buffer < 0) continue;
+    const std::int64_t from = std::max<std::int64_t>(0, r.begin) / kPage * kPage;
+    const std::int64_t to = (r.end + kPage - 1) / kPage * kPage;
+    if (from >= to) continue;
+    if (runs.size() <= static_cast<std::size_t>(r.buffer)) runs.resize(r.buffer + 1);
+    runs[static_cast<std::size_t>(r.buffer)].emplace_back(from, to);
+  }
+  for (auto& pages : runs) {
+    if (!std::is_sorted(pages.begin(), pages.end())) std::sort(pages.begin(), pages.end());
+    std::size_t kept = 0;
+    for (const auto& [from, to] : pages) {
+      if (kept > 0 && from <= pages[kept - 1].second) {
+        pages[kept - 1].second = std::max(pages[kept - 1].second, to);  // overlapping or adjacent
+      } else {
+        pages[kept++] = {from, to};
+      }
+    }
+    pages.resize(kept);
+  }
+  return runs;
+}
+
+/// The pending poison of `mirror`'s lazy buffers limited to `runs` (page_runs): each salted entry
+/// over a whole buffer storage becomes one per run of that buffer.
+void limit_poison(const DeviceCacheMirror& mirror, const PageRuns& runs,
+                  std::vector<PendingPoison>& pending) {
   std::vector<PendingPoison> out;
   for (const PendingPoison& q : pending) {
-    std::int64_t b = -1;
+    std::size_t b = mirror.buffer_count();
     for (std::size_t i = 0; i < mirror.buffer_count(); ++i) {
-      if (q.salted && q.data == mirror.storage(i) && q.bytes == mirror.storage_bytes(i))
-        b = static_cast<std::int64_t>(i);
+      if (q.salted && q.data == mirror.storage(i) && q.bytes == mirror.storage_bytes(i)) b = i;
     }
-    if (b < 0) {
+    if (b == mirror.buffer_count()) {
       out.push_back(q);
       continue;
     }
-    // The buffer's ranges as pages, each page once.
-    std::vector<std::pair<std::int64_t, std::int64_t>> pages;
-    for (const BufferByteRange& r : defined) {
-      if (r.buffer != b) continue;
-      const std::int64_t from = std::max<std::int64_t>(0, r.begin) / kPage * kPage;
-      const std::int64_t to = std::min(q.bytes, (r.end + kPage - 1) / kPage * kPage);
-      if (from < to) pages.emplace_back(from, to);
-    }
-    std::sort(pages.begin(), pages.end());
-    std::int64_t done = 0;
-    for (auto [from, to] : pages) {
-      from = std::max(from, done);
-      if (from >= to) continue;
-      out.push_back({q.data + from, to - from, q.salt, 0, true, from});
-      done = to;
+    if (b >= runs.size()) continue;
+    for (const auto& [from, end] : runs[b]) {
+      const std::int64_t to = std::min(q.bytes, end);
+      if (from < to) out.push_back({q.data + from, to - from, q.salt, 0, true, from});
     }
   }
   pending = std::move(out);
@@ -524,9 +544,9 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
   std::vector<PendingPoison> pending;
   bool copied = false;
   for (const spec::LayerCaches& caches : initial) {
-    for (const spec::CacheBuffer& b : caches.buffers)
-      copied |= !b.storage.is_lazy() || !b.storage.materialised().empty();
+    for (const spec::CacheBuffer& b : caches.buffers) copied |= !b.storage.nothing_held();
   }
+  const PageRuns runs = page_runs(defined);
   std::vector<CopyPointers> table;
   m.copies.resize(copies);
   for (std::size_t c = 0; c < copies; ++c) {
@@ -542,7 +562,7 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
       t.p[kAllocationSlot] = mirror->allocation();
       t.bytes[kAllocationSlot] = mirror->allocation_bytes();
       table.push_back(t);
-      if (!defined.empty()) limit_poison(*mirror, defined, pending);
+      if (!defined.empty()) limit_poison(*mirror, runs, pending);
       m.copies[c].push_back(std::move(mirror));
     }
   }
@@ -586,9 +606,9 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
   if (!pending.empty()) {
     const dim3 grid(
         static_cast<unsigned>(std::min<std::int64_t>((most_poison / 8 + 255) / 256 + 1, 1024)),
-        static_cast<unsigned>(pending.size()));
+        static_cast<unsigned>(std::min<std::size_t>(pending.size(), 65535)));
     pending_poison_kernel<<<grid, 256, 0, m.stream>>>(
-        reinterpret_cast<const PendingPoison*>(m.tables.data() + at[4]));
+        reinterpret_cast<const PendingPoison*>(m.tables.data() + at[4]), pending.size());
     check_cuda(cudaGetLastError(), "pending_poison_kernel");
   }
   const spec::CacheGeometry& g = config.geometry;

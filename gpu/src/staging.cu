@@ -13,12 +13,13 @@ namespace kvo::gpu::detail {
 namespace {
 
 /// Blocks up to 1 GiB are pooled in power-of-two sizes (at least 256 bytes); larger ones are
-/// allocated to the next 2 MiB, and the last one freed (the last `large_kept` under
-/// KeepLargeBlocks) is kept for the next large request it can hold with at most a quarter to spare
-/// (a campaign's huge caches come one case at a time, each a few GiB: cudaMalloc and cudaFree of
-/// that size cost more than the case); a large request none can hold frees them first. Not more:
-/// the test shards share the device, and blocks kept idle by one ran another out of memory (GiB
-/// granules, two kept: session 22). The pool keeps at most kMaxCached bytes of small blocks.
+/// allocated to the next 2 MiB, and the last one freed is kept for the next large request it can
+/// hold with at most a quarter to spare (a campaign's huge caches come one case at a time, each a
+/// few GiB: cudaMalloc and cudaFree of that size cost more than the case); under KeepLargeBlocks
+/// the last `large_kept` are, and the smallest that holds a request serves it. A large request none
+/// can hold frees them first. Not more outside that scope: the test shards share the device, and
+/// blocks kept idle by one ran another out of memory (GiB granules, two kept: session 22). The
+/// pool keeps at most kMaxCached bytes of small blocks.
 constexpr std::size_t kPooledMax = std::size_t{1} << 30;
 constexpr std::size_t kMaxCached = std::size_t{4} << 30;
 
@@ -43,11 +44,17 @@ class Pool {
   /// A block of at least `block` bytes; `block` becomes the size handed out.
   void* acquire(std::size_t& block) {
     if (block > kPooledMax) {
+      ++use_.requests;
+      auto best = large_.end();
       for (auto it = large_.begin(); it != large_.end(); ++it) {
-        if (it->first < block || it->first - block > block / 4) continue;
-        void* p = it->second;
-        block = it->first;
-        large_.erase(it);
+        const bool fits = it->first >= block && (scoped_ || it->first - block <= block / 4);
+        if (fits && (best == large_.end() || it->first < best->first)) best = it;
+      }
+      if (best != large_.end()) {
+        void* p = best->second;
+        block = best->first;
+        large_.erase(best);
+        ++use_.reused;
         return p;
       }
       trim_large(0);
@@ -86,9 +93,13 @@ class Pool {
     cached_ += block;
   }
   std::size_t large_kept() const { return large_kept_; }
-  /// Keeps at most `n` freed large blocks from now on (the oldest freed first).
-  void keep_large(std::size_t n) {
+  bool scoped() const { return scoped_; }
+  const LargeBlockUse& use() const { return use_; }
+  /// Keeps at most `n` freed large blocks from now on (the oldest freed first); `scoped`: any kept
+  /// block that holds a request serves it (KeepLargeBlocks).
+  void keep_large(std::size_t n, bool scoped) {
     large_kept_ = n;
+    scoped_ = scoped;
     trim_large(n);
   }
 
@@ -105,6 +116,8 @@ class Pool {
   std::size_t cached_ = 0;
   std::vector<std::pair<std::size_t, void*>> large_;  ///< freed large blocks, newest first
   std::size_t large_kept_ = 1;
+  bool scoped_ = false;
+  LargeBlockUse use_;
 };
 
 Pool& pool() {
@@ -118,10 +131,18 @@ Pool& pool() {
 
 namespace kvo::gpu {
 
-KeepLargeBlocks::KeepLargeBlocks(std::size_t blocks) : before_(detail::pool().large_kept()) {
-  detail::pool().keep_large(std::max(before_, blocks));
+// Nested scopes: the outer one's count and rule come back when the inner one ends.
+KeepLargeBlocks::KeepLargeBlocks(std::size_t blocks)
+    : before_(detail::pool().large_kept()),
+      before_scoped_(detail::pool().scoped()),
+      at_start_(detail::pool().use()) {
+  detail::pool().keep_large(std::max(before_, blocks), true);
 }
-KeepLargeBlocks::~KeepLargeBlocks() { detail::pool().keep_large(before_); }
+KeepLargeBlocks::~KeepLargeBlocks() { detail::pool().keep_large(before_, before_scoped_); }
+LargeBlockUse KeepLargeBlocks::use() const {
+  const LargeBlockUse now = detail::pool().use();
+  return {now.requests - at_start_.requests, now.reused - at_start_.reused};
+}
 
 }  // namespace kvo::gpu
 

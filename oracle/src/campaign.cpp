@@ -210,12 +210,17 @@ std::string CheckReport::summary() const {
     std::snprintf(
         line2, sizeof line2,
         "resident: %lld cases judged on the device and %lld sampled device answers "
-        "checked against the CPU reference in %.2f s (%.0f us a case)\n",
+        "checked against the CPU reference in %.2f s (%.0f us a case)",
         static_cast<long long>(resident_cases), static_cast<long long>(resident_checks),
         resident_seconds,
         1e6 * resident_seconds /
             static_cast<double>(std::max<std::int64_t>(1, resident_cases + resident_checks)));
     s << line2;
+    if (resident_large_requests > 0) {
+      s << "; " << resident_large_reused << " of " << resident_large_requests
+        << " huge-cache copies on a kept allocation";
+    }
+    s << "\n";
   }
   if (serial_rows && seconds > 0.0) {
     char line3[200];
@@ -546,7 +551,14 @@ CheckReport Campaign::run(const Progress& progress) {
                                        [](const Row& r) { return !r.subject->concurrent(); });
   report_.serial_rows = serial_rows;
   const std::int64_t workers = campaign_jobs(o_.jobs) + (serial_rows ? 1 : 0);
-  const std::int64_t window = 2 * workers;
+  // Resident cases take the main thread a few ms each, while a sampled case (1 in
+  // tier_sample_every) costs a worker the CPU reference's answer, hundreds of resident cases'
+  // worth: the workers run four sample intervals ahead, so that it is ready when the main thread
+  // gets to it (a deferred case holds its keys, not its values).
+  const std::int64_t window =
+      resident_kinds.empty()
+          ? 2 * workers
+          : std::max(2 * workers, 4 * std::max<std::int64_t>(1, o_.tier_sample_every));
   std::mutex mu;
   std::condition_variable changed;
   std::map<std::int64_t, std::variant<CaseWork, std::exception_ptr>> done;  // by case index
@@ -729,6 +741,11 @@ CheckReport Campaign::run(const Progress& progress) {
   finish();
   report_.seconds = elapsed();
   report_.tier_busy_seconds = tier_.busy_seconds();
+  if (keep_copies) {
+    const gpu::LargeBlockUse use = keep_copies->use();
+    report_.resident_large_requests = use.requests;
+    report_.resident_large_reused = use.reused;
+  }
   return report_;
 }
 

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "kvo/oracle/harness.hpp"
 #include "kvo/oracle/read_judge.hpp"
@@ -45,6 +46,16 @@ struct ReadPrepared final : PreparedCase {
   ReadCase rc;
   /// Refers to rc: never moved after construction. Set but on a deferred case until judged.
   std::optional<ReadExpectation> expectation;
+  /// A deferred case's copies as they start (found by the worker that drew it; taken when judged).
+  std::optional<ResidentRead::Plan> plan;
+  /// Answers the read conditions ask more than once, found once (kv_read_end, index_read_end,
+  /// ties_at_cut).
+  struct TiesAtCut {
+    bool straddles = false, wider_than_topk = false;
+  };
+  mutable std::optional<std::pair<std::int64_t, std::int64_t>> kv_read_end_memo;
+  mutable std::optional<std::int64_t> index_read_end_memo;
+  mutable std::optional<TiesAtCut> ties_memo;
   std::optional<spec::AttentionProfile> profile;  ///< --profile: foreign attention judged under it
 };
 
@@ -202,16 +213,17 @@ CaseOverrides shared_as_write(const Overrides& o) {
 /// and how many of them the top-k keeps. `f(tied, kept, k_eff)` for each.
 template <class F>
 void for_each_cut(const reference::TopkSelection& s, std::int64_t topk, F&& f) {
+  std::vector<float> v, order;  // one row's scores; reused row after row
   for (std::int64_t q = 0; q < s.num_queries; ++q) {
     const std::int64_t n_valid = s.n_valid[static_cast<std::size_t>(q)];
     const std::int64_t k_eff = std::min(topk, n_valid);
     if (k_eff == 0) continue;
     for (std::int64_t g = 0; g < s.num_kv_heads; ++g) {
       for (std::int64_t l = 0; l < s.lanes; ++l) {
-        std::vector<float> v;
+        v.clear();
         for (std::int64_t j = 0; j < n_valid; ++j) v.push_back(s.score(q, g, j, l));
         // The k_eff-th largest score (no full sort: rows run to thousands of blocks).
-        std::vector<float> order = v;
+        order.assign(v.begin(), v.end());
         std::nth_element(order.begin(), order.begin() + (k_eff - 1), order.end(), std::greater<>());
         const float cut = order[static_cast<std::size_t>(k_eff - 1)];
         const auto above = std::count_if(v.begin(), v.end(), [&](float x) { return x > cut; });
@@ -248,8 +260,15 @@ std::vector<std::int64_t> pages_read(const ReadPrepared& c, spec::Op op) {
   const reference::TopkSelection* s =
       op == spec::Op::kAttention ? c.expectation->attended() : nullptr;
   std::vector<std::int64_t> pages;
+  // Each page once: a prefill request's rows select the same blocks over and over.
+  std::vector<std::uint8_t> seen(static_cast<std::size_t>(c.rc.config.geometry.num_blocks), 0);
   const auto page = [&](std::int64_t r, std::int64_t token) {
-    pages.push_back(b.block_table[static_cast<std::size_t>(r * b.max_blocks + token / bs)]);
+    const std::int64_t p = b.block_table[static_cast<std::size_t>(r * b.max_blocks + token / bs)];
+    if (p >= 0 && p < static_cast<std::int64_t>(seen.size())) {
+      if (seen[static_cast<std::size_t>(p)]) return;
+      seen[static_cast<std::size_t>(p)] = 1;
+    }
+    pages.push_back(p);
   };
   for (std::int64_t r = 0; r < b.num_requests(); ++r) {
     const auto first = static_cast<std::size_t>(r);
@@ -275,8 +294,10 @@ std::vector<std::int64_t> pages_read(const ReadPrepared& c, spec::Op op) {
   return pages;
 }
 
-/// One past the last K/V element a read of the case touches, and the byte after it.
+/// One past the last K/V element a read of the case touches, and the byte after it (found once a
+/// case: three conditions ask).
 std::pair<std::int64_t, std::int64_t> kv_read_end(const ReadPrepared& c) {
+  if (c.kv_read_end_memo) return *c.kv_read_end_memo;
   const spec::ModelConfig& cfg = c.rc.config;
   const spec::CacheGeometry& g = cfg.geometry;
   std::int64_t end = 0;
@@ -287,11 +308,14 @@ std::pair<std::int64_t, std::int64_t> kv_read_end(const ReadPrepared& c) {
                               1);
     }
   }
-  return {end, end * static_cast<std::int64_t>(spec::dtype_bytes(cfg.kv.cache_dtype))};
+  c.kv_read_end_memo.emplace(
+      end, end * static_cast<std::int64_t>(spec::dtype_bytes(cfg.kv.cache_dtype)));
+  return *c.kv_read_end_memo;
 }
 
 /// One past the last index-K byte (value or scale) the indexer reads.
 std::int64_t index_read_end(const ReadPrepared& c) {
+  if (c.index_read_end_memo) return *c.index_read_end_memo;
   const spec::ModelConfig& cfg = c.rc.config;
   const spec::CacheGeometry& g = cfg.geometry;
   const bool block_scale = cfg.index.layout == spec::IndexLayout::kBlockScale;
@@ -307,7 +331,19 @@ std::int64_t index_read_end(const ReadPrepared& c) {
                               4);
     }
   }
-  return end;
+  return c.index_read_end_memo.emplace(end);
+}
+
+/// The ties at each selection row's cut (found once a case: two conditions ask).
+const ReadPrepared::TiesAtCut& ties_at_cut(const ReadPrepared& c) {
+  if (c.ties_memo) return *c.ties_memo;
+  ReadPrepared::TiesAtCut t;
+  for_each_cut(c.expectation->selection(), c.rc.indexer.topk,
+               [&](std::int64_t tied, std::int64_t kept, std::int64_t) {
+                 t.straddles |= tied > kept;
+                 t.wider_than_topk |= tied > c.rc.indexer.topk;
+               });
+  return c.ties_memo.emplace(t);
 }
 
 /// The read side's rare conditions (issue 14): the one table conditions() and reached() read.
@@ -350,21 +386,9 @@ const std::array<ReadCondition, 21> kReadConditions{{
      },
      ReadOps::kBoth},
     {{"tie_straddles_cut", "blocks tied at the k_eff-th score, some kept and some not"},
-     [](const ReadPrepared& c) {
-       bool hit = false;
-       for_each_cut(
-           c.expectation->selection(), c.rc.indexer.topk,
-           [&](std::int64_t tied, std::int64_t kept, std::int64_t) { hit |= tied > kept; });
-       return hit;
-     }},
+     [](const ReadPrepared& c) { return ties_at_cut(c).straddles; }},
     {{"tie_wider_than_topk", "more blocks tied at the cut than topk"},
-     [](const ReadPrepared& c) {
-       bool hit = false;
-       for_each_cut(
-           c.expectation->selection(), c.rc.indexer.topk,
-           [&](std::int64_t tied, std::int64_t, std::int64_t) { hit |= tied > c.rc.indexer.topk; });
-       return hit;
-     }},
+     [](const ReadPrepared& c) { return ties_at_cut(c).wider_than_topk; }},
     {{"neg_inf_block", "a valid block whose score is -inf"},
      [](const ReadPrepared& c) {
        const reference::TopkSelection& s = c.expectation->selection();
@@ -497,8 +521,10 @@ class ReadDriver final : public OpDriver {
   std::unique_ptr<PreparedCase> prepare_for_device(std::uint64_t seed,
                                                    const Overrides& o) const override {
     const ReadOverrides r = effective_read(o);
-    return std::make_unique<ReadPrepared>(make_read_case(seed, r, CaseValues::kDeferred), r.profile,
-                                          ReadPrepared::Deferred{});
+    auto c = std::make_unique<ReadPrepared>(make_read_case(seed, r, CaseValues::kDeferred),
+                                            r.profile, ReadPrepared::Deferred{});
+    c->plan = ResidentRead::plan(c->rc);
+    return c;
   }
   bool conditions_before_device() const override { return false; }
 
@@ -509,9 +535,11 @@ class ReadDriver final : public OpDriver {
   std::vector<Verdict> judge_on_device(PreparedCase& pc, Subject& answerer,
                                        const std::vector<DeviceRow>& rows) const override {
     auto& rp = static_cast<ReadPrepared&>(pc);
-    ResidentRead device(rp.rc);
+    ResidentRead device(
+        rp.rc, rp.plan ? *std::exchange(rp.plan, std::nullopt) : ResidentRead::plan(rp.rc));
     const std::unique_ptr<Subject> tier = device.reader(answerer, 0);
     rp.expectation.emplace(rp.rc, false, tier.get());
+    rp.expectation->exact();
     const auto judge_row = [&](const DeviceRow& row) {
       const std::unique_ptr<Subject> reader = device.reader(*row.subject, 1);
       const ReadVerdict r = judge_read(*reader, row.op, *rp.expectation, rp.profile);
@@ -521,7 +549,8 @@ class ReadDriver final : public OpDriver {
     for (const DeviceRow& row : rows) out.push_back(judge_row(row));
     // Copy 1 compared once after every row's reads; where it changed, each row runs again on a
     // restored copy, compared after it, to name the reads that change their caches.
-    if (device.compare().count == 0) return out;
+    const bool same = device.compare().count == 0;
+    if (same) return out;
     for (std::size_t i = 0; i < rows.size(); ++i) {
       device.resync();
       out[i] = judge_row(rows[i]);

@@ -32,6 +32,31 @@ std::string ResidentRead::unavailable(const Subject& s, spec::Op op) {
   return {};
 }
 
+/// Past this many bytes a copy's buffers are a huge cache's: only the pages the case's block table
+/// names (and the guard bands) are poisoned, written and compared, not gigabytes no read names.
+constexpr std::int64_t kWholeCopyBytes = std::int64_t{1} << 30;
+
+ResidentRead::Plan ResidentRead::plan(const ReadCase& c) {
+  const reference::PagedCacheLayout layout(c.config);
+  Plan p;
+  // Both copies start poisoned on the device (nothing held here), whatever c.caches hold.
+  p.initial.push_back(make_layer_caches(layout, 0, spec::LayerKind::kSparse, /*lazy=*/true,
+                                        /*hold_guards=*/false));
+  std::int64_t bytes = 0;
+  for (const spec::CacheBuffer& b : p.initial.front().buffers) bytes += b.storage.size();
+  p.whole = bytes <= kWholeCopyBytes;
+  if (p.whole) return p;
+  // A huge cache's defined bytes: the guard bands and every block the table names.
+  std::vector<std::int64_t> blocks;
+  for (const std::int32_t blk : c.batch.block_table) {
+    if (blk >= 0 && blk < c.config.geometry.num_blocks) blocks.push_back(blk);
+  }
+  std::sort(blocks.begin(), blocks.end());
+  blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+  p.defined = step_bytes(layout, spec::LayerKind::kSparse, blocks);
+  return p;
+}
+
 #ifdef KVO_HAVE_CUDA
 
 namespace {
@@ -82,45 +107,25 @@ class ResidentReader final : public Subject {
 
 }  // namespace
 
-/// Past this many bytes a copy's buffers are a huge cache's: only the pages the case's block table
-/// names (and the guard bands) are poisoned, written and compared, not gigabytes no read names.
-constexpr std::int64_t kWholeCopyBytes = std::int64_t{1} << 30;
-
 struct ResidentRead::Impl {
   std::unique_ptr<ResidentWrites> writes;
   bool whole = true;  ///< compared over every byte of the allocations (else the table's pages)
 };
 
-ResidentRead::ResidentRead(const ReadCase& c) : impl_(std::make_unique<Impl>()) {
+ResidentRead::ResidentRead(const ReadCase& c, Plan plan) : impl_(std::make_unique<Impl>()) {
   const ReadCaseValues& v = c.values;
-  const reference::PagedCacheLayout layout(c.config);
-  // Both copies start poisoned on the device (nothing held here), whatever c.caches hold.
-  const std::vector<spec::LayerCaches> initial{
-      make_layer_caches(layout, 0, spec::LayerKind::kSparse, /*lazy=*/true,
-                        /*hold_guards=*/false)};
-  std::int64_t bytes = 0;
-  for (const spec::CacheBuffer& b : initial.front().buffers) bytes += b.storage.size();
-  impl_->whole = bytes <= kWholeCopyBytes;
-  // A huge cache's defined bytes: the guard bands and every block the table names.
-  std::vector<std::int64_t> blocks;
-  for (const std::int32_t blk : c.batch.block_table) {
-    if (blk >= 0 && blk < c.config.geometry.num_blocks) blocks.push_back(blk);
-  }
-  std::sort(blocks.begin(), blocks.end());
-  blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
-  const std::vector<BufferBytes> defined =
-      impl_->whole ? std::vector<BufferBytes>{}
-                   : step_bytes(layout, spec::LayerKind::kSparse, blocks);
+  impl_->whole = plan.whole;
   const DeviceWriteFn fused = gpu::device_write_function(gpu::WritePath::kFused);
   const float bias[3] = {0.0f, v.v_bias, 0.0f};
   impl_->writes = std::make_unique<ResidentWrites>(
-      c.config, std::vector<std::int64_t>{0}, initial, std::vector<DeviceWriteFn>{fused, fused},
-      v.gen, std::vector<std::vector<float>>{c.k_scale}, std::vector<std::vector<float>>{c.v_scale},
-      std::max<std::int64_t>(1, static_cast<std::int64_t>(v.keys.size())), bias, defined);
+      c.config, std::vector<std::int64_t>{0}, plan.initial,
+      std::vector<DeviceWriteFn>{fused, fused}, v.gen, std::vector<std::vector<float>>{c.k_scale},
+      std::vector<std::vector<float>>{c.v_scale},
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(v.keys.size())), bias, plan.defined);
   std::vector<gpu::SourcePatch> patches;
   for (const ReadCaseValues::Patch& p : v.distinct_patches())
     patches.push_back({p.tensor, p.row, p.element, p.code});
-  impl_->writes->stage_step(v.keys, v.slots, nullptr, defined, {}, patches);
+  impl_->writes->stage_step(v.keys, v.slots, nullptr, plan.defined, {}, patches);
   if (v.keys.empty()) return;
   impl_->writes->write(0, 0);
   impl_->writes->write(0, 1);
@@ -141,7 +146,7 @@ void ResidentRead::download(std::span<const BufferBytes> bytes, spec::LayerCache
 #else  // built without CUDA: never available
 
 struct ResidentRead::Impl {};
-ResidentRead::ResidentRead(const ReadCase&) {
+ResidentRead::ResidentRead(const ReadCase&, Plan) {
   throw spec::Unsupported("reads resident on the device: kvoracle was built without CUDA");
 }
 std::unique_ptr<Subject> ResidentRead::reader(Subject&, std::size_t) { return nullptr; }

@@ -88,6 +88,7 @@ void ByteStorage::release() {
   lazy_ = false;
   dense_.clear();
   page_flags_.clear();
+  held_pages_ = 0;
 }
 
 void ByteStorage::copy_from(const ByteStorage& other) {
@@ -103,7 +104,7 @@ void ByteStorage::copy_from(const ByteStorage& other) {
     std::memcpy(base_ + r.first, other.base_ + r.first,
                 static_cast<std::size_t>(r.second - r.first));
     for (std::int64_t p = r.first / kPageBytes; p * kPageBytes < r.second; ++p) {
-      page_flags_[static_cast<std::size_t>(p)] = 1;
+      mark_materialised(p);
     }
   }
 }
@@ -129,12 +130,14 @@ ByteStorage& ByteStorage::operator=(ByteStorage&& other) noexcept {
   may_stray_ = other.may_stray_;
   dense_ = std::move(other.dense_);
   page_flags_ = std::move(other.page_flags_);
+  held_pages_ = other.held_pages_;
   base_ = lazy_ ? other.base_ : dense_.data();
   other.base_ = nullptr;
   other.size_ = 0;
   other.lazy_ = false;
   other.dense_.clear();
   other.page_flags_.clear();
+  other.held_pages_ = 0;
   return *this;
 }
 
@@ -157,7 +160,7 @@ void ByteStorage::materialise(std::int64_t begin, std::int64_t end) {
     const std::int64_t at = p * kPageBytes;
     const auto n = static_cast<std::size_t>(std::min(kPageBytes, size_ - at));
     poison_fill(salt_, static_cast<std::uint64_t>(at), base_ + at, n);
-    page_flags_[static_cast<std::size_t>(p)] = 1;
+    mark_materialised(p);
   }
 }
 
@@ -170,7 +173,7 @@ void ByteStorage::store(std::int64_t begin, std::span<const std::uint8_t> bytes)
   std::memcpy(base_ + begin, bytes.data(), bytes.size());
   if (!lazy_) return;
   for (std::int64_t p = begin / kPageBytes; p * kPageBytes < end; ++p) {
-    page_flags_[static_cast<std::size_t>(p)] = 1;
+    mark_materialised(p);
   }
 }
 
@@ -235,8 +238,14 @@ void ByteStorage::adopt_stray_pages() const {
     for (std::int64_t i = at; i < end; ++i) {
       if (base_[i] == 0) base_[i] = poison_byte(salt_, static_cast<std::uint64_t>(i));
     }
-    page_flags_[static_cast<std::size_t>(p)] = 1;
+    mark_materialised(p);
   }
+}
+
+bool ByteStorage::nothing_held() const {
+  if (!lazy_) return false;
+  adopt_stray_pages();
+  return held_pages_ == 0;
 }
 
 std::vector<ByteRange> ByteStorage::materialised() const {

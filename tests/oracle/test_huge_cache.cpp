@@ -85,6 +85,27 @@ TEST(ByteStorage, AStrayWriteIntoAPageNobodyMaterialisedIsSeen) {
                std::invalid_argument);
 }
 
+TEST(ByteStorage, NothingHeldIsLazyStorageWithNoPageStrayOrMaterialised) {
+  // What a device mirror asks before poisoning a buffer on the device instead of copying it: a
+  // page materialised, stored, adopted as a stray write or copied makes it hold something.
+  spec::ByteStorage s = spec::ByteStorage::lazy(64 * kPage, 3);
+  EXPECT_TRUE(s.nothing_held());
+  EXPECT_TRUE(spec::ByteStorage(s).nothing_held());
+  spec::ByteStorage stray = spec::ByteStorage::lazy(64 * kPage, 3);
+  stray.data()[20 * kPage] = static_cast<std::uint8_t>(spec::poison_byte(3, 20 * kPage) ^ 1);
+  EXPECT_FALSE(stray.nothing_held());
+  spec::ByteStorage stored = spec::ByteStorage::lazy(64 * kPage, 3);
+  stored.store(kPage, std::vector<std::uint8_t>(static_cast<std::size_t>(kPage), 7));
+  EXPECT_FALSE(stored.nothing_held());
+  s.materialise(5, 6);
+  s.materialise(7, 8);  // the same page: still one
+  EXPECT_FALSE(s.nothing_held());
+  EXPECT_FALSE(spec::ByteStorage(s).nothing_held());
+  spec::ByteStorage moved = std::move(s);
+  EXPECT_FALSE(moved.nothing_held());
+  EXPECT_FALSE(spec::ByteStorage::poisoned(kPage, 3, false).nothing_held());  // dense
+}
+
 TEST(ByteStorage, AReaderOfTheWholeBufferHoldsNothing) {
   // A reader handed the writable view (a user's NumPy function converting a whole huge cache)
   // maps zero pages everywhere; they are not writes, so a look adopts none of them and gives them

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "kvo/oracle/device_subject.hpp"
+#include "kvo/oracle/harness.hpp"
 #include "kvo/oracle/mutants.hpp"
 #include "kvo/reference/generator.hpp"
 #include "kvo/reference/paged_cache.hpp"
@@ -297,6 +298,50 @@ TEST(TraceReplayResident, ADivergentTierIsCaughtOnItsSampleAndWhereASubjectFails
     EXPECT_NE(r.tier_disagreement.find("first: layer 0, buffer=k"), std::string::npos)
         << r.tier_disagreement;
     EXPECT_EQ(r.steps_run, step + 1) << "the step it was caught on counts";
+  }
+}
+
+/// A huge cache's copies are poisoned only where the case's table names pages: one range per run
+/// of pages per buffer per copy. Past 65,535 ranges (the grid's y limit) every range is still
+/// poisoned, the last as the first, and the copies agree there.
+TEST(TraceReplayResident, PoisonOfMoreRangesThanAGridRowLimitReachesEveryRange) {
+  oracle::SubjectList subjects = oracle::make_subjects();
+  SKIP_WITHOUT_GPU(subjects);
+  spec::ModelConfig config;
+  config.layers = {spec::LayerKind::kDense};
+  config.geometry.num_kv_heads = 1;
+  config.geometry.head_dim = 128;
+  config.geometry.block_size = 16;         // one K block: 16 x 128 bf16 = one 4 KiB page
+  constexpr std::int64_t kRanges = 40000;  // per copy; two copies: 80,000 poison ranges
+  config.geometry.num_blocks = 2 * kRanges + 2;
+  const reference::PagedCacheLayout layout(config);
+  const std::vector<spec::LayerCaches> initial{oracle::make_layer_caches(
+      layout, 0, spec::LayerKind::kDense, /*lazy=*/true, /*hold_guards=*/false)};
+  constexpr std::int64_t kPage = spec::ByteStorage::kPageBytes;
+  std::vector<gpu::BufferByteRange> defined;  // every other page of buffer 0
+  for (std::int64_t r = 0; r < kRanges; ++r)
+    defined.push_back({0, 2 * r * kPage + 5, 2 * r * kPage + 9});
+  gpu::GeneratedValues values{7, {}, spec::DType::kBF16};
+  std::unique_ptr<gpu::ResidentReplay> device;
+  ASSERT_NO_THROW(device = std::make_unique<gpu::ResidentReplay>(
+                      config, std::vector<std::int64_t>{0}, initial, 2, values,
+                      std::vector<std::vector<float>>{{1.0f}},
+                      std::vector<std::vector<float>>{{1.0f}}, 1, defined));
+  const std::vector<gpu::ResidentDifference> same = device->compare(1, false);
+  ASSERT_EQ(same.size(), 1u);
+  EXPECT_EQ(same[0].count, 0);
+  const spec::ByteStorage& poison = initial[0].buffers[0].storage;
+  for (const std::size_t copy : {std::size_t{0}, std::size_t{1}}) {
+    for (const std::int64_t r : {std::int64_t{0}, kRanges / 2, kRanges - 1}) {
+      SCOPED_TRACE("copy " + std::to_string(copy) + ", range " + std::to_string(r));
+      spec::LayerCaches into = initial[0];
+      const gpu::BufferByteRange page{0, 2 * r * kPage, 2 * r * kPage + kPage};
+      device->download(0, copy, std::span(&page, 1), into);
+      const spec::ByteStorage& got = into.buffers[0].storage;
+      for (std::int64_t i = page.begin; i < page.end; ++i) {
+        ASSERT_EQ(got.byte(i), poison.byte(i)) << "byte " << i << " of buffer 0";
+      }
+    }
   }
 }
 

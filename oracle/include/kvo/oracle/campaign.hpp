@@ -150,6 +150,9 @@ struct CheckReport {
   /// (OpDriver::check_on_device); the seconds both took (the summary says them).
   std::int64_t resident_cases = 0, resident_checks = 0;
   double resident_seconds = 0.0;
+  /// The device allocations past 1 GiB the resident cases asked for (a huge cache's copies), and
+  /// how many a block kept from an earlier case served (gpu::KeepLargeBlocks). Summary only.
+  std::int64_t resident_large_requests = 0, resident_large_reused = 0;
   std::string tier_disagreement;
   /// Where a campaign's time goes when the main thread judges subjects that are not concurrent
   /// (GPU, device, Python): its seconds waiting for the workers' cases, and the seconds the tier's

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "kvo/oracle/read_case.hpp"
 #include "kvo/oracle/resident_writes.hpp"
@@ -31,10 +32,22 @@ class ResidentRead {
   /// with that device read; else why not.
   static std::string unavailable(const Subject& subject, spec::Op op);
 
-  /// Case `c`'s layer on the device, poisoned, then written from c.values (c.caches are not read:
-  /// a deferred case's hold nothing). spec::FailedToRun when the copies do not fit;
-  /// spec::Unsupported built without CUDA.
-  explicit ResidentRead(const ReadCase& c);
+  /// What case `c`'s copies start as, found on the host alone (a campaign's worker finds it while
+  /// the device thread judges earlier cases: for a huge cache it costs milliseconds): the layer's
+  /// caches, lazy and holding nothing (the device poisons them), and for a huge cache the bytes
+  /// its table names, the only ones poisoned, written and compared there.
+  struct Plan {
+    std::vector<spec::LayerCaches> initial;  ///< [1]: the case's sparse layer
+    std::vector<BufferBytes> defined;        ///< empty: every byte (not a huge cache)
+    bool whole = true;                       ///< compared over every byte of the allocations
+  };
+  static Plan plan(const ReadCase& c);
+
+  /// Case `c`'s layer on the device, poisoned as `plan` (plan(c)) says, then written from
+  /// c.values (c.caches are not read: a deferred case's hold nothing). spec::FailedToRun when the
+  /// copies do not fit; spec::Unsupported built without CUDA.
+  ResidentRead(const ReadCase& c, Plan plan);
+  explicit ResidentRead(const ReadCase& c) : ResidentRead(c, plan(c)) {}
   ~ResidentRead();
   ResidentRead(const ResidentRead&) = delete;
   ResidentRead& operator=(const ResidentRead&) = delete;

@@ -116,6 +116,10 @@ class ByteStorage {
   /// against the poison like any other byte. (Blind spot, on the host only: a stray write of zero
   /// bytes. The GPU mirror downloads a changed page whole, poison included, and `store`s it.)
   std::vector<ByteRange> materialised() const;
+  /// Lazy storage that holds no page (stray pages adopted first, as `materialised` does): every
+  /// byte means its poison. Without scanning the page map (a huge cache's is megabytes). Dense:
+  /// false.
+  bool nothing_held() const;
   /// The ranges a comparison of this storage with `other` must read: both sides' materialised
   /// ranges, merged. Everything else is poison on both sides.
   std::vector<ByteRange> compare_ranges(const ByteStorage& other) const;
@@ -132,6 +136,11 @@ class ByteStorage {
   bool page_materialised(std::int64_t page) const {
     return page_flags_[static_cast<std::size_t>(page)] != 0;
   }
+  void mark_materialised(std::int64_t page) const {
+    std::uint8_t& f = page_flags_[static_cast<std::size_t>(page)];
+    held_pages_ += f == 0 ? 1 : 0;
+    f = 1;
+  }
 
   std::uint8_t* base_ = nullptr;
   std::int64_t size_ = 0;
@@ -139,6 +148,7 @@ class ByteStorage {
   std::uint64_t salt_ = 0;
   std::vector<std::uint8_t> dense_;               ///< dense form
   mutable std::vector<std::uint8_t> page_flags_;  ///< lazy form: 1 per materialised page
+  mutable std::int64_t held_pages_ = 0;           ///< lazy form: the pages flagged
   /// Whether a writable pointer went out since the last look for stray pages.
   mutable bool may_stray_ = false;
 };
