@@ -539,7 +539,6 @@ class ReadDriver final : public OpDriver {
         rp.rc, rp.plan ? *std::exchange(rp.plan, std::nullopt) : ResidentRead::plan(rp.rc));
     const std::unique_ptr<Subject> tier = device.reader(answerer, 0);
     rp.expectation.emplace(rp.rc, false, tier.get());
-    rp.expectation->exact();
     const auto judge_row = [&](const DeviceRow& row) {
       const std::unique_ptr<Subject> reader = device.reader(*row.subject, 1);
       const ReadVerdict r = judge_read(*reader, row.op, *rp.expectation, rp.profile);
@@ -549,8 +548,7 @@ class ReadDriver final : public OpDriver {
     for (const DeviceRow& row : rows) out.push_back(judge_row(row));
     // Copy 1 compared once after every row's reads; where it changed, each row runs again on a
     // restored copy, compared after it, to name the reads that change their caches.
-    const bool same = device.compare().count == 0;
-    if (same) return out;
+    if (device.compare().count == 0) return out;
     for (std::size_t i = 0; i < rows.size(); ++i) {
       device.resync();
       out[i] = judge_row(rows[i]);
