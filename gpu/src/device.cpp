@@ -115,6 +115,7 @@ spec::HostTensor run_resident_attention(const DeviceAttentionFunction&, const sp
                                         const std::vector<std::int32_t>&, std::int64_t, void*) {
   no_cuda();
 }
+void* calling_thread_stream() { return nullptr; }
 #endif
 
 }  // namespace kvo::gpu

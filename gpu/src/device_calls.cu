@@ -237,4 +237,6 @@ spec::HostTensor run_resident_attention(
                                        topk);
 }
 
+void* calling_thread_stream() { return detail::call_stream(); }
+
 }  // namespace kvo::gpu

@@ -22,6 +22,8 @@
 #include <variant>
 
 #include "kvo/gpu/memory_pool.hpp"
+#include "kvo/oracle/one_thread.hpp"
+#include "kvo/oracle/write_case.hpp"
 
 namespace kvo::oracle {
 namespace {
@@ -477,10 +479,12 @@ CheckReport Campaign::run(const Progress& progress) {
       if (all) resident_kinds.emplace(kind, row.op);
     }
   }
-  // A resident case's copies of its caches (one per writer or reader, several GB each for a huge
-  // cache) reused case after case by this thread's device memory pool, not allocated and freed.
+  // A resident case's copies of its caches (one per writer or reader and layer, several GB each
+  // for a huge cache) reused case after case by this thread's device memory pool, not allocated
+  // and freed. Room for as many as a case holds at once (a huge write case: every writer's copy
+  // of each of its layers); the pool never keeps more than it held at once.
   std::optional<gpu::KeepLargeBlocks> keep_copies;
-  if (!resident_kinds.empty()) keep_copies.emplace(rows_.size() + 1);
+  if (!resident_kinds.empty()) keep_copies.emplace((rows_.size() + 1) * kHugeCacheMostLayers);
   const auto work = [this, &check_tier, &answer_on_host, &resident_kinds](std::uint64_t seed,
                                                                           std::int64_t index) {
     CaseWork w;
@@ -586,6 +590,66 @@ CheckReport Campaign::run(const Progress& progress) {
   };
   std::vector<std::thread> pool;
   for (std::int64_t t = 0; t < workers; ++t) pool.emplace_back(worker);
+  // Coverage: per op group (the rows of report_.coverage that one driver's flags fill), the
+  // conditions a case reached, added in case order. A case judged on the device has the
+  // conditions that read its answer (OpDriver::conditions_before_device) found after it, on a
+  // thread of their own while the next cases run here (the read case's take ~0.4 ms).
+  std::vector<std::size_t> group_rows;  // per group: its first row of report_.coverage
+  for (std::size_t k = 0; k < report_.coverage.size(); ++k) {
+    if (k == 0 || report_.coverage[k - 1].op != report_.coverage[k].op) group_rows.push_back(k);
+  }
+  const auto add_hits = [&](std::int64_t i, const CaseWork& w) {
+    for (std::size_t g = 0; g < group_rows.size(); ++g) {
+      const std::vector<bool>& hit = *w.hits[g];
+      for (std::size_t j = 0; j < hit.size(); ++j) {
+        CoverageRow& r = report_.coverage[group_rows[g] + j];
+        ++r.cases;
+        if (!hit[j]) continue;
+        ++r.reached;
+        if (r.first_case < 0) r.first_case = i;
+      }
+    }
+  };
+  std::vector<spec::Op> group_ops;
+  for (const std::size_t k : group_rows) group_ops.push_back(report_.coverage[k].op);
+  const auto find_hits = [group_ops](CaseWork& w) {
+    for (std::size_t g = 0; g < group_ops.size(); ++g) {
+      if (w.hits[g]) continue;
+      const OpDriver& driver = driver_of(group_ops[g]);
+      w.hits[g] = driver.reached(*w.cases.at(driver.case_kind()));
+    }
+  };
+  struct PendingHits {
+    std::int64_t index = 0;
+    std::shared_ptr<CaseWork> work;
+    std::future<void> found;
+  };
+  std::deque<PendingHits> pending_hits;
+  std::optional<OneThread> coverage_thread;
+  if (!resident_kinds.empty()) coverage_thread.emplace();
+  // The pending cases' conditions added, the oldest first: those found (`all`: every one).
+  const auto add_pending = [&](bool all) {
+    while (!pending_hits.empty()) {
+      PendingHits& p = pending_hits.front();
+      if (!all && p.found.wait_for(std::chrono::seconds(0)) != std::future_status::ready) break;
+      p.found.get();
+      add_hits(p.index, *p.work);
+      pending_hits.pop_front();
+    }
+  };
+  // Case i's coverage, once this thread is done with the case: added now, or handed to the
+  // coverage thread (which then owns the case) and added later, in order.
+  const auto cover = [&](std::int64_t i, CaseWork&& w) {
+    if (!coverage_thread) {
+      find_hits(w);
+      add_hits(i, w);
+      return;
+    }
+    auto held = std::make_shared<CaseWork>(std::move(w));
+    pending_hits.push_back(
+        {i, held, coverage_thread->post([held, &find_hits] { find_hits(*held); })});
+    add_pending(pending_hits.size() > static_cast<std::size_t>(window));
+  };
   const auto finish = [&] {
     {
       const std::lock_guard<std::mutex> lock(mu);
@@ -657,24 +721,6 @@ CheckReport Campaign::run(const Progress& progress) {
       }
       report_.resident_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - device_start).count();
-      // The conditions each case reached (those of a case judged on the device asked now, its
-      // answer known; a case the device did not take was answered on the host).
-      std::size_t group = 0;
-      for (std::size_t k = 0; k < report_.coverage.size(); ++k) {
-        if (k > 0 && report_.coverage[k - 1].op == report_.coverage[k].op) continue;
-        std::optional<std::vector<bool>>& hit = w.hits[group++];
-        if (!hit) {
-          const OpDriver& driver = driver_of(report_.coverage[k].op);
-          hit = driver.reached(*w.cases.at(driver.case_kind()));
-        }
-        for (std::size_t j = 0; j < hit->size(); ++j) {
-          CoverageRow& r = report_.coverage[k + j];
-          ++r.cases;
-          if (!(*hit)[j]) continue;
-          ++r.reached;
-          if (r.first_case < 0) r.first_case = i;
-        }
-      }
       std::vector<Verdict> verdicts;
       std::map<std::string_view, std::size_t> device_next;
       for (std::size_t r = 0; r < rows_.size(); ++r) {
@@ -725,15 +771,18 @@ CheckReport Campaign::run(const Progress& progress) {
                                     ": the " + std::string(spec::name_of(report_.tier)) + " tier " +
                                     w.tier_problem;
         report_.worst = Outcome::kFailedToRun;
+        cover(i, std::move(w));
         break;
       }
       for (std::size_t r = 0; r < rows_.size(); ++r) {
         const PreparedCase& c = *w.cases.at(driver_of(rows_[r].op).case_kind());
         record(rows_[r], verdicts[r], i, seed, c.describe());
       }
+      cover(i, std::move(w));
       ++report_.cases_run;
       if (progress) progress(report_.cases_run, total);
     }
+    add_pending(true);
   } catch (...) {
     finish();
     throw;

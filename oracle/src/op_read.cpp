@@ -531,27 +531,51 @@ class ReadDriver final : public OpDriver {
   /// The tier's answerer gives the case's expectation from copy 0 (its selection with the scores,
   /// its exact output over the selection handed to attention), then each row's subject is judged
   /// on copy 1 as judge judges it, and copy 1 is compared with copy 0 (a read that changed its
-  /// caches fails to run).
+  /// caches fails to run). The tier reads on a thread of its own (ResidentRead::side_thread, its
+  /// own stream) while the rows' subjects read here, their answers asked ahead (ReadsAhead) and
+  /// judged after: the indexers side by side, then the attentions over the selection the tier's
+  /// indexer gave.
   std::vector<Verdict> judge_on_device(PreparedCase& pc, Subject& answerer,
                                        const std::vector<DeviceRow>& rows) const override {
     auto& rp = static_cast<ReadPrepared&>(pc);
     ResidentRead device(
         rp.rc, rp.plan ? *std::exchange(rp.plan, std::nullopt) : ResidentRead::plan(rp.rc));
-    const std::unique_ptr<Subject> tier = device.reader(answerer, 0);
-    rp.expectation.emplace(rp.rc, false, tier.get());
-    const auto judge_row = [&](const DeviceRow& row) {
-      const std::unique_ptr<Subject> reader = device.reader(*row.subject, 1);
-      const ReadVerdict r = judge_read(*reader, row.op, *rp.expectation, rp.profile);
+    const std::unique_ptr<Subject> tier = device.reader(answerer, 0, /*own_stream=*/true);
+    std::vector<std::unique_ptr<Subject>> readers;  // per row: its subject reading copy 1
+    std::vector<std::unique_ptr<ReadsAhead>> ahead;
+    for (const DeviceRow& row : rows) {
+      readers.push_back(device.reader(*row.subject, 1));
+      ahead.push_back(std::make_unique<ReadsAhead>(*readers.back()));
+    }
+    const auto ask_ahead = [&](spec::Op op, const reference::TopkSelection* attended) {
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        if (rows[i].op != op) continue;
+        if (op == spec::Op::kIndexer) ahead[i]->indexer_ahead(rp.rc);
+        if (op == spec::Op::kAttention) ahead[i]->attention_ahead(rp.rc, attended);
+      }
+    };
+    device.synchronize();
+    OneThread& side = ResidentRead::side_thread();
+    rp.expectation.emplace(rp.rc,
+                           side.beside([&] { return tier->indexer_selection(rp.rc); },
+                                       [&] { ask_ahead(spec::Op::kIndexer, nullptr); }),
+                           [&](const reference::TopkSelection& attended) {
+                             return side.beside(
+                                 [&] { return tier->attention(rp.rc, &attended); },
+                                 [&] { ask_ahead(spec::Op::kAttention, &attended); });
+                           });
+    const auto judge_row = [&](Subject& reader, const DeviceRow& row) {
+      const ReadVerdict r = judge_read(reader, row.op, *rp.expectation, rp.profile);
       return Verdict{r.outcome, r.report, 0};
     };
     std::vector<Verdict> out;
-    for (const DeviceRow& row : rows) out.push_back(judge_row(row));
+    for (std::size_t i = 0; i < rows.size(); ++i) out.push_back(judge_row(*ahead[i], rows[i]));
     // Copy 1 compared once after every row's reads; where it changed, each row runs again on a
     // restored copy, compared after it, to name the reads that change their caches.
     if (device.compare().count == 0) return out;
     for (std::size_t i = 0; i < rows.size(); ++i) {
       device.resync();
-      out[i] = judge_row(rows[i]);
+      out[i] = judge_row(*device.reader(*rows[i].subject, 1), rows[i]);
       const LayerDifference d = device.compare();
       if (d.count == 0) continue;
       out[i].outcome = spec::Outcome::kFailedToRun;

@@ -3,15 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <future>
-#include <mutex>
 #include <optional>
-#include <thread>
 
 #include "kvo/oracle/campaign.hpp"
+#include "kvo/oracle/one_thread.hpp"
 #include "kvo/oracle/op_driver.hpp"
 #include "kvo/reference/read_rules.hpp"
 #include "kvo/spec/outcome.hpp"
@@ -27,15 +23,7 @@ class OneThreadSubject final : public Subject {
  public:
   /// `busy_ns`: where the time spent answering adds up.
   OneThreadSubject(Subject& inner, std::atomic<std::int64_t>& busy_ns)
-      : inner_(inner), busy_ns_(busy_ns), thread_([this] { serve(); }) {}
-  ~OneThreadSubject() override {
-    {
-      const std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    ready_.notify_all();
-    thread_.join();
-  }
+      : inner_(inner), busy_ns_(busy_ns) {}
   std::string name() const override { return inner_.name(); }
   std::string unavailable_reason() const override { return inner_.unavailable_reason(); }
   bool implements(spec::Op op) const override { return inner_.implements(op); }
@@ -75,46 +63,25 @@ class OneThreadSubject final : public Subject {
   void call(const std::function<void()>& fn) {
     // The time counted inside the task, before its caller is released (which may then destroy
     // the counter with the answerers).
-    std::packaged_task<void()> task([this, &fn] {
-      struct Count {
-        std::atomic<std::int64_t>& to;
-        std::chrono::steady_clock::time_point from = std::chrono::steady_clock::now();
-        ~Count() {
-          to += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                    std::chrono::steady_clock::now() - from)
-                    .count();
-        }
-      } const count{busy_ns_};
-      fn();
-    });
-    std::future<void> done = task.get_future();
-    {
-      const std::lock_guard<std::mutex> lock(mu_);
-      tasks_.push_back(std::move(task));
-    }
-    ready_.notify_all();
-    done.get();
-  }
-  void serve() {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      ready_.wait(lock, [&] { return done_ || !tasks_.empty(); });
-      if (tasks_.empty()) return;
-      std::packaged_task<void()> task = std::move(tasks_.front());
-      tasks_.pop_front();
-      lock.unlock();
-      task();
-      lock.lock();
-    }
+    thread_
+        .post([this, &fn] {
+          struct Count {
+            std::atomic<std::int64_t>& to;
+            std::chrono::steady_clock::time_point from = std::chrono::steady_clock::now();
+            ~Count() {
+              to += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now() - from)
+                        .count();
+            }
+          } const count{busy_ns_};
+          fn();
+        })
+        .get();
   }
 
   Subject& inner_;
   std::atomic<std::int64_t>& busy_ns_;
-  std::mutex mu_;
-  std::condition_variable ready_;
-  std::deque<std::packaged_task<void()>> tasks_;
-  bool done_ = false;
-  std::thread thread_;  ///< last: started once the rest exists
+  OneThread thread_;  ///< last: joined before the rest goes
 };
 
 }  // namespace

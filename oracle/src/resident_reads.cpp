@@ -64,8 +64,8 @@ namespace {
 /// `inner`'s device reads on one resident copy.
 class ResidentReader final : public Subject {
  public:
-  ResidentReader(Subject& inner, const ResidentWrites& device, std::size_t copy)
-      : inner_(inner), device_(device), copy_(copy) {}
+  ResidentReader(Subject& inner, const ResidentWrites& device, std::size_t copy, bool own_stream)
+      : inner_(inner), device_(device), copy_(copy), own_stream_(own_stream) {}
   std::string name() const override { return inner_.name(); }
   bool implements(spec::Op op) const override { return inner_.implements(op); }
   spec::Ordering ordering() const override { return inner_.ordering(); }
@@ -79,7 +79,7 @@ class ResidentReader final : public Subject {
     return gpu::run_resident_attention(fn, c.config, c.attention, c.batch, c.q,
                                        device_.views(0, copy_), c.k_scale, c.v_scale,
                                        sel != nullptr ? sel->ids : std::vector<std::int32_t>{},
-                                       sel != nullptr ? sel->topk : 0, device_.stream());
+                                       sel != nullptr ? sel->topk : 0, stream());
   }
   reference::TopkSelection indexer_selection(const ReadCase& c) override {
     std::vector<float> scores;
@@ -97,12 +97,14 @@ class ResidentReader final : public Subject {
     const DeviceIndexerFn fn = inner_.device_indexer();
     if (!fn) throw spec::Unsupported(ResidentRead::unavailable(inner_, spec::Op::kIndexer));
     return gpu::run_resident_indexer(fn, c.config, c.indexer, c.batch, c.index_q,
-                                     device_.views(0, copy_), device_.stream(), scores);
+                                     device_.views(0, copy_), stream(), scores);
   }
+  void* stream() const { return own_stream_ ? gpu::calling_thread_stream() : device_.stream(); }
 
   Subject& inner_;
   const ResidentWrites& device_;
   std::size_t copy_;
+  bool own_stream_;
 };
 
 }  // namespace
@@ -131,9 +133,11 @@ ResidentRead::ResidentRead(const ReadCase& c, Plan plan) : impl_(std::make_uniqu
   impl_->writes->write(0, 1);
 }
 
-std::unique_ptr<Subject> ResidentRead::reader(Subject& inner, std::size_t copy) {
-  return std::make_unique<ResidentReader>(inner, *impl_->writes, copy);
+std::unique_ptr<Subject> ResidentRead::reader(Subject& inner, std::size_t copy, bool own_stream) {
+  return std::make_unique<ResidentReader>(inner, *impl_->writes, copy, own_stream);
 }
+
+void ResidentRead::synchronize() { impl_->writes->synchronize(); }
 
 LayerDifference ResidentRead::compare() { return impl_->writes->compare(1, impl_->whole).at(0); }
 
@@ -149,7 +153,8 @@ struct ResidentRead::Impl {};
 ResidentRead::ResidentRead(const ReadCase&, Plan) {
   throw spec::Unsupported("reads resident on the device: kvoracle was built without CUDA");
 }
-std::unique_ptr<Subject> ResidentRead::reader(Subject&, std::size_t) { return nullptr; }
+std::unique_ptr<Subject> ResidentRead::reader(Subject&, std::size_t, bool) { return nullptr; }
+void ResidentRead::synchronize() {}
 LayerDifference ResidentRead::compare() { return {}; }
 void ResidentRead::resync() {}
 void ResidentRead::download(std::span<const BufferBytes>, spec::LayerCaches&) {}
@@ -157,5 +162,12 @@ void ResidentRead::download(std::span<const BufferBytes>, spec::LayerCaches&) {}
 #endif
 
 ResidentRead::~ResidentRead() = default;
+
+OneThread& ResidentRead::side_thread() {
+  // Never destroyed: its thread's CUDA stream, pool and staging block live as long as the process
+  // (CUDA may be gone by the time static objects are destroyed).
+  static OneThread* const side = new OneThread;
+  return *side;
+}
 
 }  // namespace kvo::oracle

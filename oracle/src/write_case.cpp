@@ -311,7 +311,7 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o, CaseValues
       theme_slot(seed) == kThemeHugeCache && !o.num_blocks &&
       !(o.kv_strides && o.kv_strides->kv_part != 0 && !spec::kv_in_one_tensor(c.layout));
   if (huge) {
-    if (!o.layers && c.layers.size() > 2) c.layers.resize(2);
+    if (!o.layers && c.layers.size() > kHugeCacheMostLayers) c.layers.resize(kHugeCacheMostLayers);
     if (!o.block_size) c.geometry.block_size = std::max<std::int64_t>(c.geometry.block_size, 64);
     if (!o.head_dim) c.geometry.head_dim = std::max<std::int64_t>(c.geometry.head_dim, 64);
   }

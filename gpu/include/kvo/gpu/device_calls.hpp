@@ -185,4 +185,10 @@ spec::HostTensor run_resident_attention(
     const std::vector<float>& v_scale, const std::vector<std::int32_t>& selection,
     std::int64_t topk, void* stream);
 
+/// The calling host thread's own non-blocking stream (a cudaStream_t; null built without CUDA):
+/// the one its run_device_* calls and a ResidentReplay it builds launch on. A second host thread
+/// reading a resident copy passes its own, so that its reads run beside the first thread's (it
+/// must wait for the copy's writes first: ResidentReplay::synchronize).
+void* calling_thread_stream();
+
 }  // namespace kvo::gpu

@@ -6,6 +6,8 @@
 /// replay` (the read side of trace steps), so both apply the same rules.
 
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -28,6 +30,13 @@ class ReadExpectation {
   /// selection handed to attention, both asked here (what it throws propagates); null: the CPU
   /// reference, the exact output computed when first asked.
   explicit ReadExpectation(const ReadCase& c, bool dense = false, Subject* answerer = nullptr);
+  /// A sparse case's expectation from a tier's answer given in two steps: its `selection` (with
+  /// the scores), then `exact_over` the selection handed to attention (attended(), derived from
+  /// it here) gives the exact output (what it throws propagates). The resident read path
+  /// computes the subjects' answers inside it, while the tier's reads run on another thread.
+  ReadExpectation(
+      const ReadCase& c, reference::TopkSelection selection,
+      const std::function<spec::HostTensor(const reference::TopkSelection& attended)>& exact_over);
 
   const ReadCase& read_case() const { return rc_; }
   bool dense() const { return dense_; }
@@ -43,6 +52,9 @@ class ReadExpectation {
   const spec::HostTensor& exact();
 
  private:
+  /// attended_ from selection_ (SPEC 6): the case file's ids, else arranged by its AttendedForm.
+  void attend();
+
   const ReadCase& rc_;
   bool dense_ = false;
   reference::TopkSelection selection_;
@@ -61,6 +73,45 @@ class ReadExpectation {
 /// row's lanes, ties by the lower id).
 std::vector<std::int32_t> arrange_selection(const reference::TopkSelection& selection,
                                             const AttendedForm& form, std::uint64_t seed);
+
+/// `inner` with its reads answered ahead: indexer_ahead and attention_ahead call inner now and keep
+/// its answer, or what it threw; the next indexer (attention) call on the same case (over a
+/// selection of the same ids and width) returns (throws) it, once. Every other call goes to inner.
+/// The resident read path asks a subject's reads of one copy ahead, while the tier's answerer
+/// reads the other copy on a thread of its own, then judges it with judge_read as ever.
+class ReadsAhead final : public Subject {
+ public:
+  explicit ReadsAhead(Subject& inner) : inner_(inner) {}
+  void indexer_ahead(const ReadCase& c);
+  void attention_ahead(const ReadCase& c, const reference::TopkSelection* selection);
+
+  std::string name() const override { return inner_.name(); }
+  std::string unavailable_reason() const override { return inner_.unavailable_reason(); }
+  bool implements(spec::Op op) const override { return inner_.implements(op); }
+  spec::Ordering ordering() const override { return inner_.ordering(); }
+  TopkForm topk_form() const override { return inner_.topk_form(); }
+  spec::AttentionProfile attention_profile() const override { return inner_.attention_profile(); }
+  std::vector<std::int32_t> indexer(const ReadCase& c) override;
+  spec::HostTensor attention(const ReadCase& c, const reference::TopkSelection* selection) override;
+  reference::TopkSelection indexer_selection(const ReadCase& c) override {
+    return inner_.indexer_selection(c);
+  }
+
+ private:
+  /// One answer asked ahead: the case it answers, its value or what the call threw.
+  template <class Value>
+  struct Ahead {
+    const ReadCase* of = nullptr;
+    std::optional<Value> value;
+    std::exception_ptr thrown;
+  };
+  Subject& inner_;
+  Ahead<std::vector<std::int32_t>> ids_;
+  Ahead<spec::HostTensor> out_;
+  bool out_dense_ = false;             ///< out_ was asked with no selection
+  std::vector<std::int32_t> out_ids_;  ///< the selection out_ was asked over
+  std::int64_t out_topk_ = 0;
+};
 
 /// One subject's answer to one op, judged.
 struct ReadVerdict {

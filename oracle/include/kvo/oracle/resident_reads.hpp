@@ -10,7 +10,8 @@
 /// or, for a huge cache (copies past 1 GiB), over the guard bands and the blocks the case's table
 /// names, the only bytes poisoned and written there (a stray write into a huge cache's other
 /// gigabytes is looked for on the other cases, whose allocations are compared whole). Everything
-/// is called from one host thread.
+/// is called from one host thread, but for a reader made with its own stream (reader()), which
+/// runs on side_thread().
 
 #include <cstddef>
 #include <memory>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kvo/oracle/one_thread.hpp"
 #include "kvo/oracle/read_case.hpp"
 #include "kvo/oracle/resident_writes.hpp"
 #include "kvo/oracle/subject.hpp"
@@ -55,8 +57,16 @@ class ResidentRead {
   /// `inner` reading copy `copy`: a subject of inner's name, ordering and form whose indexer,
   /// attention and indexer_selection (the ids with the scores its indexer fills) run inner's
   /// device reads on that copy (spec::Unsupported for an op inner has no device read of). Valid
-  /// while this lives.
-  std::unique_ptr<Subject> reader(Subject& inner, std::size_t copy);
+  /// while this lives. Its reads launch on the copies' stream, or (`own_stream`) on the stream of
+  /// the thread that calls them (gpu::calling_thread_stream): a reader used on side_thread(),
+  /// after synchronize(), while this thread reads the other copy.
+  std::unique_ptr<Subject> reader(Subject& inner, std::size_t copy, bool own_stream = false);
+  /// Waits for the copies' writes (before another thread reads them).
+  void synchronize();
+  /// The host thread the tier's reads of copy 0 run on beside the subjects' reads of copy 1 (two
+  /// streams, so the device runs both at once): one for the process, its device memory pool and
+  /// staging block kept from case to case.
+  static OneThread& side_thread();
   /// Copy 1 against copy 0 (count 0: equal).
   LayerDifference compare();
   /// Copy 0 over copy 1 (after a read that changed it).

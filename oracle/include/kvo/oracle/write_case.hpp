@@ -157,6 +157,9 @@ inline constexpr std::uint64_t kThemeLegacyWrap = 3, kThemeUnionNegInf = 3;
 inline constexpr std::uint64_t kThemeVectorTail = 4;
 inline constexpr std::uint64_t kThemeStrided = 5;
 inline constexpr std::uint64_t kThemeHugeCache = 6;
+/// The most layers a write case of the huge-cache theme has, unless --layers says otherwise (each
+/// layer a device copy of several GB per writer: a resident campaign keeps that many per writer).
+inline constexpr std::size_t kHugeCacheMostLayers = 2;
 inline std::uint64_t theme_slot(std::uint64_t seed) { return seed % kThemeSlots; }
 
 /// A strided view of `config`'s K/V caches (SPEC 3) drawn from `seed`: each axis padded past the

@@ -1,0 +1,85 @@
+#pragma once
+/// \file one_thread.hpp
+/// A host thread of its own that runs the tasks posted to it one after another, in the order
+/// posted. What kvo_gpu keeps per host thread (a device memory pool, a stream, a staging block)
+/// is then one for every task: the GPU tier's answerer is called through one
+/// (reference_tier.cpp's OneThreadSubject), and a resident read case's tier reads run on one
+/// beside the main thread's reads of the other copy (resident_reads.hpp).
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+
+namespace kvo::oracle {
+
+class OneThread {
+ public:
+  OneThread() : thread_([this] { serve(); }) {}
+  /// Runs what is queued, then joins.
+  ~OneThread() {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    ready_.notify_all();
+    thread_.join();
+  }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+  /// Queues `fn`; the future holds its result or what it threw.
+  template <class Fn>
+  std::future<std::invoke_result_t<Fn&>> post(Fn fn) {
+    using Result = std::invoke_result_t<Fn&>;
+    auto task = std::make_shared<std::packaged_task<Result()>>(std::move(fn));
+    std::future<Result> done = task->get_future();
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      tasks_.emplace_back([task] { (*task)(); });
+    }
+    ready_.notify_all();
+    return done;
+  }
+
+  /// `side` run on this thread while the caller runs `here`; side's result. Both have finished
+  /// before this returns or throws (what `here` throws first, else what `side` threw), so `side`
+  /// may use what the caller's frame holds.
+  template <class Side, class Here>
+  std::invoke_result_t<Side&> beside(Side side, Here&& here) {
+    auto done = post(std::move(side));
+    try {
+      here();
+    } catch (...) {
+      done.wait();
+      throw;
+    }
+    return done.get();
+  }
+
+ private:
+  void serve() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      ready_.wait(lock, [&] { return done_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> tasks_;
+  bool done_ = false;
+  std::thread thread_;  ///< last: started once the rest exists
+};
+
+}  // namespace kvo::oracle
