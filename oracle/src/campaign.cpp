@@ -555,14 +555,15 @@ CheckReport Campaign::run(const Progress& progress) {
                                        [](const Row& r) { return !r.subject->concurrent(); });
   report_.serial_rows = serial_rows;
   const std::int64_t workers = campaign_jobs(o_.jobs) + (serial_rows ? 1 : 0);
-  // Resident cases take the main thread a few ms each, while a sampled case (1 in
-  // tier_sample_every) costs a worker the CPU reference's answer, hundreds of resident cases'
-  // worth: the workers run four sample intervals ahead, so that it is ready when the main thread
-  // gets to it (a deferred case holds its keys, not its values).
+  // Resident cases take the main thread 1-3 ms each, while a sampled case (1 in
+  // tier_sample_every) costs a worker the CPU reference's answer and the tier's check, ~0.6 s at
+  // 16k-token contexts, hundreds of resident cases' worth: the workers run eight sample intervals
+  // ahead, so that it is ready when the main thread gets to it (four were ~0.75 s ahead at 16k,
+  // and the main thread waited for them; a deferred case holds its keys, not its values).
   const std::int64_t window =
       resident_kinds.empty()
           ? 2 * workers
-          : std::max(2 * workers, 4 * std::max<std::int64_t>(1, o_.tier_sample_every));
+          : std::max(2 * workers, 8 * std::max<std::int64_t>(1, o_.tier_sample_every));
   std::mutex mu;
   std::condition_variable changed;
   std::map<std::int64_t, std::variant<CaseWork, std::exception_ptr>> done;  // by case index

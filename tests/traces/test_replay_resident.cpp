@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <thread>
 
 #include "kvo/oracle/device_subject.hpp"
 #include "kvo/oracle/harness.hpp"
@@ -20,6 +21,8 @@
 #ifdef KVO_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "kvo/gpu/device_caches.hpp"
+#include "kvo/gpu/memory_pool.hpp"
 #include "kvo/gpu/resident.hpp"
 #include "kvo/gpu/write.hpp"
 #endif
@@ -343,6 +346,49 @@ TEST(TraceReplayResident, PoisonOfMoreRangesThanAGridRowLimitReachesEveryRange) 
       }
     }
   }
+}
+
+/// gpu::KeepLargeBlocks' rule (a resident campaign's huge copies): a freed allocation past 1 GiB is
+/// kept, up to the count asked, and a large request is served by the smallest kept block that
+/// holds it, however much larger; one that none holds frees them all and allocates. Each copy
+/// here is a DeviceCacheMirror of one lazy dense layer: one pooled allocation of its size.
+TEST(TraceReplayResident, KeptLargeBlocksServeARequestFromTheSmallestThatHoldsIt) {
+  oracle::SubjectList subjects = oracle::make_subjects();
+  SKIP_WITHOUT_GPU(subjects);
+  constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+  // A mirror of about `mib` MiB: K and V of 16-token blocks of one 128-dim bf16 head, 8 KiB a
+  // block.
+  const auto mirror = [](std::int64_t mib) {
+    spec::ModelConfig config;
+    config.layers = {spec::LayerKind::kDense};
+    config.geometry.num_kv_heads = 1;
+    config.geometry.head_dim = 128;
+    config.geometry.block_size = 16;
+    config.geometry.num_blocks = mib * kMiB / 8192;
+    const reference::PagedCacheLayout layout(config);
+    const spec::LayerCaches caches = oracle::make_layer_caches(
+        layout, 0, spec::LayerKind::kDense, /*lazy=*/true, /*hold_guards=*/false);
+    std::vector<gpu::PendingPoison> pending;  // never launched: nothing here reads the bytes
+    return std::make_unique<gpu::DeviceCacheMirror>(config, caches, &pending);
+  };
+  // On a thread of its own: its pool (one per host thread) starts with no block kept.
+  std::thread([&] {
+    gpu::KeepLargeBlocks keep(2);
+    { const auto a = mirror(1536), b = mirror(2560); }  // both allocated, then kept
+    EXPECT_EQ(keep.use().requests, 2);
+    EXPECT_EQ(keep.use().reused, 0);
+    {
+      // 1.2 GiB from the 1.5 GiB block, so that 2.2 GiB finds the 2.5 GiB one: both reused.
+      const auto c = mirror(1228), d = mirror(2252);
+      EXPECT_EQ(keep.use().reused, 2) << "the 1.2 GiB request was not served by the smaller block";
+    }
+    { const auto e = mirror(3072); }  // none holds 3 GiB: all freed, one allocated
+    EXPECT_EQ(keep.use().requests, 5);
+    EXPECT_EQ(keep.use().reused, 2);
+    { const auto f = mirror(1100), g = mirror(1100); }  // the 3 GiB block, then an allocation
+    EXPECT_EQ(keep.use().requests, 7);
+    EXPECT_EQ(keep.use().reused, 3);
+  }).join();
 }
 
 #endif  // KVO_HAVE_CUDA
