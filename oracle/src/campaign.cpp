@@ -485,8 +485,18 @@ CheckReport Campaign::run(const Progress& progress) {
   // of each of its layers); the pool never keeps more than it held at once.
   std::optional<gpu::KeepLargeBlocks> keep_copies;
   if (!resident_kinds.empty()) keep_copies.emplace((rows_.size() + 1) * kHugeCacheMostLayers);
-  const auto work = [this, &check_tier, &answer_on_host, &resident_kinds](std::uint64_t seed,
-                                                                          std::int64_t index) {
+  // Coverage: per op group (the rows of report_.coverage that one driver's flags fill), the
+  // conditions a case reached, added in case order. A case judged on the device has the
+  // conditions that read its answer (OpDriver::conditions_before_device) found after it, on a
+  // thread of their own while the next cases run here (the read case's take ~0.4 ms).
+  std::vector<std::size_t> group_rows;  // per group: its first row of report_.coverage
+  for (std::size_t k = 0; k < report_.coverage.size(); ++k) {
+    if (k == 0 || report_.coverage[k - 1].op != report_.coverage[k].op) group_rows.push_back(k);
+  }
+  std::vector<spec::Op> group_ops;
+  for (const std::size_t k : group_rows) group_ops.push_back(report_.coverage[k].op);
+  const auto work = [this, &check_tier, &answer_on_host, &resident_kinds, &group_ops](
+                        std::uint64_t seed, std::int64_t index) {
     CaseWork w;
     const bool sampled = tier_sampled(index, o_.tier_sample_first, o_.tier_sample_every);
     w.sampled = sampled;
@@ -519,10 +529,8 @@ CheckReport Campaign::run(const Progress& progress) {
           w.tier_problem = std::move(problem);
       }
     }
-    for (std::size_t k = 0; k < report_.coverage.size(); ++k) {
-      const CoverageRow& cov = report_.coverage[k];
-      if (k > 0 && report_.coverage[k - 1].op == cov.op) continue;  // once per op
-      const OpDriver& driver = driver_of(cov.op);
+    for (const spec::Op op : group_ops) {
+      const OpDriver& driver = driver_of(op);
       if (w.on_device.contains(driver.case_kind()) && !driver.conditions_before_device()) {
         w.hits.emplace_back();
         continue;
@@ -591,14 +599,6 @@ CheckReport Campaign::run(const Progress& progress) {
   };
   std::vector<std::thread> pool;
   for (std::int64_t t = 0; t < workers; ++t) pool.emplace_back(worker);
-  // Coverage: per op group (the rows of report_.coverage that one driver's flags fill), the
-  // conditions a case reached, added in case order. A case judged on the device has the
-  // conditions that read its answer (OpDriver::conditions_before_device) found after it, on a
-  // thread of their own while the next cases run here (the read case's take ~0.4 ms).
-  std::vector<std::size_t> group_rows;  // per group: its first row of report_.coverage
-  for (std::size_t k = 0; k < report_.coverage.size(); ++k) {
-    if (k == 0 || report_.coverage[k - 1].op != report_.coverage[k].op) group_rows.push_back(k);
-  }
   const auto add_hits = [&](std::int64_t i, const CaseWork& w) {
     for (std::size_t g = 0; g < group_rows.size(); ++g) {
       const std::vector<bool>& hit = *w.hits[g];
@@ -611,8 +611,6 @@ CheckReport Campaign::run(const Progress& progress) {
       }
     }
   };
-  std::vector<spec::Op> group_ops;
-  for (const std::size_t k : group_rows) group_ops.push_back(report_.coverage[k].op);
   const auto find_hits = [group_ops](CaseWork& w) {
     for (std::size_t g = 0; g < group_ops.size(); ++g) {
       if (w.hits[g]) continue;
