@@ -149,11 +149,73 @@ struct CompareResult {
   unsigned long long count;
 };
 constexpr std::int64_t kTileBytes = 64 << 10;
+/// A piece [begin, end) of a layer's allocation in a whole comparison whose copy 0 is defined only
+/// in part (DefinedCopies::kFirst): compared with copy 0, or (`poisoned`) with the poison of the
+/// buffer storage it lies in (`salt`; `first`: the storage offset of `begin`). A layer's pieces
+/// are ascending and cover its allocation.
+struct WholeSegment {
+  std::int64_t begin, end, first;
+  std::uint64_t salt;
+  std::int32_t poisoned;
+};
+
+/// The differing bytes of [begin, end) (offsets of px and py) noted by the block's threads: 8-byte
+/// words where both sides are aligned alike (the mirrors place buffers alike), bytes at the ends.
+template <typename Note>
+__device__ void compare_bytes(const std::uint8_t* px, const std::uint8_t* py, std::int64_t begin,
+                              std::int64_t end, Note&& note) {
+  const std::int64_t head = min(end, (begin + 7) / 8 * 8);
+  const std::int64_t tail = max(head, end / 8 * 8);
+  for (std::int64_t i = begin + threadIdx.x; i < head; i += blockDim.x) {
+    if (px[i] != py[i]) note(i);
+  }
+  for (std::int64_t w = head / 8 + threadIdx.x; w < tail / 8; w += blockDim.x) {
+    const std::uint64_t d = reinterpret_cast<const std::uint64_t*>(px)[w] ^
+                            reinterpret_cast<const std::uint64_t*>(py)[w];
+    if (d == 0) continue;
+    for (int k = 0; k < 8; ++k) {
+      if ((d >> (8 * k)) & 0xFF) note(8 * w + k);
+    }
+  }
+  for (std::int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
+    if (px[i] != py[i]) note(i);
+  }
+}
+
+/// The bytes of [begin, end) of px that differ from the poison of a storage with `salt` whose
+/// offset `first` is px + begin (the storage 8-byte aligned, as a salted poison's is), noted.
+template <typename Note>
+__device__ void compare_poison(const std::uint8_t* px, std::int64_t begin, std::int64_t end,
+                               std::uint64_t salt, std::int64_t first, Note&& note) {
+  // k = i - begin + first is the storage offset of byte i; words where k is a multiple of 8.
+  const std::int64_t shift = first - begin;
+  const std::int64_t head = min(end, (first + 7) / 8 * 8 - shift);
+  const std::int64_t tail = max(head, (end + shift) / 8 * 8 - shift);
+  for (std::int64_t i = begin + threadIdx.x; i < head; i += blockDim.x) {
+    if (px[i] != spec::poison_byte(salt, static_cast<std::uint64_t>(i + shift))) note(i);
+  }
+  for (std::int64_t w = (head + shift) / 8 + threadIdx.x; w < (tail + shift) / 8; w += blockDim.x) {
+    const std::int64_t at = 8 * w - shift;
+    const std::uint64_t d = *reinterpret_cast<const std::uint64_t*>(px + at) ^
+                            spec::poison_word(salt, static_cast<std::uint64_t>(w));
+    if (d == 0) continue;
+    for (int k = 0; k < 8; ++k) {
+      if ((d >> (8 * k)) & 0xFF) note(at + k);
+    }
+  }
+  for (std::int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
+    if (px[i] != spec::poison_byte(salt, static_cast<std::uint64_t>(i + shift))) note(i);
+  }
+}
 
 /// Block (tile, layer): the differing bytes of the tile between copy a and copy b of the layer.
-/// `tiles` null: tile i is [i, i + 1) * kTileBytes of the whole allocation (a whole comparison).
+/// `tiles` null: tile i is [i, i + 1) * kTileBytes of the whole allocation (a whole comparison),
+/// read through the layer's pieces when `segments` is given (`segment_first` [layers + 1]: layer
+/// l's are segments[segment_first[l] .. segment_first[l + 1])): copy b against copy a or against
+/// the poison, piece by piece.
 __global__ void compare_kernel(const CopyPointers* a, const CopyPointers* b,
-                               const CompareTile* tiles, CompareResult* out) {
+                               const CompareTile* tiles, const WholeSegment* segments,
+                               const std::int32_t* segment_first, CompareResult* out) {
   const CompareTile t =
       tiles != nullptr
           ? tiles[blockIdx.x]
@@ -167,27 +229,33 @@ __global__ void compare_kernel(const CopyPointers* a, const CopyPointers* b,
   const std::uint8_t* px = x.p[t.slot];
   const std::uint8_t* py = y.p[t.slot];
   unsigned long long first = ~0ull, count = 0;
-  // 8-byte words where both sides are aligned alike (the mirrors place buffers alike), bytes at
-  // the ends.
-  const std::int64_t head = min(end, (t.begin + 7) / 8 * 8);
-  const std::int64_t tail = max(head, end / 8 * 8);
   const auto note = [&](std::int64_t at) {
     first = min(first, static_cast<unsigned long long>(at));
     ++count;
   };
-  for (std::int64_t i = t.begin + threadIdx.x; i < head; i += blockDim.x) {
-    if (px[i] != py[i]) note(i);
-  }
-  for (std::int64_t w = head / 8 + threadIdx.x; w < tail / 8; w += blockDim.x) {
-    const std::uint64_t d = reinterpret_cast<const std::uint64_t*>(px)[w] ^
-                            reinterpret_cast<const std::uint64_t*>(py)[w];
-    if (d == 0) continue;
-    for (int k = 0; k < 8; ++k) {
-      if ((d >> (8 * k)) & 0xFF) note(8 * w + k);
+  if (segments == nullptr || tiles != nullptr) {
+    compare_bytes(px, py, t.begin, end, note);
+  } else if (t.begin < end) {
+    // The first piece that ends past the tile's start (binary search), then each piece the tile
+    // overlaps.
+    int lo = segment_first[layer], hi = segment_first[layer + 1];
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (segments[mid].end <= t.begin) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
     }
-  }
-  for (std::int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
-    if (px[i] != py[i]) note(i);
+    for (int k = lo; k < segment_first[layer + 1] && segments[k].begin < end; ++k) {
+      const WholeSegment sg = segments[k];
+      const std::int64_t from = max(sg.begin, t.begin), to = min(sg.end, end);
+      if (sg.poisoned != 0) {
+        compare_poison(py, from, to, sg.salt, sg.first + (from - sg.begin), note);
+      } else {
+        compare_bytes(px, py, from, to, note);
+      }
+    }
   }
   if (count == 0) return;
   atomicMin(&out[layer].first, (static_cast<unsigned long long>(t.slot) << 56) | first);
@@ -315,9 +383,18 @@ PageRuns page_runs(std::span<const BufferByteRange> defined) {
 }
 
 /// The pending poison of `mirror`'s lazy buffers limited to `runs` (page_runs): each salted entry
-/// over a whole buffer storage becomes one per run of that buffer.
+/// over a whole buffer storage becomes one per run of that buffer. `limited`, when given, receives
+/// the salt of each buffer so limited (by buffer index; 0 and `has` false for the others).
+struct LimitedBuffers {
+  std::vector<std::uint64_t> salt;
+  std::vector<bool> has;
+};
 void limit_poison(const DeviceCacheMirror& mirror, const PageRuns& runs,
-                  std::vector<PendingPoison>& pending) {
+                  std::vector<PendingPoison>& pending, LimitedBuffers* limited = nullptr) {
+  if (limited != nullptr) {
+    limited->salt.assign(mirror.buffer_count(), 0);
+    limited->has.assign(mirror.buffer_count(), false);
+  }
   std::vector<PendingPoison> out;
   for (const PendingPoison& q : pending) {
     std::size_t b = mirror.buffer_count();
@@ -328,6 +405,10 @@ void limit_poison(const DeviceCacheMirror& mirror, const PageRuns& runs,
       out.push_back(q);
       continue;
     }
+    if (limited != nullptr) {
+      limited->salt[b] = q.salt;
+      limited->has[b] = true;
+    }
     if (b >= runs.size()) continue;
     for (const auto& [from, end] : runs[b]) {
       const std::int64_t to = std::min(q.bytes, end);
@@ -335,6 +416,48 @@ void limit_poison(const DeviceCacheMirror& mirror, const PageRuns& runs,
     }
   }
   pending = std::move(out);
+}
+
+/// The pieces of a whole comparison of `mirror`'s allocation (copy 0 of a layer, its `limited`
+/// buffers defined over `runs` alone): inside a limited buffer, its runs against copy 0 and the
+/// rest against the buffer's poison; everything else (margins, pads, the other buffers) against
+/// copy 0.
+std::vector<WholeSegment> whole_segments(const DeviceCacheMirror& mirror, const PageRuns& runs,
+                                         const LimitedBuffers& limited) {
+  std::vector<WholeSegment> out;
+  std::int64_t at = 0;  // allocation offset covered so far
+  const auto against_copy = [&](std::int64_t to) {
+    if (to > at) out.push_back({at, to, 0, 0, 0});
+    at = std::max(at, to);
+  };
+  std::vector<std::size_t> order;
+  for (std::size_t b = 0; b < mirror.buffer_count(); ++b) {
+    if (limited.has[b]) order.push_back(b);
+  }
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t x, std::size_t y) { return mirror.storage(x) < mirror.storage(y); });
+  for (const std::size_t b : order) {
+    const std::int64_t start = mirror.storage(b) - mirror.allocation();
+    const std::int64_t size = mirror.storage_bytes(b);
+    against_copy(start);
+    std::int64_t k = 0;  // storage offset covered so far
+    const auto poisoned = [&](std::int64_t to) {
+      if (to > k) out.push_back({start + k, start + to, k, limited.salt[b], 1});
+    };
+    if (b < runs.size()) {
+      for (const auto& [from, end] : runs[b]) {
+        const std::int64_t lo = std::min(from, size), hi = std::min(end, size);
+        if (lo >= hi) continue;
+        poisoned(lo);
+        out.push_back({start + lo, start + hi, 0, 0, 0});
+        k = hi;
+      }
+    }
+    poisoned(size);
+    at = start + size;
+  }
+  against_copy(mirror.allocation_bytes());
+  return out;
 }
 
 }  // namespace
@@ -418,6 +541,10 @@ struct ResidentReplay::Impl {
   std::int64_t step_tiles = 0;
   const CompareTile* step_tiles_d = nullptr;
   std::int64_t whole_tile_count = 0;
+  /// DefinedCopies::kFirst: the pieces of every layer's whole comparison (WholeSegment), layer
+  /// l's at segment_first[l] .. segment_first[l + 1] ([layers + 1]), in `tables`; else null.
+  const WholeSegment* segments = nullptr;
+  const std::int32_t* segment_first = nullptr;
   DeviceBuffer results;                ///< [layers] CompareResult
   CompareResult* results_h = nullptr;  ///< pinned [layers], from PinnedPool
   std::size_t results_capacity = 0;
@@ -491,7 +618,8 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
                                const GeneratedValues& values,
                                const std::vector<std::vector<float>>& k_scale,
                                const std::vector<std::vector<float>>& v_scale,
-                               std::int64_t max_tokens, std::span<const BufferByteRange> defined)
+                               std::int64_t max_tokens, std::span<const BufferByteRange> defined,
+                               DefinedCopies limits)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   spec::validate(config);
@@ -527,12 +655,16 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
   if (needed >= (std::int64_t{256} << 20)) {
     std::size_t free_bytes = 0, total_bytes = 0;
     check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-    // The inputs, tables and tiles are small next to the caches; a sixteenth is left to them.
+    // What this thread's pool holds idle (a resident campaign's kept copies of earlier cases)
+    // is free to it. The inputs, tables and tiles are small next to the caches; a sixteenth is
+    // left to them.
+    free_bytes += detail::pool_idle_bytes();
     if (needed > static_cast<std::int64_t>(free_bytes) / 16 * 15) {
       throw spec::FailedToRun("the caches resident on the device need " + gib(needed) + " (" +
                               std::to_string(initial.size()) + " layers x " +
                               std::to_string(copies) + " copies) and the device has " +
-                              gib(static_cast<std::int64_t>(free_bytes)) + " free of " +
+                              gib(static_cast<std::int64_t>(free_bytes)) +
+                              " free (what this thread's memory pool holds idle included) of " +
                               gib(static_cast<std::int64_t>(total_bytes)) +
                               ": replay fewer layers (--layers) or subjects (--subject)");
     }
@@ -547,6 +679,9 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
     for (const spec::CacheBuffer& b : caches.buffers) copied |= !b.storage.nothing_held();
   }
   const PageRuns runs = page_runs(defined);
+  const bool first_only = limits == DefinedCopies::kFirst && !defined.empty();
+  std::vector<WholeSegment> segments;
+  std::vector<std::int32_t> segment_first;
   std::vector<CopyPointers> table;
   m.copies.resize(copies);
   for (std::size_t c = 0; c < copies; ++c) {
@@ -562,7 +697,15 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
       t.p[kAllocationSlot] = mirror->allocation();
       t.bytes[kAllocationSlot] = mirror->allocation_bytes();
       table.push_back(t);
-      if (!defined.empty()) limit_poison(*mirror, runs, pending);
+      if (first_only && c == 0) {
+        LimitedBuffers limited;
+        limit_poison(*mirror, runs, pending, &limited);
+        segment_first.push_back(static_cast<std::int32_t>(segments.size()));
+        const std::vector<WholeSegment> pieces = whole_segments(*mirror, runs, limited);
+        segments.insert(segments.end(), pieces.begin(), pieces.end());
+      } else if (!defined.empty() && !first_only) {
+        limit_poison(*mirror, runs, pending);
+      }
       m.copies[c].push_back(std::move(mirror));
     }
   }
@@ -578,14 +721,21 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
   // A whole comparison's tiles are implicit (compare_kernel without a list): as many as the
   // largest allocation has kTileBytes pieces.
   m.whole_tile_count = (most + kTileBytes - 1) / kTileBytes;
-  // One upload: [pointer tables | K scales | V scales | layer keys | poison list], each part
-  // 256-byte aligned.
+  if (first_only) segment_first.push_back(static_cast<std::int32_t>(segments.size()));
+  // One upload: [pointer tables | K scales | V scales | layer keys | poison list | whole
+  // comparison pieces | their first per layer], each part 256-byte aligned.
   const auto aligned = [](std::size_t n) { return (n + 255) / 256 * 256; };
-  const std::size_t parts[] = {table.size() * sizeof(CopyPointers), k.size() * sizeof(float),
-                               v.size() * sizeof(float), m.layers.size() * sizeof(std::int64_t),
-                               pending.size() * sizeof(PendingPoison)};
-  const void* sources[] = {table.data(), k.data(), v.data(), m.layers.data(), pending.data()};
-  constexpr int kParts = 5;
+  const std::size_t parts[] = {table.size() * sizeof(CopyPointers),
+                               k.size() * sizeof(float),
+                               v.size() * sizeof(float),
+                               m.layers.size() * sizeof(std::int64_t),
+                               pending.size() * sizeof(PendingPoison),
+                               segments.size() * sizeof(WholeSegment),
+                               segment_first.size() * sizeof(std::int32_t)};
+  const void* sources[] = {table.data(),        k.data(),       v.data(),
+                           m.layers.data(),     pending.data(), segments.data(),
+                           segment_first.data()};
+  constexpr int kParts = 7;
   std::size_t at[kParts], total = 0;
   for (int i = 0; i < kParts; ++i) {
     at[i] = total;
@@ -603,6 +753,10 @@ ResidentReplay::ResidentReplay(const spec::ModelConfig& config, std::vector<std:
   m.k_scale = reinterpret_cast<float*>(m.tables.data() + at[1]);
   m.v_scale = reinterpret_cast<float*>(m.tables.data() + at[2]);
   m.layer_ids = reinterpret_cast<const std::int64_t*>(m.tables.data() + at[3]);
+  if (first_only) {
+    m.segments = reinterpret_cast<const WholeSegment*>(m.tables.data() + at[5]);
+    m.segment_first = reinterpret_cast<const std::int32_t*>(m.tables.data() + at[6]);
+  }
   if (!pending.empty()) {
     const dim3 grid(
         static_cast<unsigned>(std::min<std::int64_t>((most_poison / 8 + 255) / 256 + 1, 1024)),
@@ -782,8 +936,8 @@ std::vector<ResidentDifference> ResidentReplay::compare(std::size_t copy, bool w
     // The largest grid dimension x is 2^31 - 1 tiles (128 TiB a layer): never reached.
     const dim3 grid(static_cast<unsigned>(tiles), layers);
     compare_kernel<<<grid, 256, 0, m.stream>>>(m.pointer_tables, m.pointer_tables + copy * layers,
-                                               whole ? nullptr : m.step_tiles_d,
-                                               m.results.as<CompareResult>());
+                                               whole ? nullptr : m.step_tiles_d, m.segments,
+                                               m.segment_first, m.results.as<CompareResult>());
     check_cuda(cudaGetLastError(), "compare_kernel");
   }
   check_cuda(cudaMemcpyAsync(m.results_h, m.results.data(), layers * sizeof(CompareResult),
@@ -816,6 +970,11 @@ std::vector<ResidentDifference> ResidentReplay::compare(std::size_t copy, bool w
 
 void ResidentReplay::resync(std::size_t li, std::size_t copy) {
   Impl& m = *impl_;
+  if (m.segments != nullptr) {
+    throw spec::InvalidInput("copy", -1, std::to_string(copy),
+                             "copy 0 is defined only over the replay's defined ranges "
+                             "(DefinedCopies::kFirst): it cannot be resynced from");
+  }
   const DeviceCacheMirror& from = *m.copies.at(0).at(li);
   const DeviceCacheMirror& to = *m.copies.at(copy).at(li);
   check_cuda(cudaMemcpyAsync(to.allocation(), from.allocation(),

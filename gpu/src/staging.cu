@@ -93,6 +93,11 @@ class Pool {
     cached_ += block;
   }
   std::size_t large_kept() const { return large_kept_; }
+  std::size_t idle_bytes() const {
+    std::size_t n = cached_;
+    for (const auto& [size, p] : large_) n += size;
+    return n;
+  }
   bool scoped() const { return scoped_; }
   const LargeBlockUse& use() const { return use_; }
   /// Keeps at most `n` freed large blocks from now on (the oldest freed first); `scoped`: any kept
@@ -126,6 +131,8 @@ Pool& pool() {
 }
 
 }  // namespace
+
+std::size_t pool_idle_bytes() { return pool().idle_bytes(); }
 
 }  // namespace kvo::gpu::detail
 

@@ -67,6 +67,10 @@ class DeviceBuffer {
 
 /// The bytes the pool hands out for a request of `bytes` (its block).
 std::size_t pool_block_bytes(std::size_t bytes);
+/// The device bytes this host thread's pool holds idle (small blocks cached, large ones kept by
+/// KeepLargeBlocks): to the driver they are in use, to this thread free, since a request the pool
+/// cannot serve from them gives them back before it allocates.
+std::size_t pool_idle_bytes();
 
 /// A contiguous device tensor uploaded from a host one, kept alive by `keep`.
 DeviceTensor upload_tensor(std::vector<DeviceBuffer>& keep, const spec::HostTensor& t);

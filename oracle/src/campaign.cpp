@@ -30,6 +30,13 @@ namespace {
 
 using spec::Outcome;
 
+/// Threads that finish the verdicts judge_on_device leaves without the device (Verdict::finish:
+/// a downloaded copy's diff by the admissible sets, ~2 ms, one resident write case in five), so
+/// that the main thread, which runs the device, goes on with the next cases.
+constexpr int kJudgingThreads = 4;
+/// Cases judged on the main thread and not yet settled at most (their copies and verdicts held).
+constexpr std::size_t kMostUnsettled = 64;
+
 std::string hex64(std::uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "0x%016llX", static_cast<unsigned long long>(v));
@@ -223,6 +230,11 @@ std::string CheckReport::summary() const {
         << " huge-cache copies on a kept allocation";
     }
     s << "\n";
+    if (resident_fallbacks > 0) {
+      s << "resident: " << resident_fallbacks
+        << " cases drawn for the device judged on the host instead (first: "
+        << resident_first_fallback << ")\n";
+    }
   }
   if (serial_rows && seconds > 0.0) {
     char line3[200];
@@ -657,6 +669,114 @@ CheckReport Campaign::run(const Progress& progress) {
     changed.notify_all();
     for (std::thread& t : pool) t.join();
   };
+  // A case judged and not yet settled: its verdicts, some still finishing on the judging threads
+  // (Verdict::finish, the admissible-set diff of a copy downloaded from the device).
+  struct Unsettled {
+    std::int64_t i = 0;
+    std::uint64_t seed = 0;
+    CaseWork w;
+    std::vector<Verdict> verdicts;
+    std::set<std::string_view> on_device;         // the case kinds judged on the device
+    std::vector<std::future<Verdict>> finishing;  // per row: valid while its verdict finishes
+  };
+  std::deque<Unsettled> unsettled;
+  // Before the judging threads: they are joined (their tasks done) before the cases go.
+  std::vector<std::unique_ptr<OneThread>> judges;
+  if (!resident_kinds.empty()) {
+    for (int t = 0; t < kJudgingThreads; ++t) judges.push_back(std::make_unique<OneThread>());
+  }
+  std::size_t next_judge = 0;
+  // Case u, its verdicts final: a subject failing against the tier's answer is judged again
+  // against the CPU reference's, and the tier checked on that case (the verdict recorded is the
+  // CPU reference's); then recorded and covered. False: the tier disagreed, the campaign stops.
+  const auto settle = [&](Unsettled& u) {
+    const std::int64_t i = u.i;
+    const std::uint64_t seed = u.seed;
+    CaseWork& w = u.w;
+    std::vector<Verdict>& verdicts = u.verdicts;
+    // A subject failing against the tier's answer is judged again against the CPU reference's,
+    // and the tier checked on that case: the verdict recorded is the CPU reference's.
+    std::map<std::string_view, std::unique_ptr<PreparedCase>> cpu_cases;
+    for (std::size_t r = 0; r < rows_.size(); ++r) {
+      const OpDriver& driver = driver_of(rows_[r].op);
+      const Outcome o = verdicts[r].outcome;
+      if (!w.tiered.contains(driver.case_kind()) || o == Outcome::kPass ||
+          o == Outcome::kUnsupported)
+        continue;
+      Subject* answerer = tier_.of(rows_[r].op);
+      std::unique_ptr<PreparedCase>& cpu = cpu_cases[driver.case_kind()];
+      if (!cpu) {
+        cpu = driver.prepare(seed, o_.overrides);
+        ++w.checks;
+        if (std::string problem = check_tier(driver, *answerer, *cpu);
+            !problem.empty() && w.tier_problem.empty())
+          w.tier_problem = std::move(problem);
+      }
+      Verdict host = driver.judge(*rows_[r].subject, *cpu);
+      // A subject that differs from the answerer on the device but passes on the host: one of
+      // the two writers' device runs is not its host run (or the device's generated inputs
+      // are not the host's); the resident path's answers are in doubt.
+      if (u.on_device.contains(driver.case_kind()) && host.outcome == Outcome::kPass &&
+          driver.device_answer_exact(*w.cases.at(driver.case_kind())) && w.tier_problem.empty()) {
+        w.tier_problem = "resident path disagrees with the host: " + rows_[r].subject->name() +
+                         ", " + verdicts[r].report + ", on the host both it and " +
+                         answerer->name() + " equal the CPU reference on " + cpu->describe();
+      }
+      verdicts[r] = std::move(host);
+    }
+    report_.tier_checks += w.checks;
+    ++(w.tiered.empty() ? report_.cpu_cases : report_.tier_cases);
+    if (!w.tier_problem.empty()) {
+      // Nothing of this case is recorded: its answers are in doubt.
+      report_.tier_disagreement = "case " + std::to_string(i) + " seed " + hex64(seed) + ": the " +
+                                  std::string(spec::name_of(report_.tier)) + " tier " +
+                                  w.tier_problem;
+      report_.worst = Outcome::kFailedToRun;
+      cover(i, std::move(w));
+      return false;
+    }
+    for (std::size_t r = 0; r < rows_.size(); ++r) {
+      const PreparedCase& c = *w.cases.at(driver_of(rows_[r].op).case_kind());
+      record(rows_[r], verdicts[r], i, seed, c.describe());
+    }
+    cover(i, std::move(w));
+    ++report_.cases_run;
+    if (progress) progress(report_.cases_run, total);
+    return true;
+  };
+  // Settles the unsettled cases in order while their verdicts are final (`all`: waiting for
+  // them); past kMostUnsettled, waits for the oldest. False when the campaign stops: the tier
+  // disagreed, or (fail_fast) a failure is recorded, and the later cases are dropped, as a
+  // campaign that judged one case at a time would not have run them.
+  const auto settle_ready = [&](bool all) {
+    while (!unsettled.empty()) {
+      Unsettled& u = unsettled.front();
+      const bool must = all || unsettled.size() > kMostUnsettled;
+      bool ready = true;
+      for (std::future<Verdict>& f : u.finishing) {
+        if (!f.valid()) continue;
+        if (!must && f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+          ready = false;
+          break;
+        }
+      }
+      if (!ready) return true;
+      for (std::size_t r = 0; r < u.finishing.size(); ++r) {
+        if (u.finishing[r].valid()) u.verdicts[r] = u.finishing[r].get();
+      }
+      if ((o_.fail_fast && failed()) || !settle(u)) {
+        for (Unsettled& later : unsettled) {
+          for (std::future<Verdict>& f : later.finishing) {
+            if (f.valid()) f.wait();
+          }
+        }
+        unsettled.clear();
+        return false;
+      }
+      unsettled.pop_front();
+    }
+    return true;
+  };
   try {
     for (std::int64_t i = next_index(0); i < total; i = next_index(i + 1)) {
       if (o_.time_budget_s > 0.0 && report_.cases_run > 0 && elapsed() > o_.time_budget_s) break;
@@ -712,9 +832,13 @@ CheckReport Campaign::run(const Progress& progress) {
         try {
           on_device[kind] = driver.judge_on_device(*w.cases.at(kind), *answerer, device_rows);
           ++report_.resident_cases;
-        } catch (const std::exception&) {
+        } catch (const std::exception& e) {
           // Not taken there (spec::Unsupported), or a writer that threw or faulted: the host path
           // judges each writer on its own and says which.
+          if (report_.resident_fallbacks++ == 0) {
+            report_.resident_first_fallback =
+                "case " + std::to_string(i) + " seed " + hex64(seed) + ": " + e.what();
+          }
           answer_on_host(driver, seed, answerer, w);
         }
       }
@@ -732,57 +856,34 @@ CheckReport Campaign::run(const Progress& progress) {
         }
         verdicts.push_back(w.judged[r] ? std::move(*w.judged[r]) : driver.judge(*row.subject, c));
       }
-      // A subject failing against the tier's answer is judged again against the CPU reference's,
-      // and the tier checked on that case: the verdict recorded is the CPU reference's.
-      std::map<std::string_view, std::unique_ptr<PreparedCase>> cpu_cases;
+      // The verdicts whose judging needs no device (Verdict::finish) finish on the judging
+      // threads while this thread goes on with the next cases; the case is settled (judged again
+      // where a subject failed, recorded, covered) in case order once they have.
+      Unsettled u{i, seed, std::move(w), std::move(verdicts), {}, {}};
+      for (const auto& [kind, verdicts_of_kind] : on_device) u.on_device.insert(kind);
+      u.finishing.resize(rows_.size());
       for (std::size_t r = 0; r < rows_.size(); ++r) {
-        const OpDriver& driver = driver_of(rows_[r].op);
-        const Outcome o = verdicts[r].outcome;
-        if (!w.tiered.contains(driver.case_kind()) || o == Outcome::kPass ||
-            o == Outcome::kUnsupported)
-          continue;
-        Subject* answerer = tier_.of(rows_[r].op);
-        std::unique_ptr<PreparedCase>& cpu = cpu_cases[driver.case_kind()];
-        if (!cpu) {
-          cpu = driver.prepare(seed, o_.overrides);
-          ++w.checks;
-          if (std::string problem = check_tier(driver, *answerer, *cpu);
-              !problem.empty() && w.tier_problem.empty())
-            w.tier_problem = std::move(problem);
+        if (!u.verdicts[r].finish) continue;
+        std::function<Verdict()> fn = std::move(u.verdicts[r].finish);
+        u.verdicts[r].finish = nullptr;
+        if (judges.empty()) {
+          u.verdicts[r] = fn();
+        } else {
+          u.finishing[r] = judges[next_judge++ % judges.size()]->post(std::move(fn));
         }
-        Verdict host = driver.judge(*rows_[r].subject, *cpu);
-        // A subject that differs from the answerer on the device but passes on the host: one of
-        // the two writers' device runs is not its host run (or the device's generated inputs
-        // are not the host's); the resident path's answers are in doubt.
-        if (on_device.contains(driver.case_kind()) && host.outcome == Outcome::kPass &&
-            driver.device_answer_exact(*w.cases.at(driver.case_kind())) && w.tier_problem.empty()) {
-          w.tier_problem = "resident path disagrees with the host: " + rows_[r].subject->name() +
-                           ", " + verdicts[r].report + ", on the host both it and " +
-                           answerer->name() + " equal the CPU reference on " + cpu->describe();
-        }
-        verdicts[r] = std::move(host);
       }
-      report_.tier_checks += w.checks;
-      ++(w.tiered.empty() ? report_.cpu_cases : report_.tier_cases);
-      if (!w.tier_problem.empty()) {
-        // Nothing of this case is recorded: its answers are in doubt.
-        report_.tier_disagreement = "case " + std::to_string(i) + " seed " + hex64(seed) +
-                                    ": the " + std::string(spec::name_of(report_.tier)) + " tier " +
-                                    w.tier_problem;
-        report_.worst = Outcome::kFailedToRun;
-        cover(i, std::move(w));
-        break;
-      }
-      for (std::size_t r = 0; r < rows_.size(); ++r) {
-        const PreparedCase& c = *w.cases.at(driver_of(rows_[r].op).case_kind());
-        record(rows_[r], verdicts[r], i, seed, c.describe());
-      }
-      cover(i, std::move(w));
-      ++report_.cases_run;
-      if (progress) progress(report_.cases_run, total);
+      unsettled.push_back(std::move(u));
+      if (!settle_ready(false)) break;
     }
+    settle_ready(true);
     add_pending(true);
   } catch (...) {
+    // The judging threads may still read the unsettled cases.
+    for (Unsettled& u : unsettled) {
+      for (std::future<Verdict>& f : u.finishing) {
+        if (f.valid()) f.wait();
+      }
+    }
     finish();
     throw;
   }

@@ -260,8 +260,10 @@ class WriteDriver final : public OpDriver {
     auto& c = static_cast<WritePrepared&>(pc);
     std::vector<Subject*> writers{&answerer};
     for (const DeviceRow& r : rows) writers.push_back(r.subject);
-    const std::unique_ptr<ResidentWrites> device = write_resident(c, writers);
+    const std::unique_ptr<ResidentWrites> device =
+        write_resident(c, writers, /*tier_holds_its_pages=*/true);
     const std::vector<spec::LayerCaches>& initial = c.device_start();
+    const std::vector<BufferBytes> judged = judged_ranges(c);
     // Every byte of every allocation: the buffers, their guard bands and the margins around them.
     std::int64_t compared = 0;
     for (const spec::LayerCaches& caches : initial) {
@@ -273,11 +275,12 @@ class WriteDriver final : public OpDriver {
       v.bytes_compared = compared;
       const std::vector<LayerDifference> diffs = device->compare(w, /*whole=*/true);
       // A case with several admissible answers and the CPU reference's answer at hand: a copy
-      // that differs from the answerer's only inside the buffers (the same count over the buffers
-      // as over the whole allocations) is judged from its bytes, by the sets.
-      if (judged_from_bytes(c) && total(diffs) > 0 &&
+      // that differs from the answerer's only inside the ranges staged for it (every buffer; a
+      // huge one's written pages: the same count there as over the whole allocations) is judged
+      // from its bytes there, by the sets.
+      if (!judged.empty() && total(diffs) > 0 &&
           total(device->compare(w, /*whole=*/false)) == total(diffs)) {
-        out.push_back(judge_device_bytes(c, *device, w));
+        out.push_back(judge_device_bytes(c, *device, w, judged));
         continue;
       }
       for (std::size_t l = 0; l < diffs.size(); ++l) {
@@ -530,10 +533,27 @@ class WriteDriver final : public OpDriver {
   }
 
  private:
-  /// Every layer of case `c` written on the device by each of `writers` into a copy of its own:
-  /// the inputs generated there from the case's WriteValues, the case's scales and slot mappings.
+  /// Whether a case's copies are huge (a buffer of spec::kLazyStorageBytes or more: gigabytes,
+  /// the huge-cache theme).
+  static bool huge_copies(const WritePrepared& c) {
+    for (const spec::LayerCaches& caches : c.device_start()) {
+      for (const spec::CacheBuffer& b : caches.buffers) {
+        if (b.storage.size() >= spec::kLazyStorageBytes) return true;
+      }
+    }
+    return false;
+  }
+
+  /// Every layer of case `c` written on the device by each of `writers` (writer 0 the tier's
+  /// answerer) into a copy of its own: the inputs generated there from the case's WriteValues, the
+  /// case's scales and slot mappings; the staged comparison over judged_ranges. With
+  /// `tier_holds_its_pages`, a huge case's tier copy is poisoned and compared only over the pages
+  /// its writes touch (the guard bands and the blocks the slots name: ResidentReplay's
+  /// DefinedCopies::kFirst); every other byte of a subject's copy is compared with the poison
+  /// pattern, so a huge copy is poisoned once and read once a case, not twice each.
   static std::unique_ptr<ResidentWrites> write_resident(const WritePrepared& c,
-                                                        const std::vector<Subject*>& writers) {
+                                                        const std::vector<Subject*>& writers,
+                                                        bool tier_holds_its_pages = false) {
     if (!c.wc.values) throw spec::Unsupported("a write case without generated values");
     const WriteValues& plan = *c.wc.values;
     std::vector<std::int64_t> layers(c.wc.writes.size());
@@ -546,18 +566,16 @@ class WriteDriver final : public OpDriver {
       if (c.wc.config.separate_index_slots && w.kind == spec::LayerKind::kSparse)
         index_slots = &w.index_slots;
     }
-    auto device = std::make_unique<ResidentWrites>(c.wc.config, layers, c.device_start(), writers,
-                                                   plan.gen, k_scale, v_scale,
-                                                   static_cast<std::int64_t>(plan.row_keys.size()));
-    // The staged comparison: every buffer whole (a dense layer's buffers are a sparse one's first).
-    const std::vector<BufferBytes> buffers =
-        whole_bytes(c.layout, std::find(c.wc.config.layers.begin(), c.wc.config.layers.end(),
-                                        spec::LayerKind::kSparse) != c.wc.config.layers.end()
-                                  ? spec::LayerKind::kSparse
-                                  : spec::LayerKind::kDense);
-    device->stage_step(plan.row_keys, c.wc.writes.front().slots, index_slots,
-                       judged_from_bytes(c) ? std::span<const BufferBytes>(buffers)
-                                            : std::span<const BufferBytes>(),
+    const auto rows = static_cast<std::int64_t>(plan.row_keys.size());
+    std::unique_ptr<ResidentWrites> device;
+    if (tier_holds_its_pages && huge_copies(c)) {
+      device = std::make_unique<ResidentWrites>(c.wc.config, layers, c.device_start(), writers,
+                                                plan.gen, k_scale, v_scale, rows, written_pages(c));
+    } else {
+      device = std::make_unique<ResidentWrites>(c.wc.config, layers, c.device_start(), writers,
+                                                plan.gen, k_scale, v_scale, rows);
+    }
+    device->stage_step(plan.row_keys, c.wc.writes.front().slots, index_slots, judged_ranges(c),
                        plan.zero_rows);
     for (std::size_t l = 0; l < layers.size(); ++l) {
       for (std::size_t w = 0; w < writers.size(); ++w) device->write(l, w);
@@ -565,17 +583,34 @@ class WriteDriver final : public OpDriver {
     return device;
   }
 
-  /// Whether a device case is judged from its device bytes where a copy differs from the
-  /// answerer's: it carries the CPU reference's answer and every buffer is dense (a lazy one's
-  /// other pages would go unread).
-  static bool judged_from_bytes(const WritePrepared& c) {
-    if (c.expected.empty() || c.device_initial.empty()) return false;
-    for (const spec::LayerCaches& caches : c.poisoned) {
-      for (const spec::CacheBuffer& b : caches.buffers) {
-        if (b.storage.is_lazy()) return false;
-      }
+  /// The buffer lists of the case's widest layer (a dense layer's buffers are a sparse one's
+  /// first: a list of a sparse layer's serves both, a range of a buffer a layer lacks is skipped).
+  static spec::LayerKind widest_kind(const WritePrepared& c) {
+    const std::vector<spec::LayerKind>& kinds = c.wc.config.layers;
+    return std::find(kinds.begin(), kinds.end(), spec::LayerKind::kSparse) != kinds.end()
+               ? spec::LayerKind::kSparse
+               : spec::LayerKind::kDense;
+  }
+  /// The bytes the case's writes may touch: every buffer's guard bands and the blocks its slots
+  /// name (a negative one's legacy wrap included).
+  static std::vector<BufferBytes> written_pages(const WritePrepared& c) {
+    // Every layer writes through the same mappings (stage_step stages one of each).
+    std::span<const std::int64_t> index_slots;
+    for (const spec::LayerWrite& w : c.wc.writes) {
+      if (c.wc.config.separate_index_slots && w.kind == spec::LayerKind::kSparse)
+        index_slots = w.index_slots.slots;
     }
-    return true;
+    return step_bytes(
+        c.layout, widest_kind(c),
+        touched_blocks(c.wc.config.geometry, {c.wc.writes.front().slots.slots, index_slots}));
+  }
+  /// Where a device case is judged from its device bytes when a copy differs from the answerer's
+  /// (empty: it is not): a case that carries the CPU reference's answer (several admissible
+  /// answers), over every buffer, or a huge one's written pages (the rest of a huge copy is
+  /// compared with the poison on the device, and its pages would not fit on the host).
+  static std::vector<BufferBytes> judged_ranges(const WritePrepared& c) {
+    if (c.expected.empty() || c.device_initial.empty()) return {};
+    return huge_copies(c) ? written_pages(c) : whole_bytes(c.layout, widest_kind(c));
   }
   static std::int64_t total(const std::vector<LayerDifference>& diffs) {
     std::int64_t n = 0;
@@ -584,16 +619,26 @@ class WriteDriver final : public OpDriver {
   }
 
   /// Writer `writer`'s device copy of a case that carries the CPU reference's answer, judged as
-  /// `run` judges a host run (by the sets where the contract admits several codes): every byte of
-  /// its buffers downloaded (judged_from_bytes: dense ones only).
+  /// `run` judges a host run (by the sets where the contract admits several codes): the bytes of
+  /// `ranges` (judged_ranges) downloaded here, the diff left to Verdict::finish (no device).
   static Verdict judge_device_bytes(const WritePrepared& c, ResidentWrites& device,
-                                    std::size_t writer) {
-    using Caches = std::vector<spec::LayerCaches>;
-    return run_on_copy(c.poisoned, static_cast<Caches*>(nullptr), [&](Caches& actual, Verdict& v) {
-      for (std::size_t l = 0; l < c.wc.writes.size(); ++l)
-        device.download(l, writer, whole_bytes(c.layout, c.wc.writes[l].kind), actual[l]);
-      return diff_against_expected(c, actual, 1, v);
-    });
+                                    std::size_t writer, const std::vector<BufferBytes>& ranges) {
+    auto actual = std::make_shared<std::vector<spec::LayerCaches>>(c.poisoned);
+    Verdict v;
+    v.outcome = run_guarded(
+        [&] {
+          for (std::size_t l = 0; l < c.wc.writes.size(); ++l)
+            device.download(l, writer, ranges, (*actual)[l]);
+          return spec::Outcome::kPass;
+        },
+        v.report);
+    if (v.outcome != spec::Outcome::kPass) return v;
+    v.finish = [&c, actual] {
+      Verdict f;
+      f.outcome = run_guarded([&] { return diff_against_expected(c, *actual, 1, f); }, f.report);
+      return f;
+    };
+    return v;
   }
 
   /// `actual` (every layer of case `c` after a writer's run) diffed against the expected caches

@@ -1,6 +1,7 @@
 // Layer writes resident on the device (resident_writes.hpp) over kvo/gpu/resident.hpp.
 #include "kvo/oracle/resident_writes.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "kvo/oracle/harness.hpp"
@@ -23,6 +24,22 @@ std::vector<BufferBytes> step_bytes(const reference::PagedCacheLayout& layout, s
     }
   }
   return out;
+}
+
+std::vector<std::int64_t> touched_blocks(
+    const spec::CacheGeometry& geometry,
+    std::initializer_list<std::span<const std::int64_t>> mappings) {
+  const std::int64_t cap = geometry.capacity(), bs = geometry.block_size;
+  std::vector<std::int64_t> blocks;
+  for (const std::span<const std::int64_t> slots : mappings) {
+    for (std::int64_t s : slots) {
+      if (s < 0) s += cap;
+      if (s >= 0 && s < cap) blocks.push_back(s / bs);
+    }
+  }
+  std::sort(blocks.begin(), blocks.end());
+  blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+  return blocks;
 }
 
 std::vector<BufferBytes> whole_bytes(const reference::PagedCacheLayout& layout,
@@ -84,12 +101,21 @@ ResidentWrites::ResidentWrites(const spec::ModelConfig& config, std::vector<std:
 
 ResidentWrites::ResidentWrites(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
                                const std::vector<spec::LayerCaches>& initial,
+                               std::vector<Subject*> writers, const reference::ValueGenerator& gen,
+                               const std::vector<std::vector<float>>& k_scale,
+                               const std::vector<std::vector<float>>& v_scale,
+                               std::int64_t max_tokens, std::span<const BufferBytes> tier_defined)
+    : ResidentWrites(config, std::move(layers), initial, device_writes(writers), gen, k_scale,
+                     v_scale, max_tokens, {}, tier_defined, gpu::DefinedCopies::kFirst) {}
+
+ResidentWrites::ResidentWrites(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
+                               const std::vector<spec::LayerCaches>& initial,
                                std::vector<DeviceWriteFn> writers,
                                const reference::ValueGenerator& gen,
                                const std::vector<std::vector<float>>& k_scale,
                                const std::vector<std::vector<float>>& v_scale,
                                std::int64_t max_tokens, std::span<const float> bias,
-                               std::span<const BufferBytes> defined)
+                               std::span<const BufferBytes> defined, gpu::DefinedCopies limits)
     : impl_(std::make_unique<Impl>()) {
   impl_->writers = std::move(writers);
   gpu::GeneratedValues values;
@@ -100,7 +126,7 @@ ResidentWrites::ResidentWrites(const spec::ModelConfig& config, std::vector<std:
   for (std::size_t t = 0; t < bias.size() && t < 3; ++t) values.bias[t] = bias[t];
   impl_->device = std::make_unique<gpu::ResidentReplay>(config, std::move(layers), initial,
                                                         impl_->writers.size(), values, k_scale,
-                                                        v_scale, max_tokens, defined);
+                                                        v_scale, max_tokens, defined, limits);
 }
 
 std::int64_t ResidentWrites::device_bytes() const { return impl_->device->device_bytes(); }
@@ -162,7 +188,16 @@ ResidentWrites::ResidentWrites(const spec::ModelConfig&, std::vector<std::int64_
                                const reference::ValueGenerator&,
                                const std::vector<std::vector<float>>&,
                                const std::vector<std::vector<float>>&, std::int64_t,
-                               std::span<const float>, std::span<const BufferBytes>) {
+                               std::span<const float>, std::span<const BufferBytes>,
+                               gpu::DefinedCopies) {
+  throw spec::Unsupported("writes resident on the device: " + unavailable({}));
+}
+ResidentWrites::ResidentWrites(const spec::ModelConfig&, std::vector<std::int64_t>,
+                               const std::vector<spec::LayerCaches>&, std::vector<Subject*>,
+                               const reference::ValueGenerator&,
+                               const std::vector<std::vector<float>>&,
+                               const std::vector<std::vector<float>>&, std::int64_t,
+                               std::span<const BufferBytes>) {
   throw spec::Unsupported("writes resident on the device: " + unavailable({}));
 }
 std::int64_t ResidentWrites::device_bytes() const { return 0; }

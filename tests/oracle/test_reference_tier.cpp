@@ -10,6 +10,9 @@
 #include <utility>
 
 #include "kvo/gpu/device_calls.hpp"
+#ifdef KVO_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 #include "kvo/oracle/campaign.hpp"
 #include "kvo/oracle/device_subject.hpp"
 #include "kvo/oracle/harness.hpp"
@@ -291,6 +294,71 @@ TEST(ReferenceTier, TheResidentPathJudgesWriteCasesOnTheDevice) {
             std::string::npos)
       << unsampled.tier_disagreement;
 }
+
+/// A resident campaign settles its cases in order while the admissible-set diffs of the copies
+/// it downloaded finish off the main thread (Verdict::finish): with --fail-fast it stops at the
+/// case a campaign judging one case at a time stops at, with the same first failure, and records
+/// nothing past it.
+TEST(ReferenceTier, AResidentCampaignStopsAtTheFirstFailureAStagedOneStopsAt) {
+  SubjectList subjects = make_subjects();
+  const Subject& unfused = find_subject(subjects, "cuda-unfused");
+  if (!unfused.unavailable_reason().empty()) GTEST_SKIP() << unfused.unavailable_reason();
+  DeviceSubjectFunctions faulty;
+  faulty.write = swapped_kv(unfused.device_write(), /*sparse_only=*/true);
+  subjects.push_back(make_device_subject("swapped-kv", faulty));
+  // No case of the odd shard sampled (only case 0 is): the first failure is a resident case's.
+  CheckOptions o = tier_options(200, 0, 1000);
+  o.subjects = {"swapped-kv"};
+  o.jobs = 4;
+  o.fail_fast = true;
+  without_huge_caches(o);
+  CheckOptions staged = o;
+  staged.tier_resident = false;
+  const CheckReport r = run_check(o, subjects);
+  const CheckReport s = run_check(staged, subjects);
+  EXPECT_EQ(r.worst, spec::Outcome::kMismatch) << r.summary();
+  EXPECT_GT(r.resident_cases, 0) << r.summary();
+  EXPECT_EQ(r.cases_run, s.cases_run);
+  EXPECT_EQ(r.subjects[0].count(spec::Outcome::kMismatch), 1) << r.summary();
+  EXPECT_EQ(r.subjects[0].first_failure, s.subjects[0].first_failure);
+}
+
+#ifdef KVO_HAVE_CUDA
+/// A huge write case judged on the device, its tier copy holding only the pages its writes touch
+/// (gpu::DefinedCopies::kFirst): a subject that writes the case right passes, and one that also
+/// writes a few bytes far from every page the case names is caught there, as the host path (the
+/// CPU reference's SPEC 7 report, which the campaign records) catches it.
+TEST(ReferenceTier, AHugeCasesStrayWriteFarFromItsPagesIsCaughtOnTheDevice) {
+  SubjectList subjects = make_subjects();
+  const Subject& unfused = find_subject(subjects, "cuda-unfused");
+  if (!unfused.unavailable_reason().empty()) GTEST_SKIP() << unfused.unavailable_reason();
+  // Cases 6 and 14: the huge-cache theme's (kThemeHugeCache), neither sampled.
+  CheckOptions o = tier_options(16, 0, 1000);
+  o.total_shards = 8;
+  o.shard_index = 6;
+  o.subjects = {"cuda-unfused"};
+  const CheckReport r = run_check(o, subjects);
+  EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
+  EXPECT_EQ(r.resident_cases, 2) << r.summary();
+
+  DeviceSubjectFunctions stray;
+  stray.write = [fn = unfused.device_write()](const gpu::DeviceWriteCall& call) {
+    fn(call);
+    // Eight bytes in K's fourth page: a huge case writes near its cache's end (and a padding
+    // slot's wrap lands in the last block).
+    auto* k = static_cast<std::uint8_t*>(call.caches.k_cache.data);
+    ASSERT_EQ(cudaMemsetAsync(k + 3 * 4096 + 1, 0xA5, 8, static_cast<cudaStream_t>(call.stream)),
+              cudaSuccess);
+  };
+  subjects.push_back(make_device_subject("stray-far", stray));
+  o.subjects = {"stray-far"};
+  const CheckReport bad = run_check(o, subjects);
+  EXPECT_EQ(bad.worst, spec::Outcome::kMismatch) << bad.summary();
+  EXPECT_TRUE(bad.tier_disagreement.empty()) << bad.tier_disagreement;
+  EXPECT_EQ(bad.resident_cases, 2) << bad.summary();
+  EXPECT_EQ(bad.subjects[0].count(spec::Outcome::kMismatch), 2) << bad.summary();
+}
+#endif  // KVO_HAVE_CUDA
 
 }  // namespace
 }  // namespace kvo::oracle

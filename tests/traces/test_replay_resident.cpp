@@ -13,6 +13,7 @@
 #include "kvo/oracle/device_subject.hpp"
 #include "kvo/oracle/harness.hpp"
 #include "kvo/oracle/mutants.hpp"
+#include "kvo/oracle/resident_writes.hpp"
 #include "kvo/reference/generator.hpp"
 #include "kvo/reference/paged_cache.hpp"
 #include "kvo/spec/outcome.hpp"
@@ -348,6 +349,18 @@ TEST(TraceReplayResident, PoisonOfMoreRangesThanAGridRowLimitReachesEveryRange) 
   }
 }
 
+/// A dense layer of about `bytes` of caches: K and V of 16-token blocks of one 128-dim bf16 head,
+/// 8 KiB a block.
+spec::ModelConfig one_head_dense_layer(std::int64_t bytes) {
+  spec::ModelConfig config;
+  config.layers = {spec::LayerKind::kDense};
+  config.geometry.num_kv_heads = 1;
+  config.geometry.head_dim = 128;
+  config.geometry.block_size = 16;
+  config.geometry.num_blocks = bytes / 8192;
+  return config;
+}
+
 /// gpu::KeepLargeBlocks' rule (a resident campaign's huge copies): a freed allocation past 1 GiB is
 /// kept, up to the count asked, and a large request is served by the smallest kept block that
 /// holds it, however much larger; one that none holds frees them all and allocates. Each copy
@@ -356,15 +369,9 @@ TEST(TraceReplayResident, KeptLargeBlocksServeARequestFromTheSmallestThatHoldsIt
   oracle::SubjectList subjects = oracle::make_subjects();
   SKIP_WITHOUT_GPU(subjects);
   constexpr std::int64_t kMiB = std::int64_t{1} << 20;
-  // A mirror of about `mib` MiB: K and V of 16-token blocks of one 128-dim bf16 head, 8 KiB a
-  // block.
+  // A mirror of about `mib` MiB.
   const auto mirror = [](std::int64_t mib) {
-    spec::ModelConfig config;
-    config.layers = {spec::LayerKind::kDense};
-    config.geometry.num_kv_heads = 1;
-    config.geometry.head_dim = 128;
-    config.geometry.block_size = 16;
-    config.geometry.num_blocks = mib * kMiB / 8192;
+    const spec::ModelConfig config = one_head_dense_layer(mib * kMiB);
     const reference::PagedCacheLayout layout(config);
     const spec::LayerCaches caches = oracle::make_layer_caches(
         layout, 0, spec::LayerKind::kDense, /*lazy=*/true, /*hold_guards=*/false);
@@ -389,6 +396,123 @@ TEST(TraceReplayResident, KeptLargeBlocksServeARequestFromTheSmallestThatHoldsIt
     EXPECT_EQ(keep.use().requests, 7);
     EXPECT_EQ(keep.use().reused, 3);
   }).join();
+}
+
+/// The device memory a resident replay may take counts what its thread's pool holds idle: a
+/// resident campaign keeps its huge copies for the next case (KeepLargeBlocks), which the driver
+/// counts as in use, and a copy that fits once they are given back is not refused (session 26:
+/// 62 of 10,000 write cases went to the host path, 230 ms each, for "not fitting" beside the
+/// blocks kept for them).
+TEST(TraceReplayResident, WhatTheThreadsPoolHoldsIdleCountsAsFreeForTheCopies) {
+  oracle::SubjectList subjects = oracle::make_subjects();
+  SKIP_WITHOUT_GPU(subjects);
+  std::size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  const auto free_now = static_cast<std::int64_t>(free_bytes);
+  if (free_now < (std::int64_t{24} << 30)) GTEST_SKIP() << "less than 24 GiB free";
+  const auto caches = [](const spec::ModelConfig& config) {
+    const reference::PagedCacheLayout layout(config);
+    return std::vector<spec::LayerCaches>{oracle::make_layer_caches(
+        layout, 0, spec::LayerKind::kDense, /*lazy=*/true, /*hold_guards=*/false)};
+  };
+  std::thread([&] {
+    gpu::KeepLargeBlocks keep(1);
+    {
+      // Half the free memory, allocated and given back: kept by this thread's pool.
+      const spec::ModelConfig half = one_head_dense_layer(free_now / 2);
+      std::vector<gpu::PendingPoison> pending;  // never launched: nothing reads the bytes
+      const gpu::DeviceCacheMirror kept(half, caches(half)[0], &pending);
+    }
+    // 0.6 of what was free: more than the driver has free now, less than that and the kept block.
+    const spec::ModelConfig big = one_head_dense_layer(free_now / 10 * 6);
+    gpu::GeneratedValues values{7, {}, spec::DType::kBF16};
+    EXPECT_NO_THROW(gpu::ResidentReplay(big, {0}, caches(big), 1, values, {{1.0f}}, {{1.0f}}, 1));
+  }).join();
+}
+
+/// A huge write case's copies (gpu::DefinedCopies::kFirst): the tier's copy (0) holds only the
+/// pages its writes touch and the guard bands; a subject's copy is poisoned whole and a whole
+/// comparison reads it against copy 0 there and against the poison pattern everywhere else. Every
+/// byte a subject should not have changed is still caught, with its coordinates: in a page the
+/// writes touch, far from them (at an odd offset: the byte paths at a piece's ends), in V's last
+/// page before its trailing guard, in a guard band and in a margin.
+TEST(TraceReplayResident, ATierCopyHoldingOnlyItsPagesStillJudgesEverySubjectByte) {
+  oracle::SubjectList subjects = oracle::make_subjects();
+  SKIP_WITHOUT_GPU(subjects);
+  spec::ModelConfig config;
+  config.layers = {spec::LayerKind::kDense};
+  config.layout = spec::KvLayout::kNhd;
+  config.geometry.num_kv_heads = 1;
+  config.geometry.head_dim = 128;
+  config.geometry.block_size = 16;  // one K block: 16 x 128 bf16 = one 4 KiB page
+  config.geometry.num_blocks = 64;
+  const reference::PagedCacheLayout layout(config);
+  const std::vector<spec::LayerCaches> initial{oracle::make_layer_caches(
+      layout, 0, spec::LayerKind::kDense, /*lazy=*/true, /*hold_guards=*/false)};
+  spec::SlotMapping slots;
+  slots.slots = {3 * 16 + 1, 3 * 16 + 2, 10 * 16 + 5};
+  const std::vector<gpu::GeneratedRowKey> keys{{0, 1}, {0, 2}, {1, 5}};
+  const std::vector<gpu::BufferByteRange> defined = oracle::step_bytes(
+      layout, spec::LayerKind::kDense, oracle::touched_blocks(config.geometry, {slots.slots}));
+  const gpu::DeviceWriteFunction fused = gpu::device_write_function(gpu::WritePath::kFused);
+  constexpr std::int64_t kPage = spec::ByteStorage::kPageBytes;
+  constexpr std::int64_t kGuard = spec::kGuardBytes;
+  const std::int64_t body = layout.buffer_bytes(layout.kv_buffer(0));
+  struct Plant {
+    const char* what;
+    int buffer;          // 0 K, 1 V, -1 the margin before K's storage
+    std::int64_t at;     // storage offset (buffer >= 0), or bytes before K's storage
+    std::int32_t found;  // the buffer the comparison names
+  };
+  const Plant plants[] = {
+      {"nothing", 0, -1, 0},
+      {"a byte of a touched page the writes leave", 0, kGuard + 3 * kPage + 7 * 256 + 5, 0},
+      {"far from every touched page, at an odd offset", 0, kGuard + 40 * kPage + 3, 0},
+      {"V's last byte before its trailing guard", 1, kGuard + body - 1, 1},
+      {"V's trailing guard band", 1, kGuard + body + 9, 1},
+      {"K's leading guard band", 0, 17, 0},
+      {"the margin before K", -1, 2, -1},
+  };
+  for (const Plant& p : plants) {
+    SCOPED_TRACE(p.what);
+    gpu::GeneratedValues values{7, {}, spec::DType::kBF16};
+    gpu::ResidentReplay device(config, {0}, initial, 2, values, {{1.0f}}, {{1.0f}}, 3, defined,
+                               gpu::DefinedCopies::kFirst);
+    device.stage_step(keys, slots, nullptr, {});
+    device.write(0, 0, fused);
+    // The subject's copy: the same write, then one byte made what its poison is not.
+    std::uint8_t planted_value = 0;
+    if (p.at >= 0 && p.buffer >= 0) {
+      planted_value = static_cast<std::uint8_t>(
+          ~initial[0].buffers[static_cast<std::size_t>(p.buffer)].storage.byte(p.at));
+    }
+    device.write(0, 1, [&](const gpu::DeviceWriteCall& call) {
+      fused(call);
+      if (p.at < 0) return;
+      auto* target = static_cast<std::uint8_t*>(p.buffer == 1 ? call.caches.v_cache.data
+                                                              : call.caches.k_cache.data);
+      target += p.buffer < 0 ? -kGuard - p.at : p.at - kGuard;
+      ASSERT_EQ(cudaMemsetAsync(target, p.buffer < 0 ? 0xA5 : planted_value, 1,
+                                static_cast<cudaStream_t>(call.stream)),
+                cudaSuccess);
+    });
+    const std::vector<gpu::ResidentDifference> d = device.compare(1, /*whole=*/true);
+    ASSERT_EQ(d.size(), 1u);
+    if (p.at < 0) {
+      EXPECT_EQ(d[0].count, 0) << "buffer " << d[0].buffer << " byte " << d[0].byte;
+      continue;
+    }
+    EXPECT_EQ(d[0].count, 1);
+    EXPECT_EQ(d[0].buffer, p.found);
+    if (p.buffer >= 0) {
+      EXPECT_EQ(d[0].byte, p.at);
+    }
+  }
+  // Copy 0 outside its pages holds nothing a resync could copy.
+  gpu::GeneratedValues values{7, {}, spec::DType::kBF16};
+  gpu::ResidentReplay device(config, {0}, initial, 2, values, {{1.0f}}, {{1.0f}}, 3, defined,
+                             gpu::DefinedCopies::kFirst);
+  EXPECT_THROW(device.resync(0, 1), spec::InvalidInput);
 }
 
 #endif  // KVO_HAVE_CUDA

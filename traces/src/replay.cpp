@@ -77,23 +77,13 @@ bool same_bytes(const spec::LayerCaches& a, const spec::LayerCaches& b) {
   return true;
 }
 
-/// The cache blocks a step's writes may touch, ascending: every block a slot of either mapping
-/// lands in, negative slots wrapped as legacy_wrap does (in strict mode they write nothing, and
-/// comparing a block too many is harmless).
+/// The cache blocks a step's writes may touch (oracle::touched_blocks over both mappings).
 std::vector<std::int64_t> touched_blocks(const spec::ModelConfig& c, const TraceStep& st) {
-  const std::int64_t cap = c.geometry.capacity(), bs = c.geometry.block_size;
-  std::vector<std::int64_t> blocks;
-  const auto add = [&](const IntTensor& slots) {
-    for (std::int64_t s : slots.values) {
-      if (s < 0) s += cap;
-      if (s >= 0 && s < cap) blocks.push_back(s / bs);
-    }
-  };
-  add(st.slot_mapping);
-  if (st.index_slot_mapping) add(*st.index_slot_mapping);
-  std::sort(blocks.begin(), blocks.end());
-  blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
-  return blocks;
+  return oracle::touched_blocks(
+      c.geometry,
+      {st.slot_mapping.values, st.index_slot_mapping
+                                   ? std::span<const std::int64_t>(st.index_slot_mapping->values)
+                                   : std::span<const std::int64_t>()});
 }
 
 /// Compares the guard bands and the given blocks of every buffer (the bytes each block's elements

@@ -76,6 +76,14 @@ struct ResidentDifference {
   std::int64_t byte = -1;
 };
 
+/// Which copies a replay's `defined` ranges limit. kEvery: every copy's lazy buffers start
+/// poisoned over those ranges alone (a read case, whose reads name a few pages of gigabytes).
+/// kFirst: copy 0's alone (a write case's huge cache: the tier's copy need hold only what it
+/// writes); every other copy starts poisoned whole, and a whole comparison reads it against copy 0
+/// inside the ranges and against the poison pattern outside them, so that a huge copy is poisoned
+/// and read once a case instead of twice.
+enum class DefinedCopies { kEvery, kFirst };
+
 class ResidentReplay {
  public:
   /// Copies `copies` (>= 1) of every layer's caches to the device, each as `initial[li]` holds them
@@ -88,12 +96,15 @@ class ResidentReplay {
   /// (lazy, nothing held) covers only these byte ranges of it (rounded out to whole 4 KiB pages),
   /// in every layer and copy, and the rest of it holds what the memory held before: only a
   /// comparison over ranges inside them (compare(copy, false)) means anything there (a read case's
-  /// huge cache, of which its reads name a few pages among gigabytes).
+  /// huge cache, of which its reads name a few pages among gigabytes). `limits`: which copies
+  /// `defined` limits (DefinedCopies; with kFirst, copy 0 outside the ranges is neither compared,
+  /// downloaded nor resynced from).
   ResidentReplay(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
                  const std::vector<spec::LayerCaches>& initial, std::size_t copies,
                  const GeneratedValues& values, const std::vector<std::vector<float>>& k_scale,
                  const std::vector<std::vector<float>>& v_scale, std::int64_t max_tokens,
-                 std::span<const BufferByteRange> defined = {});
+                 std::span<const BufferByteRange> defined = {},
+                 DefinedCopies limits = DefinedCopies::kEvery);
   ~ResidentReplay();
   ResidentReplay(const ResidentReplay&) = delete;
   ResidentReplay& operator=(const ResidentReplay&) = delete;
@@ -122,7 +133,8 @@ class ResidentReplay {
   /// every byte of the allocations, margins included. Waits for the stream; a CUDA error (a write
   /// function's kernel that faulted) is spec::FailedToRun. One verdict per layer.
   std::vector<ResidentDifference> compare(std::size_t copy, bool whole);
-  /// Copy 0 of layer li over copy `copy` (a resync after a reported mismatch).
+  /// Copy 0 of layer li over copy `copy` (a resync after a reported mismatch); spec::InvalidInput
+  /// when copy 0 is defined only in part (DefinedCopies::kFirst).
   void resync(std::size_t li, std::size_t copy);
   /// The bytes of `ranges` of copy `copy` of layer li, rounded out to whole pages
   /// (spec::ByteStorage::kPageBytes), stored into `into` (the layer's host caches, lazy or dense).

@@ -153,6 +153,11 @@ struct CheckReport {
   /// The device allocations past 1 GiB the resident cases asked for (a huge cache's copies), and
   /// how many a block kept from an earlier case served (gpu::KeepLargeBlocks). Summary only.
   std::int64_t resident_large_requests = 0, resident_large_reused = 0;
+  /// The cases drawn for the device that its path did not take (judge_on_device threw: a
+  /// configuration a writer does not take there, a copy that does not fit), judged on the host
+  /// instead, and the first of them with what was thrown. Summary only.
+  std::int64_t resident_fallbacks = 0;
+  std::string resident_first_fallback;
   std::string tier_disagreement;
   /// Where a campaign's time goes when the main thread judges subjects that are not concurrent
   /// (GPU, device, Python): its seconds waiting for the workers' cases, and the seconds the tier's

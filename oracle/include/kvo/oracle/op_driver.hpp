@@ -51,6 +51,10 @@ struct Verdict {
   /// How far a mismatch is from passing (differing bytes, or elements outside their bound): mode
   /// detection ranks the closest combination by it.
   std::int64_t mismatch_size = 0;
+  /// Set by OpDriver::judge_on_device where what is left of the judging needs no device (a copy
+  /// downloaded, to be diffed by the admissible sets): the campaign runs it off the main thread
+  /// and records the verdict it returns in this one's place, in case order. Empty otherwise.
+  std::function<Verdict()> finish = nullptr;
 };
 
 /// One reduction tried while shrinking: fixes one dimension to a smaller value. `apply` returns

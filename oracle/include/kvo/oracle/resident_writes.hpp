@@ -9,6 +9,7 @@
 /// layer's shape for pages. Everything is called from one host thread.
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,6 +34,12 @@ using BufferBytes = gpu::BufferByteRange;
 /// layer does not have).
 std::vector<BufferBytes> step_bytes(const reference::PagedCacheLayout& layout, spec::LayerKind kind,
                                     const std::vector<std::int64_t>& blocks);
+/// The cache blocks the slots of `mappings` land in, ascending and once each: a negative slot
+/// wrapped as legacy_wrap does (slot + capacity; in strict mode it writes nothing, and a block too
+/// many is harmless to a comparison), slots past the capacity left out.
+std::vector<std::int64_t> touched_blocks(
+    const spec::CacheGeometry& geometry,
+    std::initializer_list<std::span<const std::int64_t>> mappings);
 /// Every byte of every buffer of a `kind` layer.
 std::vector<BufferBytes> whole_bytes(const reference::PagedCacheLayout& layout,
                                      spec::LayerKind kind);
@@ -63,13 +70,22 @@ class ResidentWrites {
   /// The same with the writers' device writes given as functions, the generated rows' bias per
   /// tensor field (K, V, index-K: reference::generated_rows' bias; none when empty), and the byte
   /// ranges that alone start poisoned in buffers that start so (gpu::ResidentReplay's `defined`;
-  /// empty: all of them).
+  /// empty: all of them) in which copies (gpu::DefinedCopies: every copy, or the tier's alone).
   ResidentWrites(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
                  const std::vector<spec::LayerCaches>& initial, std::vector<DeviceWriteFn> writers,
                  const reference::ValueGenerator& gen,
                  const std::vector<std::vector<float>>& k_scale,
                  const std::vector<std::vector<float>>& v_scale, std::int64_t max_tokens,
-                 std::span<const float> bias, std::span<const BufferBytes> defined = {});
+                 std::span<const float> bias, std::span<const BufferBytes> defined = {},
+                 gpu::DefinedCopies limits = gpu::DefinedCopies::kEvery);
+  /// The Subject* constructor's, with the tier's copy (writer 0) defined only over `defined`
+  /// (gpu::DefinedCopies::kFirst: a huge write case, whose tier copy holds the pages it writes).
+  ResidentWrites(const spec::ModelConfig& config, std::vector<std::int64_t> layers,
+                 const std::vector<spec::LayerCaches>& initial, std::vector<Subject*> writers,
+                 const reference::ValueGenerator& gen,
+                 const std::vector<std::vector<float>>& k_scale,
+                 const std::vector<std::vector<float>>& v_scale, std::int64_t max_tokens,
+                 std::span<const BufferBytes> tier_defined);
   ~ResidentWrites();
   ResidentWrites(const ResidentWrites&) = delete;
   ResidentWrites& operator=(const ResidentWrites&) = delete;
