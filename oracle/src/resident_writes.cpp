@@ -2,6 +2,7 @@
 #include "kvo/oracle/resident_writes.hpp"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "kvo/oracle/harness.hpp"
@@ -23,6 +24,20 @@ std::vector<BufferBytes> step_bytes(const reference::PagedCacheLayout& layout, s
         out.push_back({b, spec::kGuardBytes + from, spec::kGuardBytes + to});
     }
   }
+  // Disjoint: in a strided view one block's bytes span another's (SPEC 3), and a comparison that
+  // read a byte twice would count its difference twice.
+  std::sort(out.begin(), out.end(), [](const BufferBytes& x, const BufferBytes& y) {
+    return std::tie(x.buffer, x.begin) < std::tie(y.buffer, y.begin);
+  });
+  std::size_t kept = 0;
+  for (const BufferBytes& r : out) {
+    if (kept > 0 && out[kept - 1].buffer == r.buffer && r.begin <= out[kept - 1].end) {
+      out[kept - 1].end = std::max(out[kept - 1].end, r.end);
+    } else {
+      out[kept++] = r;
+    }
+  }
+  out.resize(kept);
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include "kvo/oracle/harness.hpp"
 #include "kvo/oracle/mutants.hpp"
 #include "kvo/oracle/resident_writes.hpp"
+#include "kvo/oracle/write_case.hpp"
 #include "kvo/reference/generator.hpp"
 #include "kvo/reference/paged_cache.hpp"
 #include "kvo/spec/outcome.hpp"
@@ -65,6 +66,52 @@ TEST(TraceReplayResident, WhatKeepsAReplayOffTheDeviceIsNamed) {
   approx.config.kv.scale_mode = spec::ScaleMode::kDivApprox;
   EXPECT_EQ(resident_blocker(approx, o, {cpu, cpu}), "scale mode div_approx admits several codes");
   EXPECT_EQ(resident_blocker(t, o, {cpu}), "no write subject to judge");
+}
+
+/// What a step's (or a write case's) comparison reads (oracle::step_bytes): disjoint ranges,
+/// ascending, that cover exactly the guard bands and the bytes of the blocks the slots land in,
+/// over the write cases' own geometries and strided views (where one block's bytes span another's,
+/// a byte read twice would count its difference twice).
+TEST(TraceReplayResident, TheBytesAComparisonReadsAreDisjointAndCoverEveryTouchedBlock) {
+  int checked = 0;
+  for (std::uint64_t i = 0; checked < 60 && i < 400; ++i) {
+    const oracle::WriteCase wc =
+        oracle::make_write_case(oracle::case_seed(0x5B7E, i), {}, oracle::CaseValues::kDeferred);
+    const reference::PagedCacheLayout layout(wc.config);
+    const spec::LayerKind kind = wc.writes.back().kind;
+    const std::vector<spec::BufferKind> buffers = layout.buffers(kind);
+    bool small = true;
+    for (const spec::BufferKind b : buffers) small = small && layout.buffer_bytes(b) < (1 << 24);
+    if (!small) continue;  // a huge cache's bitmap below would be gigabytes
+    ++checked;
+    SCOPED_TRACE("case " + std::to_string(i) + ": " + wc.describe());
+    const std::vector<std::int64_t> blocks = oracle::touched_blocks(
+        wc.config.geometry, {wc.writes.back().slots.slots, wc.writes.back().index_slots.slots});
+    const std::vector<oracle::BufferBytes> got = oracle::step_bytes(layout, kind, blocks);
+    for (std::size_t k = 1; k < got.size(); ++k) {
+      ASSERT_TRUE(got[k - 1].buffer < got[k].buffer ||
+                  (got[k - 1].buffer == got[k].buffer && got[k - 1].end < got[k].begin))
+          << "ranges " << k - 1 << " and " << k << " overlap, touch or are out of order";
+    }
+    for (std::size_t b = 0; b < buffers.size(); ++b) {
+      const std::int64_t size = layout.buffer_bytes(buffers[b]) + 2 * spec::kGuardBytes;
+      std::vector<bool> want(static_cast<std::size_t>(size), false), have = want;
+      const auto mark = [](std::vector<bool>& bits, std::int64_t from, std::int64_t to) {
+        for (std::int64_t x = from; x < to; ++x) bits[static_cast<std::size_t>(x)] = true;
+      };
+      mark(want, 0, spec::kGuardBytes);
+      mark(want, size - spec::kGuardBytes, size);
+      for (const std::int64_t blk : blocks) {
+        for (const auto& [from, to] : oracle::block_byte_ranges(layout, buffers[b], blk))
+          mark(want, spec::kGuardBytes + from, spec::kGuardBytes + to);
+      }
+      for (const oracle::BufferBytes& r : got) {
+        if (r.buffer == static_cast<std::int32_t>(b)) mark(have, r.begin, r.end);
+      }
+      EXPECT_EQ(have, want) << "buffer " << b;
+    }
+  }
+  EXPECT_EQ(checked, 60);
 }
 
 TEST(TraceReplayResident, AskedForAndImpossibleIsRefusedAndAutoSaysWhyItStaged) {

@@ -29,9 +29,10 @@ namespace kvo::oracle {
 using BufferBytes = gpu::BufferByteRange;
 
 /// The guard bands of every buffer a `kind` layer of `layout` has, and the bytes of `blocks` in
-/// each (block_byte_ranges): what a step's comparison reads. The buffers of a dense layer are the
-/// first ones of a sparse layer's, so the sparse list serves both (a comparison skips a buffer a
-/// layer does not have).
+/// each (block_byte_ranges): what a step's comparison reads, as disjoint ranges ascending by buffer
+/// and offset (each byte read once, however the blocks' bytes interleave). The buffers of a dense
+/// layer are the first ones of a sparse layer's, so the sparse list serves both (a comparison skips
+/// a buffer a layer does not have).
 std::vector<BufferBytes> step_bytes(const reference::PagedCacheLayout& layout, spec::LayerKind kind,
                                     const std::vector<std::int64_t>& blocks);
 /// The cache blocks the slots of `mappings` land in, ascending and once each: a negative slot
