@@ -686,6 +686,14 @@ CheckReport Campaign::run(const Progress& progress) {
     for (int t = 0; t < kJudgingThreads; ++t) judges.push_back(std::make_unique<OneThread>());
   }
   std::size_t next_judge = 0;
+  // Waits for every unsettled verdict still finishing (they read the cases), before the cases go.
+  const auto wait_finishing = [&] {
+    for (Unsettled& u : unsettled) {
+      for (std::future<Verdict>& f : u.finishing) {
+        if (f.valid()) f.wait();
+      }
+    }
+  };
   // Case u, its verdicts final: a subject failing against the tier's answer is judged again
   // against the CPU reference's, and the tier checked on that case (the verdict recorded is the
   // CPU reference's); then recorded and covered. False: the tier disagreed, the campaign stops.
@@ -765,11 +773,7 @@ CheckReport Campaign::run(const Progress& progress) {
         if (u.finishing[r].valid()) u.verdicts[r] = u.finishing[r].get();
       }
       if ((o_.fail_fast && failed()) || !settle(u)) {
-        for (Unsettled& later : unsettled) {
-          for (std::future<Verdict>& f : later.finishing) {
-            if (f.valid()) f.wait();
-          }
-        }
+        wait_finishing();
         unsettled.clear();
         return false;
       }
@@ -878,12 +882,7 @@ CheckReport Campaign::run(const Progress& progress) {
     settle_ready(true);
     add_pending(true);
   } catch (...) {
-    // The judging threads may still read the unsettled cases.
-    for (Unsettled& u : unsettled) {
-      for (std::future<Verdict>& f : u.finishing) {
-        if (f.valid()) f.wait();
-      }
-    }
+    wait_finishing();
     finish();
     throw;
   }

@@ -260,10 +260,14 @@ class WriteDriver final : public OpDriver {
     auto& c = static_cast<WritePrepared&>(pc);
     std::vector<Subject*> writers{&answerer};
     for (const DeviceRow& r : rows) writers.push_back(r.subject);
-    const std::unique_ptr<ResidentWrites> device =
-        write_resident(c, writers, /*tier_holds_its_pages=*/true);
+    // A huge case's tier copy holds only the pages its writes touch (ResidentReplay's
+    // DefinedCopies::kFirst): every other byte of a subject's copy is compared with the poison
+    // pattern, so that a huge copy is poisoned once and read once a case, not twice each.
+    const std::vector<BufferBytes> written =
+        huge_copies(c) ? written_pages(c) : std::vector<BufferBytes>{};
+    const std::vector<BufferBytes> judged = judged_ranges(c, written);
+    const std::unique_ptr<ResidentWrites> device = write_resident(c, writers, written, judged);
     const std::vector<spec::LayerCaches>& initial = c.device_start();
-    const std::vector<BufferBytes> judged = judged_ranges(c);
     // Every byte of every allocation: the buffers, their guard bands and the margins around them.
     std::int64_t compared = 0;
     for (const spec::LayerCaches& caches : initial) {
@@ -306,7 +310,7 @@ class WriteDriver final : public OpDriver {
 
   std::string check_on_device(PreparedCase& pc, Subject& answerer) const override {
     auto& c = static_cast<WritePrepared&>(pc);
-    const std::unique_ptr<ResidentWrites> device = write_resident(c, {&answerer});
+    const std::unique_ptr<ResidentWrites> device = write_resident(c, {&answerer}, {}, {});
     CacheDiff diff;
     for (std::size_t l = 0; l < c.wc.writes.size(); ++l) {
       // Every byte of a dense buffer; of a lazy (huge) one, the pages the reference's answer holds
@@ -546,14 +550,12 @@ class WriteDriver final : public OpDriver {
 
   /// Every layer of case `c` written on the device by each of `writers` (writer 0 the tier's
   /// answerer) into a copy of its own: the inputs generated there from the case's WriteValues, the
-  /// case's scales and slot mappings; the staged comparison over judged_ranges. With
-  /// `tier_holds_its_pages`, a huge case's tier copy is poisoned and compared only over the pages
-  /// its writes touch (the guard bands and the blocks the slots name: ResidentReplay's
-  /// DefinedCopies::kFirst); every other byte of a subject's copy is compared with the poison
-  /// pattern, so a huge copy is poisoned once and read once a case, not twice each.
+  /// case's scales and slot mappings; the tier's copy defined only over `tier_defined` when given
+  /// (DefinedCopies::kFirst), the staged comparison over `staged`.
   static std::unique_ptr<ResidentWrites> write_resident(const WritePrepared& c,
                                                         const std::vector<Subject*>& writers,
-                                                        bool tier_holds_its_pages = false) {
+                                                        std::span<const BufferBytes> tier_defined,
+                                                        std::span<const BufferBytes> staged) {
     if (!c.wc.values) throw spec::Unsupported("a write case without generated values");
     const WriteValues& plan = *c.wc.values;
     std::vector<std::int64_t> layers(c.wc.writes.size());
@@ -568,14 +570,14 @@ class WriteDriver final : public OpDriver {
     }
     const auto rows = static_cast<std::int64_t>(plan.row_keys.size());
     std::unique_ptr<ResidentWrites> device;
-    if (tier_holds_its_pages && huge_copies(c)) {
+    if (!tier_defined.empty()) {
       device = std::make_unique<ResidentWrites>(c.wc.config, layers, c.device_start(), writers,
-                                                plan.gen, k_scale, v_scale, rows, written_pages(c));
+                                                plan.gen, k_scale, v_scale, rows, tier_defined);
     } else {
       device = std::make_unique<ResidentWrites>(c.wc.config, layers, c.device_start(), writers,
                                                 plan.gen, k_scale, v_scale, rows);
     }
-    device->stage_step(plan.row_keys, c.wc.writes.front().slots, index_slots, judged_ranges(c),
+    device->stage_step(plan.row_keys, c.wc.writes.front().slots, index_slots, staged,
                        plan.zero_rows);
     for (std::size_t l = 0; l < layers.size(); ++l) {
       for (std::size_t w = 0; w < writers.size(); ++w) device->write(l, w);
@@ -606,11 +608,12 @@ class WriteDriver final : public OpDriver {
   }
   /// Where a device case is judged from its device bytes when a copy differs from the answerer's
   /// (empty: it is not): a case that carries the CPU reference's answer (several admissible
-  /// answers), over every buffer, or a huge one's written pages (the rest of a huge copy is
-  /// compared with the poison on the device, and its pages would not fit on the host).
-  static std::vector<BufferBytes> judged_ranges(const WritePrepared& c) {
+  /// answers), over every buffer, or a huge one's `written` pages (written_pages: the rest of a
+  /// huge copy is compared with the poison on the device, and its pages would not fit on the host).
+  static std::vector<BufferBytes> judged_ranges(const WritePrepared& c,
+                                                const std::vector<BufferBytes>& written) {
     if (c.expected.empty() || c.device_initial.empty()) return {};
-    return huge_copies(c) ? written_pages(c) : whole_bytes(c.layout, widest_kind(c));
+    return huge_copies(c) ? written : whole_bytes(c.layout, widest_kind(c));
   }
   static std::int64_t total(const std::vector<LayerDifference>& diffs) {
     std::int64_t n = 0;
