@@ -293,13 +293,29 @@ __global__ void init_results_kernel(CompareResult* out, unsigned layers) {
 struct PageCopy {
   std::int64_t begin, end, at;
 };
-/// Block i copies page i of buffer storage `src` (a layer copy's buffers) into `out`.
+/// Block i copies page i of buffer storage `src[buffer[i]]` (the listed layers' buffers) into
+/// `out` (pinned host memory: 16-byte or 8-byte stores where both sides allow, since each store
+/// crosses the bus).
 __global__ void gather_pages_kernel(const std::uint8_t* const* src, const std::int32_t* buffer,
                                     const PageCopy* pages, std::uint8_t* out) {
   const PageCopy p = pages[blockIdx.x];
-  const std::uint8_t* from = src[buffer[blockIdx.x]];
-  for (std::int64_t i = p.begin + threadIdx.x; i < p.end; i += blockDim.x)
-    out[p.at + (i - p.begin)] = from[i];
+  const std::uint8_t* from = src[buffer[blockIdx.x]] + p.begin;
+  std::uint8_t* to = out + p.at;
+  const std::int64_t n = p.end - p.begin;
+  const auto aligned = [&](std::uintptr_t a) {
+    return ((reinterpret_cast<std::uintptr_t>(from) | reinterpret_cast<std::uintptr_t>(to) |
+             static_cast<std::uintptr_t>(n)) &
+            (a - 1)) == 0;
+  };
+  if (aligned(16)) {
+    for (std::int64_t i = threadIdx.x; i < n / 16; i += blockDim.x)
+      reinterpret_cast<uint4*>(to)[i] = reinterpret_cast<const uint4*>(from)[i];
+  } else if (aligned(8)) {
+    for (std::int64_t i = threadIdx.x; i < n / 8; i += blockDim.x)
+      reinterpret_cast<std::uint64_t*>(to)[i] = reinterpret_cast<const std::uint64_t*>(from)[i];
+  } else {
+    for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) to[i] = from[i];
+  }
 }
 
 /// The tiles of `ranges` (slot, begin, end), each at most kTileBytes.
@@ -318,16 +334,20 @@ class PinnedPool {
     static PinnedPool* pool = new PinnedPool;  // never destroyed: CUDA may be gone at exit
     return *pool;
   }
-  /// A block of at least `bytes` (its size in `capacity`).
+  /// A block of at least `bytes` (its size in `capacity`): a free one of the request's
+  /// power-of-two size or up to four times it (requests that vary around a size reuse blocks
+  /// rather than pin more: pinning memory costs more than the copies it serves), else a new one.
   std::uint8_t* acquire(std::size_t bytes, std::size_t& capacity) {
     capacity = 256;
     while (capacity < bytes) capacity *= 2;
     {
       const std::lock_guard<std::mutex> lock(mu_);
-      auto& list = free_[capacity];
-      if (!list.empty()) {
-        std::uint8_t* p = list.back();
-        list.pop_back();
+      for (auto it = free_.lower_bound(capacity); it != free_.end() && it->first <= 4 * capacity;
+           ++it) {
+        if (it->second.empty()) continue;
+        std::uint8_t* p = it->second.back();
+        it->second.pop_back();
+        capacity = it->first;
         return p;
       }
     }
@@ -588,6 +608,23 @@ struct ResidentReplay::Impl {
                     static_cast<unsigned>(count));
     patch_kernel<<<grid, 256, 0, stream>>>(q);
     check_cuda(cudaGetLastError(), "patch_kernel");
+  }
+
+  /// The bytes of `ranges` of copy `copy` of each listed layer (indices into `layers`), rounded out
+  /// to whole pages: one gather and one copy back for all of them, not waited for.
+  std::unique_ptr<PagesInFlight> gather(std::size_t copy, std::span<const std::size_t> layers,
+                                        std::span<const BufferByteRange> ranges);
+  /// The pages `like` lists, of copy `copy`, gathered again.
+  std::unique_ptr<PagesInFlight> gather_again(std::size_t copy, const PagesInFlight::State& like);
+  /// Launches the gather of st's pages into pinned memory (st.pinned), recording st.copied.
+  void launch_gather(PagesInFlight::State& st);
+  /// Device buffers a launch not yet waited for reads (a gather's tables and bytes): kept until
+  /// the stream is next waited for.
+  std::vector<DeviceBuffer> in_flight;
+  /// Waits for the stream (a CUDA error: spec::FailedToRun naming `what`).
+  void wait(const char* what) {
+    check_cuda(cudaStreamSynchronize(stream), what);
+    in_flight.clear();
   }
 
   /// Pinned host memory of at least `bytes` (its old contents dropped).
@@ -870,7 +907,7 @@ void ResidentReplay::stage_step(std::span<const GeneratedRowKey> keys,
   const std::size_t at_tiles = at_patches + aligned(patches.size_bytes());
   const std::size_t total = at_tiles + tiles.size() * sizeof(CompareTile);
   // The previous step's launches read the staged bytes until the stream is done with them.
-  if (m.staged_before) check_cuda(cudaStreamSynchronize(m.stream), "resident step");
+  if (m.staged_before) m.wait("resident step");
   m.staged_before = true;
   m.reserve_pinned(total);
   std::memcpy(m.pinned, keys.data(), keys.size_bytes());
@@ -943,7 +980,7 @@ std::vector<ResidentDifference> ResidentReplay::compare(std::size_t copy, bool w
   check_cuda(cudaMemcpyAsync(m.results_h, m.results.data(), layers * sizeof(CompareResult),
                              cudaMemcpyDeviceToHost, m.stream),
              "cudaMemcpyAsync(compare results to host)");
-  check_cuda(cudaStreamSynchronize(m.stream), "the resident step's writes and comparison");
+  m.wait("the resident step's writes and comparison");
   for (unsigned l = 0; l < layers; ++l) {
     const CompareResult& r = m.results_h[l];
     if (r.count == 0) continue;
@@ -983,71 +1020,178 @@ void ResidentReplay::resync(std::size_t li, std::size_t copy) {
              "cudaMemcpyAsync(resync)");
 }
 
-void ResidentReplay::download(std::size_t li, std::size_t copy,
-                              std::span<const BufferByteRange> ranges, spec::LayerCaches& into) {
-  Impl& m = *impl_;
-  const DeviceCacheMirror& mirror = *m.copies.at(copy).at(li);
-  constexpr std::int64_t kPage = spec::ByteStorage::kPageBytes;
-  // The pages, each once, by buffer and offset.
-  std::vector<std::pair<std::int32_t, std::int64_t>> wanted;
-  for (const BufferByteRange& r : ranges) {
-    const auto b = static_cast<std::size_t>(r.buffer);
-    if (r.buffer < 0 || b >= mirror.buffer_count() || b >= into.buffers.size()) continue;
-    const std::int64_t end = std::min(mirror.storage_bytes(b), r.end);
-    for (std::int64_t q = std::max<std::int64_t>(0, r.begin) / kPage; q * kPage < end; ++q)
-      wanted.emplace_back(r.buffer, q * kPage);
-  }
-  std::sort(wanted.begin(), wanted.end());
-  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
-  if (wanted.empty()) return;
-  // Gathered on the device into one run of bytes, brought back in one copy.
-  std::vector<PageCopy> pages;
-  std::vector<std::int32_t> buffers;
+/// What a PagesInFlight holds: the gathered pages in pinned host memory (`at` their offsets there)
+/// once `copied` has completed, each with its source (a layer of the request and a buffer).
+struct PagesInFlight::State {
+  std::uint8_t* pinned = nullptr;  ///< from PinnedPool
+  std::size_t capacity = 0;
   std::int64_t total = 0;
-  for (const auto& [b, begin] : wanted) {
-    const std::int64_t end =
-        std::min(begin + kPage, mirror.storage_bytes(static_cast<std::size_t>(b)));
-    pages.push_back({begin, end, total});
-    buffers.push_back(b);
-    total += end - begin;
-  }
-  std::vector<const std::uint8_t*> sources;
-  for (std::size_t b = 0; b < mirror.buffer_count(); ++b) sources.push_back(mirror.storage(b));
-  // Uploaded on the stream that reads them (a pageable cudaMemcpy on the legacy stream is not
-  // ordered before this non-blocking stream's kernel).
-  const auto upload = [&](const void* src, std::size_t bytes) {
-    DeviceBuffer d(bytes);
-    check_cuda(cudaMemcpyAsync(d.data(), src, bytes, cudaMemcpyHostToDevice, m.stream),
-               "cudaMemcpyAsync(page tables)");
-    return d;
+  cudaEvent_t copied = nullptr;
+  struct Source {
+    std::size_t layer, buffer;
   };
-  const DeviceBuffer d_sources = upload(sources.data(), sources.size() * sizeof(sources[0]));
-  const DeviceBuffer d_buffers = upload(buffers.data(), buffers.size() * sizeof(buffers[0]));
-  const DeviceBuffer d_pages = upload(pages.data(), pages.size() * sizeof(pages[0]));
-  const DeviceBuffer d_out(static_cast<std::size_t>(total));
-  gather_pages_kernel<<<static_cast<unsigned>(pages.size()), 256, 0, m.stream>>>(
-      d_sources.as<const std::uint8_t* const>(), d_buffers.as<const std::int32_t>(),
-      d_pages.as<const PageCopy>(), d_out.data());
-  check_cuda(cudaGetLastError(), "gather_pages_kernel");
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(total));
-  check_cuda(
-      cudaMemcpyAsync(bytes.data(), d_out.data(), bytes.size(), cudaMemcpyDeviceToHost, m.stream),
-      "cudaMemcpyAsync(resident pages to host)");
-  check_cuda(cudaStreamSynchronize(m.stream), "the resident pages' download");
+  std::vector<Source> sources;
+  std::vector<const std::uint8_t*> source_storage;  ///< each source's storage on the device
+  std::vector<PageCopy> pages;                      ///< ascending by source, then offset
+  std::vector<std::int32_t> page_of;                ///< each page's source
+  /// Per layer index, its pages [first, end) (a layer's sources are consecutive).
+  std::vector<std::pair<std::size_t, std::size_t>> layer_pages;
+  ~State() {
+    if (copied != nullptr) {
+      cudaEventSynchronize(copied);  // the copy may still write the pinned block
+      cudaEventDestroy(copied);
+    }
+    PinnedPool::instance().release(pinned, capacity);
+  }
+};
+
+PagesInFlight::PagesInFlight(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+PagesInFlight::~PagesInFlight() = default;
+
+std::int64_t PagesInFlight::bytes() const { return state_->total; }
+
+void PagesInFlight::store(std::size_t li, spec::LayerCaches& into) const {
+  const State& st = *state_;
+  if (st.copied != nullptr)
+    check_cuda(cudaEventSynchronize(st.copied), "the resident pages' copy to the host");
+  if (li >= st.layer_pages.size()) return;
   // Stored a run of consecutive pages at a time.
-  for (std::size_t i = 0; i < pages.size();) {
+  const auto [first, end] = st.layer_pages[li];
+  for (std::size_t i = first; i < end;) {
     std::size_t j = i + 1;
-    while (j < pages.size() && buffers[j] == buffers[i] && pages[j].begin == pages[j - 1].end) ++j;
+    while (j < end && st.page_of[j] == st.page_of[i] && st.pages[j].begin == st.pages[j - 1].end)
+      ++j;
     const std::span<const std::uint8_t> run(
-        bytes.data() + pages[i].at, static_cast<std::size_t>(pages[j - 1].end - pages[i].begin));
-    into.buffers[static_cast<std::size_t>(buffers[i])].storage.store(pages[i].begin, run);
+        st.pinned + st.pages[i].at,
+        static_cast<std::size_t>(st.pages[j - 1].end - st.pages[i].begin));
+    into.buffers[st.sources[static_cast<std::size_t>(st.page_of[i])].buffer].storage.store(
+        st.pages[i].begin, run);
     i = j;
   }
 }
 
-void ResidentReplay::synchronize() {
-  check_cuda(cudaStreamSynchronize(impl_->stream), "the resident replay's stream");
+bool PagesInFlight::same_as(std::size_t li, const spec::LayerCaches& caches) const {
+  const State& st = *state_;
+  if (st.copied != nullptr)
+    check_cuda(cudaEventSynchronize(st.copied), "the resident pages' copy to the host");
+  if (li >= st.layer_pages.size()) return true;
+  const auto [first, end] = st.layer_pages[li];
+  for (std::size_t i = first; i < end; ++i) {
+    const PageCopy& p = st.pages[i];
+    const spec::ByteStorage& storage =
+        caches.buffers.at(st.sources[static_cast<std::size_t>(st.page_of[i])].buffer).storage;
+    if (std::memcmp(storage.data() + p.begin, st.pinned + p.at,
+                    static_cast<std::size_t>(p.end - p.begin)) != 0)
+      return false;
+  }
+  return true;
 }
+
+void ResidentReplay::download(std::size_t li, std::size_t copy,
+                              std::span<const BufferByteRange> ranges, spec::LayerCaches& into) {
+  impl_->gather(copy, std::span(&li, 1), ranges)->store(li, into);
+}
+
+void ResidentReplay::download(std::size_t copy, std::span<const BufferByteRange> ranges,
+                              std::span<spec::LayerCaches> into) {
+  const std::unique_ptr<PagesInFlight> pages = download_async(copy, ranges);
+  for (std::size_t li = 0; li < into.size(); ++li) pages->store(li, into[li]);
+}
+
+std::unique_ptr<PagesInFlight> ResidentReplay::download_async(
+    std::size_t copy, std::span<const BufferByteRange> ranges, const PagesInFlight* like) {
+  if (like != nullptr) return impl_->gather_again(copy, *like->state_);
+  std::vector<std::size_t> layers(impl_->layers.size());
+  for (std::size_t li = 0; li < layers.size(); ++li) layers[li] = li;
+  return impl_->gather(copy, layers, ranges);
+}
+
+std::unique_ptr<PagesInFlight> ResidentReplay::Impl::gather(
+    std::size_t copy, std::span<const std::size_t> layers,
+    std::span<const BufferByteRange> ranges) {
+  constexpr std::int64_t kPage = spec::ByteStorage::kPageBytes;
+  auto st = std::make_unique<PagesInFlight::State>();
+  // Every listed layer's buffers as one list of sources; the pages, each once, by source and
+  // offset.
+  std::vector<const DeviceCacheMirror*> mirror_of;  // per source
+  std::vector<std::pair<std::int32_t, std::int64_t>> wanted;
+  for (const std::size_t li : layers) {
+    const DeviceCacheMirror& mirror = *copies.at(copy).at(li);
+    const auto first = static_cast<std::int32_t>(st->sources.size());
+    for (std::size_t b = 0; b < mirror.buffer_count(); ++b) {
+      st->source_storage.push_back(mirror.storage(b));
+      mirror_of.push_back(&mirror);
+      st->sources.push_back({li, b});
+    }
+    for (const BufferByteRange& r : ranges) {
+      const auto b = static_cast<std::size_t>(r.buffer);
+      if (r.buffer < 0 || b >= mirror.buffer_count()) continue;
+      const std::int64_t end = std::min(mirror.storage_bytes(b), r.end);
+      for (std::int64_t q = std::max<std::int64_t>(0, r.begin) / kPage; q * kPage < end; ++q)
+        wanted.emplace_back(first + r.buffer, q * kPage);
+    }
+  }
+  std::sort(wanted.begin(), wanted.end());
+  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  for (const auto& [src, begin] : wanted) {
+    const PagesInFlight::State::Source& from = st->sources[static_cast<std::size_t>(src)];
+    const std::int64_t end = std::min(
+        begin + kPage, mirror_of[static_cast<std::size_t>(src)]->storage_bytes(from.buffer));
+    if (from.layer >= st->layer_pages.size()) st->layer_pages.resize(from.layer + 1, {0, 0});
+    auto& range = st->layer_pages[from.layer];
+    if (range.first == range.second) range.first = st->pages.size();
+    range.second = st->pages.size() + 1;
+    st->pages.push_back({begin, end, st->total});
+    st->page_of.push_back(src);
+    st->total += (end - begin + 15) / 16 * 16;  // every page 16-byte aligned in the gathered bytes
+  }
+  launch_gather(*st);
+  return std::unique_ptr<PagesInFlight>(new PagesInFlight(std::move(st)));
+}
+
+std::unique_ptr<PagesInFlight> ResidentReplay::Impl::gather_again(
+    std::size_t copy, const PagesInFlight::State& like) {
+  auto st = std::make_unique<PagesInFlight::State>();
+  st->total = like.total;
+  st->sources = like.sources;
+  st->pages = like.pages;
+  st->page_of = like.page_of;
+  st->layer_pages = like.layer_pages;
+  for (const PagesInFlight::State::Source& from : st->sources)
+    st->source_storage.push_back(copies.at(copy).at(from.layer)->storage(from.buffer));
+  launch_gather(*st);
+  return std::unique_ptr<PagesInFlight>(new PagesInFlight(std::move(st)));
+}
+
+void ResidentReplay::Impl::launch_gather(PagesInFlight::State& st) {
+  if (st.pages.empty()) return;
+  // Gathered on the device straight into pinned host memory. The tables are uploaded on the
+  // stream that reads them (a pageable cudaMemcpy on the legacy stream is not ordered before this
+  // non-blocking stream's kernel) and stay in `in_flight` until the stream is next waited for.
+  const auto upload = [&](const auto& v) {
+    DeviceBuffer d(v.size() * sizeof(v[0]));
+    check_cuda(cudaMemcpyAsync(d.data(), v.data(), d.size(), cudaMemcpyHostToDevice, stream),
+               "cudaMemcpyAsync(page tables)");
+    in_flight.push_back(std::move(d));
+    return in_flight.back().data();
+  };
+  const auto* d_sources = reinterpret_cast<const std::uint8_t* const*>(upload(st.source_storage));
+  const auto* d_buffers = reinterpret_cast<const std::int32_t*>(upload(st.page_of));
+  const auto* d_pages = reinterpret_cast<const PageCopy*>(upload(st.pages));
+  st.pinned = PinnedPool::instance().acquire(static_cast<std::size_t>(st.total), st.capacity);
+  void* out = nullptr;
+  check_cuda(cudaHostGetDevicePointer(&out, st.pinned, 0), "cudaHostGetDevicePointer");
+  gather_pages_kernel<<<static_cast<unsigned>(st.pages.size()), 256, 0, stream>>>(
+      d_sources, d_buffers, d_pages, static_cast<std::uint8_t*>(out));
+  check_cuda(cudaGetLastError(), "gather_pages_kernel");
+  // Blocking: the threads that store the pages sleep until then rather than spin.
+  check_cuda(cudaEventCreateWithFlags(&st.copied, cudaEventDisableTiming | cudaEventBlockingSync),
+             "cudaEventCreate");
+  check_cuda(cudaEventRecord(st.copied, stream), "cudaEventRecord(resident pages)");
+}
+
+void ResidentReplay::synchronize() { impl_->wait("the resident replay's stream"); }
 
 const DeviceKvCaches& ResidentReplay::views(std::size_t li, std::size_t copy) const {
   return impl_->copies.at(copy).at(li)->views();

@@ -630,8 +630,7 @@ class WriteDriver final : public OpDriver {
     Verdict v;
     v.outcome = run_guarded(
         [&] {
-          for (std::size_t l = 0; l < c.wc.writes.size(); ++l)
-            device.download(l, writer, ranges, (*actual)[l]);
+          device.download(writer, ranges, *actual);
           return spec::Outcome::kPass;
         },
         v.report);

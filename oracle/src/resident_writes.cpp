@@ -177,6 +177,16 @@ void ResidentWrites::download(std::size_t li, std::size_t writer,
   impl_->device->download(li, writer, bytes, into);
 }
 
+void ResidentWrites::download(std::size_t writer, std::span<const BufferBytes> bytes,
+                              std::span<spec::LayerCaches> into) {
+  impl_->device->download(writer, bytes, into);
+}
+
+std::unique_ptr<gpu::PagesInFlight> ResidentWrites::download_async(
+    std::size_t writer, std::span<const BufferBytes> bytes, const gpu::PagesInFlight* like) {
+  return impl_->device->download_async(writer, bytes, like);
+}
+
 const gpu::DeviceKvCaches& ResidentWrites::views(std::size_t li, std::size_t writer) const {
   return impl_->device->views(li, writer);
 }
@@ -225,6 +235,13 @@ void ResidentWrites::synchronize() {}
 void ResidentWrites::resync(std::size_t, std::size_t) {}
 void ResidentWrites::download(std::size_t, std::size_t, std::span<const BufferBytes>,
                               spec::LayerCaches&) {}
+void ResidentWrites::download(std::size_t, std::span<const BufferBytes>,
+                              std::span<spec::LayerCaches>) {}
+std::unique_ptr<gpu::PagesInFlight> ResidentWrites::download_async(std::size_t,
+                                                                   std::span<const BufferBytes>,
+                                                                   const gpu::PagesInFlight*) {
+  throw spec::Unsupported("writes resident on the device: " + unavailable({}));
+}
 const gpu::DeviceKvCaches& ResidentWrites::views(std::size_t, std::size_t) const {
   throw spec::Unsupported("writes resident on the device: " + unavailable({}));
 }

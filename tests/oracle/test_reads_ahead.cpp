@@ -69,6 +69,36 @@ TEST(OneThread, BesideReturnsTheSidesResultAndWaitsForItWhenTheCallerThrows) {
                spec::Unsupported);
 }
 
+/// Several threads take the tasks as they come free: tasks run at once (each waits until four are
+/// running: on fewer threads this would never finish), every task runs once, results and
+/// exceptions come back through the futures, and the destructor runs what is still queued.
+TEST(TaskThreads, RunTasksAtOnceOnSeveralThreadsAndDrainTheQueueBeforeJoining) {
+  std::atomic<int> running{0}, ran{0};
+  {
+    TaskThreads t(4);
+    std::vector<std::future<int>> results;
+    for (int i = 0; i < 4; ++i) {
+      results.push_back(t.post([&running, i] {
+        ++running;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (running.load() < 4 && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::yield();
+        return running.load() >= 4 ? i : -1;
+      }));
+    }
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(results[static_cast<std::size_t>(i)].get(), i);
+    auto thrown = t.post([]() -> int { throw spec::FailedToRun("a check failed"); });
+    EXPECT_THROW(thrown.get(), spec::FailedToRun);
+    for (int i = 0; i < 200; ++i) {
+      (void)t.post([&ran] {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        ++ran;
+      });
+    }
+  }  // the futures dropped: the queue still runs before the threads join
+  EXPECT_EQ(ran.load(), 200);
+}
+
 ReadCase small_case(std::uint64_t seed) {
   ReadOverrides o;
   o.max_seq_len = 300;

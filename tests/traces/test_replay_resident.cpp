@@ -325,15 +325,19 @@ TEST(TraceReplayResident, ADivergentTierIsCaughtOnItsSampleAndWhereASubjectFails
   SKIP_WITHOUT_GPU(subjects);
   const Trace t = load_trace(testing::trace_data_dir() / "serving_bf16_nhd.st");
   const auto layers = static_cast<std::int64_t>(t.config.layers.size());
-  // Sampled steps 0, 1, 2, 10, ...: step 2 is one, step 5 is not.
-  for (const std::int64_t step : {2, 5}) {
-    SCOPED_TRACE("tier diverging at step " + std::to_string(step));
+  // Sampled steps 0, 1, 2, 10, ...: step 2 is one, step 5 is not. `shared`: the judged subject has
+  // the tier's own fault and agrees with it, so only the sampled check (its layers on the check
+  // threads, its pages brought back without waiting) can catch the tier, over a longer replay.
+  for (const auto& [step, shared] :
+       {std::pair<std::int64_t, bool>{2, false}, {5, false}, {2, true}}) {
+    SCOPED_TRACE("tier diverging at step " + std::to_string(step) + (shared ? ", shared" : ""));
+    const std::int64_t k_byte = written_k_byte(t, static_cast<std::size_t>(step));
     oracle::SubjectList list = oracle::make_subjects();
-    auto tier = planted_subject("diverging-device-tier", layers, step,
-                                written_k_byte(t, static_cast<std::size_t>(step)));
+    auto tier = planted_subject("diverging-device-tier", layers, step, k_byte);
+    list.push_back(planted_subject("same-fault-device", layers, step, k_byte));
     ReplayOptions o = resident_options();
-    o.step_end = 12;
-    o.subjects = {"cuda-unfused"};
+    o.step_end = shared ? 30 : 12;
+    o.subjects = {shared ? "same-fault-device" : "cuda-unfused"};
     o.tier_answerers[spec::Op::kWrite] = tier.get();
     const ReplayReport r = replay_trace(t, o, list);
     EXPECT_EQ(r.worst, spec::Outcome::kFailedToRun) << r.summary();
@@ -349,6 +353,12 @@ TEST(TraceReplayResident, ADivergentTierIsCaughtOnItsSampleAndWhereASubjectFails
     EXPECT_NE(r.tier_disagreement.find("first: layer 0, buffer=k"), std::string::npos)
         << r.tier_disagreement;
     EXPECT_EQ(r.steps_run, step + 1) << "the step it was caught on counts";
+    if (!shared) continue;
+    EXPECT_EQ(r.tier_checks, (step + 1) * layers) << "steps 0, 1, 2";
+    EXPECT_EQ(r.tier_layers, (step + 1) * layers);
+    ASSERT_EQ(r.subjects.size(), 1u) << r.summary();
+    EXPECT_EQ(r.subjects[0].layer_writes, (step + 1) * layers);
+    EXPECT_EQ(r.subjects[0].outcome, spec::Outcome::kPass) << "it agreed with the tier";
   }
 }
 
@@ -394,6 +404,74 @@ TEST(TraceReplayResident, PoisonOfMoreRangesThanAGridRowLimitReachesEveryRange) 
       }
     }
   }
+}
+
+/// Pages brought back without waiting (download_async) are the pages a waited download brings
+/// back, for one layer or all at once; `same_as` tells them from caches that differ in one byte;
+/// a second download over the same list (`like`) sees what the device changed since; a layer none
+/// of whose buffers the ranges name holds no page and matches anything.
+TEST(TraceReplayResident, PagesBroughtBackWithoutWaitingAreTheWaitedDownloadsPages) {
+  oracle::SubjectList subjects = oracle::make_subjects();
+  SKIP_WITHOUT_GPU(subjects);
+  spec::ModelConfig config;
+  config.layers = {spec::LayerKind::kSparse, spec::LayerKind::kDense};
+  config.geometry.num_kv_heads = 2;
+  config.geometry.head_dim = 64;
+  config.geometry.block_size = 16;
+  config.geometry.num_blocks = 40;
+  const reference::PagedCacheLayout layout(config);
+  std::vector<spec::LayerCaches> initial;
+  for (std::int64_t l = 0; l < 2; ++l)
+    initial.push_back(oracle::make_layer_caches(layout, l, config.layers[l], /*lazy=*/true));
+  gpu::GeneratedValues values{7, {}, spec::DType::kBF16};
+  std::unique_ptr<gpu::ResidentReplay> device;
+  ASSERT_NO_THROW(device = std::make_unique<gpu::ResidentReplay>(
+                      config, std::vector<std::int64_t>{0, 1}, initial, 1, values,
+                      std::vector<std::vector<float>>{{1.0f}},
+                      std::vector<std::vector<float>>{{1.0f}}, 1));
+  constexpr std::int64_t kPage = spec::ByteStorage::kPageBytes;
+  // Odd edges (rounded out to pages), K's and V's; index-K (buffer 2) only the sparse layer has.
+  const std::vector<gpu::BufferByteRange> ranges{
+      {0, 3 * kPage + 17, 5 * kPage - 3}, {1, 0, 10}, {2, kPage + 1, kPage + 2}};
+  const std::vector<gpu::BufferByteRange> index_only{{2, 0, 2 * kPage}};
+  std::vector<spec::LayerCaches> waited = initial, all = initial, async = initial;
+  for (std::size_t li = 0; li < 2; ++li) device->download(li, 0, ranges, waited[li]);
+  device->download(0, ranges, all);
+  const std::shared_ptr<const gpu::PagesInFlight> pages = device->download_async(0, ranges);
+  EXPECT_GT(pages->bytes(), 4 * kPage);
+  for (std::size_t li = 0; li < 2; ++li) {
+    SCOPED_TRACE("layer " + std::to_string(li));
+    pages->store(li, async[li]);
+    for (std::size_t b = 0; b < waited[li].buffers.size(); ++b) {
+      EXPECT_EQ(all[li].buffers[b].storage.materialised(),
+                waited[li].buffers[b].storage.materialised());
+      EXPECT_EQ(async[li].buffers[b].storage.materialised(),
+                waited[li].buffers[b].storage.materialised());
+      EXPECT_TRUE(async[li].buffers[b].storage == waited[li].buffers[b].storage);
+      EXPECT_TRUE(all[li].buffers[b].storage == waited[li].buffers[b].storage);
+    }
+    EXPECT_TRUE(pages->same_as(li, async[li]));
+  }
+  // One byte of the sparse layer's V page differs on the host.
+  async[0].buffers[1].storage[5] ^= 0x40;
+  EXPECT_FALSE(pages->same_as(0, async[0]));
+  // The device changes K's page 4 of the sparse layer; the same list again sees it.
+  const gpu::DeviceKvCaches& views = device->views(0, 0);
+  auto* k = static_cast<std::uint8_t*>(views.k_cache.data);
+  const std::int64_t at = 4 * kPage + 8 - spec::kGuardBytes;  // a body offset in page 4
+  ASSERT_EQ(cudaMemsetAsync(k + at, 0x7F, 2, static_cast<cudaStream_t>(device->stream())),
+            cudaSuccess);
+  const std::unique_ptr<gpu::PagesInFlight> again = device->download_async(0, ranges, pages.get());
+  EXPECT_FALSE(again->same_as(0, waited[0]));
+  EXPECT_TRUE(again->same_as(1, waited[1]));
+  spec::LayerCaches changed = initial[0];
+  again->store(0, changed);
+  EXPECT_EQ(changed.buffers[0].storage.byte(4 * kPage + 8), 0x7F);
+  EXPECT_EQ(changed.buffers[0].storage.byte(4 * kPage + 9), 0x7F);
+  // The dense layer has no index-K: nothing of it comes back, and nothing differs.
+  const std::unique_ptr<gpu::PagesInFlight> none = device->download_async(0, index_only);
+  EXPECT_EQ(none->bytes(), 2 * kPage);
+  EXPECT_TRUE(none->same_as(1, initial[1]));
 }
 
 /// A dense layer of about `bytes` of caches: K and V of 16-token blocks of one 128-dim bf16 head,

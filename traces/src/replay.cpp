@@ -11,6 +11,7 @@
 #include <functional>
 #include <future>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <semaphore>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include "kvo/oracle/campaign.hpp"
 #include "kvo/oracle/dense_diff.hpp"
 #include "kvo/oracle/harness.hpp"
+#include "kvo/oracle/one_thread.hpp"
 #include "kvo/oracle/read_diff.hpp"
 #include "kvo/oracle/read_judge.hpp"
 #include "kvo/oracle/resident_writes.hpp"
@@ -407,6 +409,11 @@ class Replayer {
   /// over `bytes` (the pages a subject failed on); empty when they agree, else the disagreement.
   std::string resident_tier_recheck(oracle::ResidentWrites& rw, std::size_t li, std::int64_t s,
                                     std::span<const oracle::BufferBytes> bytes);
+  /// A sampled step's check of layer li: the CPU reference's write of step s's CPU-generated values
+  /// over the tier's pages from `before` the step, against its pages `after` it. Empty when they
+  /// agree, else the SPEC 7 report. Runs on any thread.
+  std::string check_sampled_layer(std::int64_t s, std::size_t li, const gpu::PagesInFlight& before,
+                                  const gpu::PagesInFlight& after) const;
   /// The layer's host caches (every buffer lazy) holding `bytes` of writer `writer`'s copy.
   spec::LayerCaches resident_pages(oracle::ResidentWrites& rw, std::size_t li, std::size_t writer,
                                    std::span<const oracle::BufferBytes> bytes);
@@ -883,6 +890,28 @@ spec::LayerCaches Replayer::resident_pages(oracle::ResidentWrites& rw, std::size
   return out;
 }
 
+std::string Replayer::check_sampled_layer(std::int64_t s, std::size_t li,
+                                          const gpu::PagesInFlight& before,
+                                          const gpu::PagesInFlight& after) const {
+  const std::int64_t l = layers_[li];
+  const spec::LayerKind kind = c_.layers[static_cast<std::size_t>(l)];
+  spec::LayerCaches cpu = oracle::make_layer_caches(layout_, l, kind, true);
+  before.store(li, cpu);
+  std::int64_t flagged = 0;
+  for (const spec::CacheBuffer& b : cpu.buffers) flagged += b.storage.flagged_pages();
+  const LayerInput in = generate_layer(s, li);
+  oracle::materialise_write(layout_, cpu, in.write);
+  reference::write_layer(c_, in.write, cpu);
+  // Where the write materialised no page beyond those brought back (its slots land in the step's
+  // blocks), both sides hold the same pages: compared in place.
+  for (const spec::CacheBuffer& b : cpu.buffers) flagged -= b.storage.flagged_pages();
+  if (flagged == 0 && after.same_as(li, cpu)) return {};
+  spec::LayerCaches tier = oracle::make_layer_caches(layout_, l, kind, true);
+  after.store(li, tier);
+  if (same_bytes(cpu, tier)) return {};
+  return oracle::diff_layer_caches(layout_, l, cpu, tier, nullptr).report();
+}
+
 std::string Replayer::resident_tier_recheck(oracle::ResidentWrites& rw, std::size_t li,
                                             std::int64_t s,
                                             std::span<const oracle::BufferBytes> bytes) {
@@ -1012,6 +1041,9 @@ void Replayer::run_resident(const ReplayProgress& progress) {
     ~ReportTimes() { fn(); }
   } const report_on_exit{report_times};
 
+  // A sampled step's layers are checked on threads of their own (the workers' count), started at
+  // the first sampled step.
+  std::optional<oracle::TaskThreads> check_threads;
   const std::int64_t first = o_.step_begin;
   std::int64_t last_sweep = first - 1;
   bool stop = false;
@@ -1021,11 +1053,14 @@ void Replayer::run_resident(const ReplayProgress& progress) {
     lap(kStage);
     const bool sampled =
         oracle::tier_sampled(s - first, o_.tier_sample_first, o_.tier_sample_every);
-    // A sampled step: the tier's pages before the step, which the CPU reference writes next.
-    std::vector<spec::LayerCaches> cpu;
+    // A sampled step: the tier's pages before the step, which the CPU reference writes next (with
+    // the guard bands' pages: every page a check's caches hold is the copy's).
+    std::vector<oracle::BufferBytes> check_bytes;
+    std::shared_ptr<const gpu::PagesInFlight> before;
     if (sampled) {
-      for (std::size_t li = 0; li < layers_.size(); ++li)
-        cpu.push_back(resident_pages(rw, li, 0, bytes));
+      check_bytes = oracle::step_bytes(layout_, widest, {});
+      check_bytes.insert(check_bytes.end(), bytes.begin(), bytes.end());
+      before = rw.download_async(0, check_bytes);
       lap(kChecks);
     }
     // Layer by layer, the tier then each subject (the inputs generated once a layer); a subject
@@ -1085,28 +1120,24 @@ void Replayer::run_resident(const ReplayProgress& progress) {
     if (sampled) {
       // The CPU reference's write of the CPU-generated values over the tier's pages from before
       // the step, against the tier's pages after it: the device's values and the tier's write.
-      // The pages come back on this thread; the layers are written and compared on the workers.
-      std::vector<spec::LayerCaches> tier(layers_.size());
-      for (std::size_t li = 0; li < layers_.size(); ++li)
-        tier[li] = resident_pages(rw, li, 0, bytes);
-      std::vector<std::string> problems(layers_.size());
-      each_layer([&](std::size_t li) {
-        const LayerInput in = generate_layer(s, li);
-        oracle::materialise_write(layout_, cpu[li], in.write);
-        reference::write_layer(c_, in.write, cpu[li]);
-        if (!same_bytes(cpu[li], tier[li])) {
-          problems[li] =
-              oracle::diff_layer_caches(layout_, layers_[li], cpu[li], tier[li], nullptr).report();
-        }
-      });
+      // Each side's pages come back in one copy; the layers are checked on the check threads.
+      const std::shared_ptr<const gpu::PagesInFlight> after =
+          rw.download_async(0, check_bytes, before.get());
+      if (!check_threads) check_threads.emplace(workers_);
+      std::vector<std::future<std::string>> problems;
+      for (std::size_t li = 0; li < layers_.size(); ++li) {
+        problems.push_back(check_threads->post(
+            [this, s, li, before, after] { return check_sampled_layer(s, li, *before, *after); }));
+      }
       report_.tier_checks += static_cast<std::int64_t>(layers_.size());
-      for (std::size_t li = 0; li < layers_.size() && !stop; ++li) {
-        if (problems[li].empty()) continue;
+      for (std::size_t li = 0; li < layers_.size(); ++li) {
+        const std::string problem = problems[li].get();
+        if (problem.empty() || stop) continue;
         stop = tier_failed(s, li,
                            tier_who(li) +
                                " disagrees with the CPU reference on a sampled step (the values "
                                "generated and the caches written on the device)\n" +
-                               problems[li]);
+                               problem);
       }
       lap(kChecks);
     }

@@ -7,7 +7,7 @@
 /// from SPEC 8's rules (spec/generated_values.hpp); a write function (DeviceWriteFunction) writes
 /// a copy; copies are compared byte for byte on the device, and only the verdicts (a count and
 /// the first differing byte per layer) come back to the host. Everything runs on one stream, in
-/// call order, from one host thread.
+/// call order, from one host thread (PagesInFlight's stores excepted).
 ///
 /// The rounding of a generated value to the activation dtype is the device's own conversion:
 /// `generated_rows_on_device` is tested against reference::generated_rows byte for byte.
@@ -84,6 +84,30 @@ struct ResidentDifference {
 /// and read once a case instead of twice.
 enum class DefinedCopies { kEvery, kFirst };
 
+/// Pages of a resident copy on their way to the host (ResidentReplay::download_async): gathered on
+/// the device when asked, copied to pinned host memory in the background. Unlike the rest of this
+/// file, any host thread may store them, and destroy it (it waits for the copy first).
+class PagesInFlight {
+ public:
+  ~PagesInFlight();
+  PagesInFlight(const PagesInFlight&) = delete;
+  PagesInFlight& operator=(const PagesInFlight&) = delete;
+  /// The host bytes it holds.
+  std::int64_t bytes() const;
+  /// Waits for the copy (spec::FailedToRun on a CUDA error), then stores the pages of layer li
+  /// into `into` (the layer's host caches, lazy or dense), as ResidentReplay::download does.
+  void store(std::size_t li, spec::LayerCaches& into) const;
+  /// Waits for the copy, then whether every page of layer li equals the bytes `caches` (the
+  /// layer's host caches, holding those pages) holds there.
+  bool same_as(std::size_t li, const spec::LayerCaches& caches) const;
+
+ private:
+  friend class ResidentReplay;
+  struct State;
+  explicit PagesInFlight(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
 class ResidentReplay {
  public:
   /// Copies `copies` (>= 1) of every layer's caches to the device, each as `initial[li]` holds them
@@ -140,6 +164,19 @@ class ResidentReplay {
   /// (spec::ByteStorage::kPageBytes), stored into `into` (the layer's host caches, lazy or dense).
   void download(std::size_t li, std::size_t copy, std::span<const BufferByteRange> ranges,
                 spec::LayerCaches& into);
+  /// The same for every layer at once (`into[li]`: layer li's host caches; one gather on the
+  /// device and one copy back for all of them).
+  void download(std::size_t copy, std::span<const BufferByteRange> ranges,
+                std::span<spec::LayerCaches> into);
+  /// The bytes of `ranges` of copy `copy` of every layer, rounded out to whole pages, gathered on
+  /// the device in stream order (as the launches before this call leave them) and copied to the
+  /// host in the background, without waiting: the host stores them where and when it needs them
+  /// (a replay's sampled checks, on threads of their own).
+  /// `like`: an earlier download_async of the same ranges (a step's pages before and after its
+  /// writes): its list of pages is reused.
+  std::unique_ptr<PagesInFlight> download_async(std::size_t copy,
+                                                std::span<const BufferByteRange> ranges,
+                                                const PagesInFlight* like = nullptr);
   /// Waits for the stream; a CUDA error is spec::FailedToRun.
   void synchronize();
   /// Copy `copy` of layer li as the views a call receives (its buffers' bodies on the device), and

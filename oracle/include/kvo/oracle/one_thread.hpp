@@ -1,12 +1,15 @@
 #pragma once
 /// \file one_thread.hpp
-/// A host thread of its own that runs the tasks posted to it one after another, in the order
-/// posted. What kvo_gpu keeps per host thread (a device memory pool, a stream, a staging block)
-/// is then one for every task: the GPU tier's answerer is called through one
-/// (reference_tier.cpp's OneThreadSubject), and a resident read case's tier reads run on one
-/// beside the main thread's reads of the other copy (resident_reads.hpp).
+/// Host threads of their own that run the tasks posted to them. `OneThread`, one thread running
+/// its tasks one after another in the order posted: what kvo_gpu keeps per host thread (a device
+/// memory pool, a stream, a staging block) is then one for every task; the GPU tier's answerer is
+/// called through one (reference_tier.cpp's OneThreadSubject), and a resident read case's tier
+/// reads run on one beside the main thread's reads of the other copy (resident_reads.hpp).
+/// `TaskThreads`, several threads taking the posted tasks in order, each the next when it is free:
+/// a resident replay's sampled checks of the tier run on them while the next steps replay.
 
 #include <condition_variable>
+#include <cstddef>
 #include <deque>
 #include <functional>
 #include <future>
@@ -14,23 +17,27 @@
 #include <mutex>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 namespace kvo::oracle {
 
-class OneThread {
+class TaskThreads {
  public:
-  OneThread() : thread_([this] { serve(); }) {}
+  /// `threads` >= 1 threads.
+  explicit TaskThreads(std::size_t threads) {
+    for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { serve(); });
+  }
   /// Runs what is queued, then joins.
-  ~OneThread() {
+  ~TaskThreads() {
     {
       const std::lock_guard<std::mutex> lock(mu_);
       done_ = true;
     }
     ready_.notify_all();
-    thread_.join();
+    for (std::thread& t : threads_) t.join();
   }
-  OneThread(const OneThread&) = delete;
-  OneThread& operator=(const OneThread&) = delete;
+  TaskThreads(const TaskThreads&) = delete;
+  TaskThreads& operator=(const TaskThreads&) = delete;
 
   /// Queues `fn`; the future holds its result or what it threw.
   template <class Fn>
@@ -42,13 +49,13 @@ class OneThread {
       const std::lock_guard<std::mutex> lock(mu_);
       tasks_.emplace_back([task] { (*task)(); });
     }
-    ready_.notify_all();
+    ready_.notify_one();
     return done;
   }
 
-  /// `side` run on this thread while the caller runs `here`; side's result. Both have finished
-  /// before this returns or throws (what `here` throws first, else what `side` threw), so `side`
-  /// may use what the caller's frame holds.
+  /// `side` run on one of these threads while the caller runs `here`; side's result. Both have
+  /// finished before this returns or throws (what `here` throws first, else what `side` threw), so
+  /// `side` may use what the caller's frame holds.
   template <class Side, class Here>
   std::invoke_result_t<Side&> beside(Side side, Here&& here) {
     auto done = post(std::move(side));
@@ -79,7 +86,13 @@ class OneThread {
   std::condition_variable ready_;
   std::deque<std::function<void()>> tasks_;
   bool done_ = false;
-  std::thread thread_;  ///< last: started once the rest exists
+  std::vector<std::thread> threads_;  ///< last: started once the rest exists
+};
+
+/// One thread: its tasks run one after another, in the order posted.
+class OneThread : public TaskThreads {
+ public:
+  OneThread() : TaskThreads(1) {}
 };
 
 }  // namespace kvo::oracle

@@ -113,6 +113,15 @@ class ResidentWrites {
   /// `bytes` (rounded out to whole pages) of writer `writer`'s copy of layer li, into `into`.
   void download(std::size_t li, std::size_t writer, std::span<const BufferBytes> bytes,
                 spec::LayerCaches& into);
+  /// The same for every layer at once (`into[li]`: layer li's; one copy back for all).
+  void download(std::size_t writer, std::span<const BufferBytes> bytes,
+                std::span<spec::LayerCaches> into);
+  /// The same, not waited for (gpu::ResidentReplay::download_async): the pages as the writes
+  /// issued before this call leave them, stored into host caches when and where the caller needs
+  /// them (gpu::PagesInFlight::store, from any thread); `like` as there.
+  std::unique_ptr<gpu::PagesInFlight> download_async(std::size_t writer,
+                                                     std::span<const BufferBytes> bytes,
+                                                     const gpu::PagesInFlight* like = nullptr);
   /// Writer `writer`'s copy of layer li as a call's views, and the stream every launch runs on:
   /// what a read of the copy is handed (gpu::run_resident_indexer, gpu::run_resident_attention).
   const gpu::DeviceKvCaches& views(std::size_t li, std::size_t writer) const;

@@ -120,6 +120,9 @@ class ByteStorage {
   /// byte means its poison. Without scanning the page map (a huge cache's is megabytes). Dense:
   /// false.
   bool nothing_held() const;
+  /// Lazy storage: the pages materialised so far (a count kept as pages are flagged; stray pages
+  /// not looked for). Dense: 0.
+  std::int64_t flagged_pages() const { return lazy_ ? held_pages_ : 0; }
   /// The ranges a comparison of this storage with `other` must read: both sides' materialised
   /// ranges, merged. Everything else is poison on both sides.
   std::vector<ByteRange> compare_ranges(const ByteStorage& other) const;
