@@ -277,6 +277,7 @@ fi
 # KVO_TIER_PARTS: which of the stage's parts run (default all: writes, write-campaign, replay,
 # prod, reads).
 TIER_PARTS=${KVO_TIER_PARTS:-writes write-campaign replay prod reads}
+TIER_PARTS=${TIER_PARTS//,/ }  # comma- or space-separated, as KVO_STAGES
 tier_part() { [[ " $TIER_PARTS " == *" $1 "* ]]; }
 if want tier; then
 if tier_part writes; then
