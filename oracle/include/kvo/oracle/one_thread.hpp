@@ -6,7 +6,7 @@
 /// called through one (reference_tier.cpp's OneThreadSubject), and a resident read case's tier
 /// reads run on one beside the main thread's reads of the other copy (resident_reads.hpp).
 /// `TaskThreads`, several threads taking the posted tasks in order, each the next when it is free:
-/// a resident replay's sampled checks of the tier run on them while the next steps replay.
+/// a resident replay's sampled check of the tier runs on them, a layer a task.
 
 #include <condition_variable>
 #include <cstddef>
