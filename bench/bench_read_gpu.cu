@@ -8,6 +8,11 @@
 //   and V once per KV head, q, the output.
 //     bw_frac = those bytes / time / copy bandwidth           (target >= 0.60 at batch >= 64)
 //     x_generic = canonical time / the generic chunk kernel's (launch_attention_generic), same run
+//     bw_frac_fast, bw_frac_flash: the same share for the fast family and for the flash family's
+//       decode kernels (tensor cores, profile bf16_p; target >= 0.80 at batch >= 64), whose
+//       one-block kernel (launch_flash_attention_generic) is timed beside them (flash_generic_us)
+//     bw_frac_read_once: a kernel that only reads the same selected K and V rows (the gather's
+//       own ceiling for these 256-byte rows at a 1 KiB stride)
 // BM_IndexerTopk/batch:B/context:L — decode rows of L-token contexts: block scores of every
 //   128-token block (4 index heads, 4 KV heads, index_dim 128, block-scaled fp8 index-K) and the
 //   top 16, in one launch (the fused kernel: DeviceIndexer::row_done given). The same run times
@@ -67,6 +72,27 @@ __global__ void read_once_kernel(const uint4* __restrict__ src, std::int64_t n, 
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
     const uint4 v = src[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;  // practically never: keeps the loads alive
+}
+
+/// Reads each selected block's K and V rows once, 16 bytes a load, and folds them into one word:
+/// the "read the selected rows once" baseline of sparse decode, with the same gather as attention
+/// (the benchmark's split-NHD layout [pages, 2, kPage, kNkv, kHd], one 128-token page per
+/// selected block). One CUDA block per (slot, KV head, row); table: [batch, max_blocks], sel:
+/// [batch, kNkv, kTopk], sink: [1] unsigned.
+__global__ void read_selected_kernel(const uint4* __restrict__ kv, const std::int32_t* table,
+                                     std::int64_t max_blocks, const std::int32_t* sel,
+                                     int row_bytes, unsigned* sink) {
+  const std::int64_t slot = blockIdx.x, kvh = blockIdx.y, row = blockIdx.z;
+  const std::int64_t page = table[row * max_blocks + sel[(row * kNkv + kvh) * kTopk + slot]];
+  const int pieces = row_bytes / 16;
+  unsigned acc = 0;
+  for (int e = threadIdx.x; e < 2 * kPage * pieces; e += blockDim.x) {
+    const std::int64_t part = e / (kPage * pieces), t = e / pieces % kPage, piece = e % pieces;
+    const std::int64_t byte = (((page * 2 + part) * kPage + t) * kNkv + kvh) * row_bytes;
+    const uint4 v = kv[byte / 16 + piece];
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x12345678u) *sink = acc;  // practically never: keeps the loads alive
@@ -203,7 +229,28 @@ void BM_SparseDecode(benchmark::State& state) {
     });
     generic.run();
     const double generic_s = generic.median_s(kReps);
+    // The flash family (foreign, profile bf16_p): its decode kernels (tensor cores) and, as their
+    // baseline, its one-block kernel.
+    CapturedGraph flash(
+        [&](cudaStream_t s) { kvo::gpu::launch_flash_attention(c, p, rows.dev, a, s); });
+    flash.run();
+    const double flash_s = flash.median_s(kReps);
+    CapturedGraph flash_generic(
+        [&](cudaStream_t s) { kvo::gpu::launch_flash_attention_generic(c, p, rows.dev, a, s); });
+    flash_generic.run();
+    const double flash_generic_s = flash_generic.median_s(kReps);
+    // The same selected rows read once (the gather alone), in the same run.
+    unsigned* sink = arena.alloc<unsigned>(4);
+    CapturedGraph read_once([&](cudaStream_t s) {
+      read_selected_kernel<<<dim3(kTopk, kNkv, static_cast<unsigned>(batch)), 256, 0, s>>>(
+          static_cast<const uint4*>(kv), rows.dev.block_table, rows.dev.max_blocks, a.selection,
+          static_cast<int>(kHd * eb), sink);
+    });
+    read_once.run();
+    const double read_once_s = read_once.median_s(kReps);
     for (auto _ : state) state.SetIterationTime(times[0]);
+    state.counters["read_once_us"] = read_once_s * 1e6;
+    state.counters["bw_frac_read_once"] = bytes / read_once_s / copy_bw;
     state.counters["specialised"] = kvo::gpu::attention_is_specialised(c, p) ? 1 : 0;
     state.counters["generic_us"] = generic_s * 1e6;
     state.counters["x_generic"] = times[0] / generic_s;
@@ -215,6 +262,10 @@ void BM_SparseDecode(benchmark::State& state) {
     state.counters["copy_GBps"] = copy_bw * 1e-9;
     state.counters["bw_frac"] = bytes / times[0] / copy_bw;
     state.counters["bw_frac_fast"] = bytes / times[1] / copy_bw;
+    state.counters["flash_decode"] = kvo::gpu::flash_is_decode(c, p) ? 1 : 0;
+    state.counters["flash_us"] = flash_s * 1e6;
+    state.counters["flash_generic_us"] = flash_generic_s * 1e6;
+    state.counters["bw_frac_flash"] = bytes / flash_s / copy_bw;
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }

@@ -181,18 +181,18 @@ T_CAMP=$(($(date +%s) - START))
 fi
 
 # 2. compute-sanitizer over a reduced run (fused and unfused kernels, planted bugs, bad input, the
-# specialised attention kernel's instantiations);
+# specialised attention kernel's instantiations, the flash family's decode kernels);
 # memcheck also over the specialised write kernel's instantiations (it uses no shared memory, so
 # racecheck has nothing to look at there) and the GPU tier's read campaign (its host threads
 # launch the read kernels side by side; racecheck, of shared memory within a kernel, runs past the
 # budget there and looks at nothing the other tests do not).
-SAN_FILTER=${KVO_SAN_FILTER:-'Shards/RandomCases.GpuMatchesReference/0:PlantedBug.*:BadInput.*:LegacyWrap.*:DenseInsert.*:Shards/GpuRead.*/0:GpuReadBadInput.*:SpecialisedAttention.*:FusedIndexer.*'}
+SAN_FILTER=${KVO_SAN_FILTER:-'Shards/RandomCases.GpuMatchesReference/0:PlantedBug.*:BadInput.*:LegacyWrap.*:DenseInsert.*:Shards/GpuRead.*/0:GpuReadBadInput.*:SpecialisedAttention.*:FusedIndexer.*:GpuFlash.Decode*'}
 san_errors() { grep -oE '(ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors)' "$1" | tail -1 | grep -oE '[0-9]+'; }
 if want sanitizers; then
 for tool in memcheck racecheck; do
   filter=$SAN_FILTER
   [[ $tool == memcheck ]] && filter="$SAN_FILTER:SpecialisedWrite.*:ReferenceTierReads.TheGpu*:ReferenceTierReads.TheResident*"
-  KVO_GPU_CASES=$SAN_CASES KVO_SPECIALISED_MAX_TOKENS=40 KVO_DENSE_CASES=10 KVO_GPU_READ_CASES=4 KVO_GPU_READ_LONG=0 KVO_TIER_READ_CASES=12 timeout $(budget 150) compute-sanitizer --tool $tool --print-limit 20 \
+  KVO_GPU_CASES=$SAN_CASES KVO_SPECIALISED_MAX_TOKENS=40 KVO_DENSE_CASES=10 KVO_GPU_READ_CASES=4 KVO_GPU_READ_LONG=0 KVO_TIER_READ_CASES=12 KVO_GPU_FLASH_DECODE_SPARSE_BLOCKS=1 timeout $(budget 150) compute-sanitizer --tool $tool --print-limit 20 \
     "$BIN/test_gpu_write" --gtest_filter="$filter" >"$LOGS/sanitizer_$tool.log" 2>&1
   echo "exit $?" >>"$LOGS/sanitizer_$tool.log"
 done
@@ -485,14 +485,14 @@ try:
 except Exception as e:
     print("bench_read: no results (%s)" % e); sys.exit(0)
 ok = lambda b: "ok" if b else "MISS"
-print("%-5s %5s %10s %10s %10s %8s %8s %9s %9s  %s" % ("cache", "batch", "canon_us", "generic_us", "fast_us", "MB", "copyGBs", "bwFrac", "bwF_fast", "target bwFrac>=0.60 at batch>=64"))
+print("%-5s %5s %10s %10s %10s %9s %9s %8s %8s %9s %9s %9s %9s  %s" % ("cache", "batch", "canon_us", "generic_us", "fast_us", "flash_us", "flash1_us", "MB", "copyGBs", "bwFrac", "bwF_fast", "bwF_flash", "bwF_read1", "targets canonical>=0.60, flash>=0.80 at batch>=64"))
 for r in runs:
     if r.get("error_occurred"):
         print("bench_read error:", r["name"], r.get("error_message")); continue
     n = r["name"]
     if n.startswith("BM_SparseDecode"):
         b = int(n.split("batch:")[1].split("/")[0])
-        print("%-5s %5d %10.2f %10.2f %10.2f %8.1f %8.0f %9.3f %9.3f  %s" % ("fp8" if "fp8:1" in n else "bf16", b, r["canonical_us"], r.get("generic_us", float("nan")), r["fast_us"], r["MB"], r["copy_GBps"], r["bw_frac"], r["bw_frac_fast"], ok(r["bw_frac"] >= 0.6) if b >= 64 else "-"))
+        print("%-5s %5d %10.2f %10.2f %10.2f %9.2f %9.2f %8.1f %8.0f %9.3f %9.3f %9.3f %9.3f  %s" % ("fp8" if "fp8:1" in n else "bf16", b, r["canonical_us"], r.get("generic_us", float("nan")), r["fast_us"], r.get("flash_us", float("nan")), r.get("flash_generic_us", float("nan")), r["MB"], r["copy_GBps"], r["bw_frac"], r["bw_frac_fast"], r.get("bw_frac_flash", float("nan")), r.get("bw_frac_read_once", float("nan")), (ok(r["bw_frac"] >= 0.6) + " " + ok(r.get("bw_frac_flash", 0) >= 0.8)) if b >= 64 else "-"))
 print("%5s %8s %10s %10s %10s %10s %8s %8s %9s %6s  %s" % ("batch", "context", "canon_us", "fast_us", "2launch_us", "read1_us", "MB", "x_read", "x_r_fast", "fused", "target x_read<=2"))
 for r in runs:
     n = r["name"]

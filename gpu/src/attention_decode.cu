@@ -10,17 +10,17 @@ bool attention_decode_applies(const spec::ModelConfig& c, const spec::AttentionP
   const std::int64_t hd = c.geometry.head_dim, nkv = c.geometry.num_kv_heads;
   if (nkv < 1 || p.num_q_heads % nkv != 0) return false;
   const std::int64_t group = p.num_q_heads / nkv;
-  const spec::DType dt = c.kv.cache_dtype;
-  const std::int64_t eb = spec::dtype_bytes(dt);
-  // Every K and V row starts 16-byte aligned (the pointers are checked at the launch).
-  const KvStrides st = kv_strides(c);
-  const bool aligned = (st.block * eb) % 16 == 0 && (st.token * eb) % 16 == 0 &&
-                       (st.head * eb) % 16 == 0 && (st.kv_part * eb) % 16 == 0 &&
-                       (st.offset * eb) % 16 == 0;
   return (hd == 64 || hd == 128) &&
          (group == 1 || group == 2 || group == 4 || group == 8 || group == 16) &&
-         p.sparse_block >= 1 && p.sparse_block <= kDecodeMaxSbp && dt != spec::DType::kF32 &&
-         aligned;
+         p.sparse_block >= 1 && p.sparse_block <= kDecodeMaxSbp &&
+         c.kv.cache_dtype != spec::DType::kF32 && kv_rows_aligned16(c);
+}
+
+bool kv_rows_aligned16(const spec::ModelConfig& c) {
+  const std::int64_t eb = spec::dtype_bytes(c.kv.cache_dtype);
+  const KvStrides st = kv_strides(c);
+  return (st.block * eb) % 16 == 0 && (st.token * eb) % 16 == 0 && (st.head * eb) % 16 == 0 &&
+         (st.kv_part * eb) % 16 == 0 && (st.offset * eb) % 16 == 0;
 }
 
 namespace {

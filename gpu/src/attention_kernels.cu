@@ -32,4 +32,16 @@ void launch_flash_attention(const spec::ModelConfig& config, const spec::Attenti
   detail::launch_flash_attention_t<spec::AttentionBug::kNone>(config, params, batch, a, stream);
 }
 
+void launch_flash_attention_generic(const spec::ModelConfig& config,
+                                    const spec::AttentionParams& params,
+                                    const DeviceReadBatch& batch, const DeviceAttention& a,
+                                    void* stream) {
+  detail::launch_flash_attention_t<spec::AttentionBug::kNone, AttentionPath::kGeneric>(
+      config, params, batch, a, stream);
+}
+
+bool flash_is_decode(const spec::ModelConfig& config, const spec::AttentionParams& params) {
+  return detail::flash_decode_applies(config, params);
+}
+
 }  // namespace kvo::gpu

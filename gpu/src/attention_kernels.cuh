@@ -423,6 +423,11 @@ void run_attention(const AttnArgs& a, std::int64_t rows, std::size_t smem, cudaS
 /// (attention_decode.cuh): head_dim 64 or 128, 1, 2, 4, 8 or 16 query heads per KV head,
 /// sparse_block <= 128, a 16- or 8-bit cache whose rows start 16-byte aligned. Host-only.
 bool attention_decode_applies(const spec::ModelConfig& c, const spec::AttentionParams& p);
+/// Whether every K and V row of the layer's caches starts 16 bytes past a 16-byte-aligned view
+/// start (the strides and the view offset; the pointers are checked at the launch). Host-only.
+bool kv_rows_aligned16(const spec::ModelConfig& c);
+/// Whether a pointer is 16-byte aligned.
+inline bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
 /// Both kernels of attention with the specialised chunk kernel (attention_decode.cu).
 void run_attention_decode(const AttnArgs& a, std::int64_t rows, bool canonical,
                           cudaStream_t stream);
@@ -510,6 +515,7 @@ void launch_attention_t(const spec::ModelConfig& c, const spec::AttentionParams&
           "attention: more than 65535 query rows or heads");
   require(d.selection == nullptr || d.topk <= kMaxTopk,
           "attention: topk above " + std::to_string(kMaxTopk));
+  require(d.workspace != nullptr, "attention: no workspace given (attention_workspace_floats)");
   const int sbp = next_pow2(p.sparse_block);
   const int row_bytes = static_cast<int>(hd) * dtype_size(static_cast<int>(c.kv.cache_dtype));
   const int tile =
@@ -526,11 +532,8 @@ void launch_attention_t(const spec::ModelConfig& c, const spec::AttentionParams&
   const float sm = default_or_given_sm(p, hd);
   const auto s = static_cast<cudaStream_t>(stream);
   if constexpr (F == ReadBug::kNone) {  // planted bugs: the fast family and generic kernel only
-    const auto aligned = [](const void* ptr) {
-      return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0;
-    };
     const bool decode = kPath == AttentionPath::kAuto && attention_decode_applies(c, p) &&
-                        aligned(d.k_cache) && aligned(d.v_cache);
+                        aligned16(d.k_cache) && aligned16(d.v_cache);
     const bool canonical = kernel == ReadKernel::kCanonical;
     a.sm = canonical ? sm : sm * kLog2e;
     if (decode) return run_attention_decode(a, b.num_rows, canonical, s);
@@ -751,6 +754,14 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(AttnArgs
   }
 }
 
+/// Whether the flash family's decode kernels (flash_decode.cuh) run this call, given a workspace
+/// and 16-byte-aligned K and V pointers: head_dim 64 or 128, at most 16 query heads per KV head,
+/// sparse_block <= 128, a 16- or 8-bit cache whose rows start 16-byte aligned. Host-only.
+bool flash_decode_applies(const spec::ModelConfig& c, const spec::AttentionParams& p);
+/// Both decode kernels of the flash family (flash_decode.cu); a.ws: the workspace. `per_block`:
+/// chunk slots a CUDA block runs (0: the launch's own choice, flash_decode.cu's model).
+void run_flash_decode(const AttnArgs& a, std::int64_t rows, cudaStream_t stream, int per_block = 0);
+
 template <int KvDt, spec::AttentionBug B>
 void run_flash(const AttnArgs& a, std::int64_t rows, std::size_t smem, cudaStream_t s) {
   allow_smem(flash_attention_kernel<KvDt, B>, smem);
@@ -760,8 +771,12 @@ void run_flash(const AttnArgs& a, std::int64_t rows, std::size_t smem, cudaStrea
   check_cuda(cudaGetLastError(), "flash_attention_kernel launch");
 }
 
-/// launch_flash_attention (kvo/gpu/read.hpp) with bug B planted (kNone in production).
-template <spec::AttentionBug B>
+/// launch_flash_attention (kvo/gpu/read.hpp; launch_flash_attention_generic with kPath kGeneric)
+/// with bug B planted (kNone in production). The decode kernels take a call where
+/// flash_decode_applies and a workspace is given; planted bugs run in the one-block kernel only.
+/// kPerBlock: the decode kernels' chunk slots a CUDA block (0: their own choice; kvo_gpu_testing
+/// sets others, whose outputs must be the same bits).
+template <spec::AttentionBug B, AttentionPath kPath = AttentionPath::kAuto, int kPerBlock = 0>
 void launch_flash_attention_t(const spec::ModelConfig& c, const spec::AttentionParams& p,
                               const DeviceReadBatch& b, const DeviceAttention& d, void* stream) {
   const std::int64_t hd = c.geometry.head_dim, nkv = c.geometry.num_kv_heads;
@@ -782,6 +797,13 @@ void launch_flash_attention_t(const spec::ModelConfig& c, const spec::AttentionP
   if constexpr (B == spec::AttentionBug::kScaleOff) sm = sm * spec::kScaleOffFactor;
   a.sm = sm * kLog2e;
   const auto s = static_cast<cudaStream_t>(stream);
+  if constexpr (B == spec::AttentionBug::kNone && kPath == AttentionPath::kAuto) {
+    if (d.workspace != nullptr && flash_decode_applies(c, p) && aligned16(d.k_cache) &&
+        aligned16(d.v_cache)) {
+      a.ws = d.workspace;
+      return run_flash_decode(a, b.num_rows, s, kPerBlock);
+    }
+  }
   switch (a.g.kv_dtype) {
     case kDtF32:
       return run_flash<kDtF32, B>(a, b.num_rows, smem, s);

@@ -233,7 +233,9 @@ spec::HostTensor detail::flash_attention_host_via(
   const RunAttention run = [&](const DeviceReadBatch& rows, const DeviceAttention& a) {
     launch(c, p, rows, a, nullptr);
   };
-  return attention_host_common(run, false, c, p, b, q, caches, k_scale, v_scale, selection, topk);
+  // The decode kernels' chunk results need the workspace; the one-block kernel has none.
+  return attention_host_common(run, flash_is_decode(c, p), c, p, b, q, caches, k_scale, v_scale,
+                               selection, topk);
 }
 
 namespace {

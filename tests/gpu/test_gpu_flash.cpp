@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "kvo/gpu/device.hpp"
 #include "kvo/gpu/read.hpp"
@@ -61,12 +63,13 @@ TEST(GpuFlash, PassesItsProfileAndFailsFp32) {
   std::string why;
   if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
   const int n = env_cases("KVO_GPU_FLASH_CASES", 200);
-  int fp32_failures = 0;
+  int fp32_failures = 0, decode_cases = 0;
   double worst = 0.0, worst_fp32 = 0.0;
   for (int i = 0; i < n; ++i) {
     oracle::ReadOverrides o;
     o.max_seq_len = i % 4 == 0 ? 1200 : std::optional<std::int64_t>{};
     const oracle::ReadCase rc = oracle::make_read_case(kSeed0 + static_cast<std::uint64_t>(i), o);
+    decode_cases += gpu::flash_is_decode(rc.config, rc.attention);
     for (const bool dense : {false, true}) {
       oracle::ReadExpectation e(rc, dense);
       const spec::HostTensor out = flash(e, std::nullopt);
@@ -82,10 +85,120 @@ TEST(GpuFlash, PassesItsProfileAndFailsFp32) {
     }
   }
   EXPECT_GT(fp32_failures, 0) << "bf16 P passed the fp32 bound on every case from seed " << kSeed0;
+  EXPECT_GT(decode_cases, 0) << "no default case took the decode kernels";
   std::printf(
-      "[gpu-flash] %d default cases x (sparse, dense) pass under bf16_p, worst error / allowed "
-      "%.3g; under fp32 %d of %d fail, worst %.3g\n",
-      n, worst, fp32_failures, 2 * n, worst_fp32);
+      "[gpu-flash] %d default cases x (sparse, dense) pass under bf16_p (%d through the decode "
+      "kernels), worst error / allowed %.3g; under fp32 %d of %d fail, worst %.3g\n",
+      n, decode_cases, worst, fp32_failures, 2 * n, worst_fp32);
+}
+
+// The decode kernels (tensor cores, a CUDA block per selected block) on each of their
+// instantiations (cache dtype x head_dim) at 1, 3, 4 and 16 query heads per KV head and chunks of
+// 128, 100 and 16 tokens, over contexts that end inside a chunk: every case, sparse and dense,
+// passes under bf16_p, as the one-block kernel's output does on the same case.
+TEST(GpuFlash, DecodeKernelsPassTheProfileOnEveryInstantiation) {
+  std::string why;
+  if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  // The sanitizers' run takes the first sparse_block only.
+  const int sparse_blocks = std::min(3, env_cases("KVO_GPU_FLASH_DECODE_SPARSE_BLOCKS", 3));
+  int cases = 0;
+  double worst = 0.0;
+  std::uint64_t seed = kSeed0 ^ 0xDEC0DEull;
+  for (const spec::DType dt :
+       {spec::DType::kBF16, spec::DType::kF16, spec::DType::kFp8E4M3, spec::DType::kFp8E5M2}) {
+    for (const std::int64_t hd : {64, 128}) {
+      for (const std::int64_t group : {1, 3, 4, 16}) {
+        for (int b = 0; b < sparse_blocks; ++b) {
+          const std::int64_t sb = std::array<std::int64_t, 3>{128, 100, 16}[b];
+          oracle::ReadOverrides o;
+          o.kv_dtype = dt;
+          o.head_dim = hd;
+          o.group_size = group;
+          o.sparse_block = sb;
+          o.max_seq_len = 5 * sb + 37;
+          o.adversarial = cases % 2 == 1;
+          // A drawn strided view may leave rows unaligned for 16-byte loads: draw again.
+          std::optional<oracle::ReadCase> rc;
+          for (int tries = 0; tries < 50 && !rc; ++tries) {
+            oracle::ReadCase c = oracle::make_read_case(++seed, o);
+            if (gpu::flash_is_decode(c.config, c.attention)) rc = std::move(c);
+          }
+          ASSERT_TRUE(rc.has_value()) << "no decode case drawn for " << spec::name_of(dt) << " hd "
+                                      << hd << " group " << group << " sparse_block " << sb;
+          for (const bool dense : {false, true}) {
+            oracle::ReadExpectation e(*rc, dense);
+            const oracle::AttentionDiff d =
+                oracle::diff_attention_output(e, flash(e, std::nullopt), AttentionProfile::kBf16P);
+            ASSERT_TRUE(d.pass()) << tag(*rc) << (dense ? " (dense)" : " (sparse)") << "\n"
+                                  << d.report();
+            worst = std::max(worst, d.max_error_ratio);
+          }
+          ++cases;
+        }
+      }
+    }
+  }
+  std::printf(
+      "[gpu-flash] decode kernels: %d cases x (sparse, dense) pass under bf16_p, worst error / "
+      "allowed %.3g\n",
+      cases, worst);
+}
+
+// The decode kernels run a row's chunk slots in CUDA blocks of one to kFlashDecodeMaxPerBlock
+// slots, the next slot's rows in flight while a slot computes; however many a block runs, every
+// slot's partial result is computed alone, so the output must be the same bits. Checked on cases
+// with up to 16 selected blocks and, dense, over a hundred chunks (blocks that end partway through
+// the row's slots, empty slots, -1 and ids past n_valid), every dtype and head_dim.
+TEST(GpuFlash, DecodeBlocksOfSeveralSlotsGiveTheSameBits) {
+  std::string why;
+  if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  int cases = 0;
+  std::uint64_t seed = kSeed0 ^ 0x5107ull;
+  for (const spec::DType dt :
+       {spec::DType::kBF16, spec::DType::kF16, spec::DType::kFp8E4M3, spec::DType::kFp8E5M2}) {
+    for (const std::int64_t hd : {64, 128}) {
+      oracle::ReadOverrides o;
+      o.kv_dtype = dt;
+      o.head_dim = hd;
+      o.sparse_block = 16;
+      o.topk = 16;
+      o.max_seq_len = 1800;
+      std::optional<oracle::ReadCase> rc;
+      for (int tries = 0; tries < 50 && !rc; ++tries) {
+        oracle::ReadCase c = oracle::make_read_case(++seed, o);
+        if (gpu::flash_is_decode(c.config, c.attention)) rc = std::move(c);
+      }
+      ASSERT_TRUE(rc.has_value()) << "no decode case drawn for " << spec::name_of(dt) << " hd "
+                                  << hd;
+      for (const bool dense : {false, true}) {
+        oracle::ReadExpectation e(*rc, dense);
+        const std::vector<std::int32_t> ids =
+            e.dense() ? std::vector<std::int32_t>{} : e.attended()->ids;
+        const std::int64_t topk = e.dense() ? 0 : e.attended()->topk;
+        const spec::HostTensor base = flash(e, std::nullopt);
+        ASSERT_TRUE(oracle::diff_attention_output(e, base, AttentionProfile::kBf16P).pass())
+            << tag(*rc);
+        for (const int per : {2, 3, 8}) {
+          const spec::HostTensor out = gpu::testing::flash_attention_host_slots_per_block(
+              per, rc->config, rc->attention, rc->batch, rc->q, rc->caches, rc->k_scale,
+              rc->v_scale, ids, topk);
+          ASSERT_EQ(out.bytes.size(), base.bytes.size());
+          const auto at = std::mismatch(out.bytes.begin(), out.bytes.end(), base.bytes.begin());
+          const std::size_t byte = static_cast<std::size_t>(at.first - out.bytes.begin());
+          ASSERT_TRUE(at.first == out.bytes.end())
+              << tag(*rc) << (dense ? " (dense)" : " (sparse)") << ": " << per
+              << " slots a block: first differing output byte " << byte << " (element "
+              << byte / spec::dtype_bytes(out.dtype) << "): " << int{*at.first} << " vs "
+              << int{*at.second};
+        }
+        ++cases;
+      }
+    }
+  }
+  std::printf(
+      "[gpu-flash] decode kernels: %d calls give the same bits at 2, 3 and 8 slots a "
+      "block as the launch's own choice\n",
+      cases);
 }
 
 // Each planted bug is rejected under every profile (the loosest, bf16_p, the hard one) within 200

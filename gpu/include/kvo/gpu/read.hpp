@@ -144,19 +144,35 @@ void launch_attention_generic(const spec::ModelConfig& config, const spec::Atten
 /// head) runs the row's tokens through 64-token tiles with an online softmax: Q, K and V rounded
 /// to bf16, raw scores by fp32 fma, p = ex2.approx(fma(s, c, -m c)) with c = sm_scale * log2(e)
 /// and m the running maximum, the row sum L from P in fp32, P rounded to bf16 before P.V, O by
-/// fp32 fma with the rescale, out = O * rcp.approx(L). No tensor cores. Same inputs, validation
-/// and errors as attention_host (out [Tq, nq, hd] in params.out_dtype).
+/// fp32 fma with the rescale, out = O * rcp.approx(L). Where flash_is_decode, the decode kernels
+/// instead (launch_flash_attention): the same roundings, the products on tensor cores. Same
+/// inputs, validation and errors as attention_host (out [Tq, nq, hd] in params.out_dtype).
 spec::HostTensor flash_attention_host(
     const spec::ModelConfig& config, const spec::AttentionParams& params,
     const spec::ReadBatch& batch, const spec::HostTensor& q, const spec::LayerCaches& caches,
     const std::vector<float>& k_scale, const std::vector<float>& v_scale,
     const std::vector<std::int32_t>& selection, std::int64_t topk);
 
-/// One launch of the flash family on `stream` (a cudaStream_t); a.workspace is not used. Throws
-/// spec::Unsupported for shapes past the kernel's limits (head_dim > 256, more than 64 query
-/// heads per KV head, their shared memory above 200 KiB).
+/// One launch of the flash family on `stream` (a cudaStream_t). Where flash_is_decode and
+/// a.workspace is given (attention_workspace_floats of a.slots) and K and V start 16-byte aligned,
+/// the decode kernels run: the same arithmetic with Q'K^T and P'V' on tensor cores, a CUDA block
+/// per selected block and a combine; otherwise the one-block kernel above (a.workspace unused).
+/// Throws spec::Unsupported for shapes past the kernels' limits (head_dim > 256, more than 64
+/// query heads per KV head, their shared memory above 200 KiB).
 void launch_flash_attention(const spec::ModelConfig& config, const spec::AttentionParams& params,
                             const DeviceReadBatch& batch, const DeviceAttention& a, void* stream);
+
+/// launch_flash_attention through the one-block kernel always: the baseline the decode kernels are
+/// measured and tested against.
+void launch_flash_attention_generic(const spec::ModelConfig& config,
+                                    const spec::AttentionParams& params,
+                                    const DeviceReadBatch& batch, const DeviceAttention& a,
+                                    void* stream);
+
+/// Whether the flash family's decode kernels can run this call (launch_flash_attention): head_dim
+/// 64 or 128, at most 16 query heads per KV head, sparse_block <= 128, a 16- or 8-bit cache whose
+/// rows start 16-byte aligned. Host-only; needs no GPU.
+bool flash_is_decode(const spec::ModelConfig& config, const spec::AttentionParams& params);
 
 /// One indexer call's device buffers.
 struct DeviceIndexer {
