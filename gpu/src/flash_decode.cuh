@@ -47,10 +47,10 @@ inline constexpr int kFlashDecodeMaxPerBlock = 8;  // slots a CUDA block runs, a
 
 /// Shared-memory sections of kernel 1 (byte offsets, 16-byte aligned), two buffers for two slots
 /// in flight: the K and V row byte offsets [2][2][kFlashDecodeTokens] long long and the block's
-/// selection entries [kFlashDecodeMaxPerBlock] long long; V' [2][tokens][hd]
-/// bf16 (swizzled pieces), or one V' tile and the raw 8-bit V rows [2][tokens][hd] bytes for an
-/// 8-bit cache; P' [16][kFlashDecodePRow] bf16; each warp's row maxima and row sums [2][4][16]
-/// floats. About 73 KB (hd 128): three blocks a multiprocessor.
+/// selection entries [kFlashDecodeMaxPerBlock] long long; V' [2][tokens][hd] bf16 (swizzled
+/// pieces), or one V' tile and the raw 8-bit V rows [2][tokens][hd] bytes for an 8-bit cache; P'
+/// [16][kFlashDecodePRow] bf16; each warp's row maxima and row sums [2][4][16] floats. About 75 KB
+/// (hd 128): three blocks a multiprocessor.
 struct FlashDecodeSmem {
   std::size_t rows = 0, v = 0, raw = 0, p = 0, red = 0, total = 0;
   __host__ __device__ FlashDecodeSmem(int hd, int elem_bytes) {

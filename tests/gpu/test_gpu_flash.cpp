@@ -92,10 +92,10 @@ TEST(GpuFlash, PassesItsProfileAndFailsFp32) {
       n, decode_cases, worst, fp32_failures, 2 * n, worst_fp32);
 }
 
-// The decode kernels (tensor cores, a CUDA block per selected block) on each of their
-// instantiations (cache dtype x head_dim) at 1, 3, 4 and 16 query heads per KV head and chunks of
-// 128, 100 and 16 tokens, over contexts that end inside a chunk: every case, sparse and dense,
-// passes under bf16_p, as the one-block kernel's output does on the same case.
+// The decode kernels (tensor cores, a row's selected blocks spread over CUDA blocks) on each of
+// their instantiations (cache dtype x head_dim) at 1, 3, 4 and 16 query heads per KV head and
+// chunks of 128, 100 and 16 tokens, over contexts that end inside a chunk: every case, sparse and
+// dense, takes them (flash_is_decode) and passes under bf16_p.
 TEST(GpuFlash, DecodeKernelsPassTheProfileOnEveryInstantiation) {
   std::string why;
   if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
