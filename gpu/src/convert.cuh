@@ -148,6 +148,11 @@ __device__ __forceinline__ bool range_ok_x(float x) {
   return e - (127u - 100u) < 200u;  // biased exponent in [27, 226]
 }
 
+/// __fdiv_rn(x, s) out of line, for the kernels' rare paths (an operand outside div_by_recip's
+/// range): inlined, each of an item's eight is a fast path and a call, code a launch carries (and
+/// fetches) for nothing on the common path.
+inline __device__ __noinline__ float fdiv_rn_cold(float x, float s) { return __fdiv_rn(x, s); }
+
 /// fl(x_i / s) for 8 elements (divide8_by: with r = fl(1 / s) given, for a caller whose s serves
 /// many items): by multiply (s a power of two), by the reciprocal with corrections (every operand
 /// in range), else by __fdiv_rn. A NaN x goes through __fdiv_rn or a multiply and comes out as the
@@ -168,7 +173,7 @@ __device__ __forceinline__ void divide8_by(const float (&x)[kVec], float (&y)[kV
     return;
   }
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) y[i] = __fdiv_rn(x[i], s);
+  for (int i = 0; i < kVec; ++i) y[i] = fdiv_rn_cold(x[i], s);
 }
 __device__ __forceinline__ void divide8(const float (&x)[kVec], float (&y)[kVec], float s) {
   divide8_by(x, y, s, __fdiv_rn(1.0f, s));
@@ -328,14 +333,46 @@ __device__ __forceinline__ float ue8m0_ceil(float s) {
 /// The index-K block scale of one 128-group (SPEC 2): amax floored at 1e-4, then fl(amax / 448)
 /// (vLLM, TensorRT-LLM) or fl(amax * fl(1 / 448)) (blockscale_scale mul_recip: SGLang, DeepSeek's
 /// reference), then (ue8m0) rounded up to a power of two.
+/// fl(amax / 448) takes div_by_recip's path (448 is in its range; so is every floored amax below
+/// 2^100), __fdiv_rn only past it: no division on the path every group takes (FastDivision.
+/// BlockScaleExhaustiveAgainstFdivRn checks every amax).
 /// `floor` false: without the amax floor (a planted bug: an all-zero group gets scale 0).
 __device__ __forceinline__ float blockscale_scale(float amax, bool mul_recip, bool ue8m0,
                                                   bool floor = true) {
+  constexpr float kRecip = 1.0f / spec::kFp8E4M3Max;  // fl(1 / 448), rounded by the compiler
   if (floor) amax = fmaxf(amax, spec::kBlockScaleAmaxFloor);
-  float s = mul_recip ? __fmul_rn(amax, __fdiv_rn(1.0f, spec::kFp8E4M3Max))
-                      : __fdiv_rn(amax, spec::kFp8E4M3Max);
+  float s;
+  if (mul_recip) {
+    s = __fmul_rn(amax, kRecip);
+  } else if (range_ok_x(amax)) {
+    s = div_by_recip(amax, spec::kFp8E4M3Max, kRecip);
+  } else {
+    s = fdiv_rn_cold(amax, spec::kFp8E4M3Max);
+  }
   if (ue8m0) s = ue8m0_ceil(s);
   return s;
+}
+
+/// fl(1 / s) for a ue8m0 block scale s: a normal power of two 2^k (k <= 127: 2^-k by its exponent
+/// bits, subnormal 2^-127 for k = 127) or +inf (amax infinite: 0, and x * 0 == fl(x / inf) bit
+/// for bit: a signed zero for finite x, NaN for infinite or NaN x).
+__device__ __forceinline__ float recip_ue8m0(float s) {
+  const std::uint32_t e = __float_as_uint(s) >> 23;  // s > 0: the biased exponent
+  if (e >= 255u) return 0.0f;
+  return e == 254u ? __uint_as_float(0x00400000u) : __uint_as_float((254u - e) << 23);
+}
+
+/// fl(x_i / s) for the 8 elements of one block-scale group: by the exact reciprocal's multiply
+/// when s is a ue8m0 scale (recip_ue8m0: no division), else divide8.
+__device__ __forceinline__ void divide8_by_block_scale(const float (&x)[kVec], float (&y)[kVec],
+                                                       float s, bool ue8m0) {
+  if (ue8m0) {
+    const float r = recip_ue8m0(s);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) y[i] = __fmul_rn(x[i], r);
+    return;
+  }
+  divide8(x, y, s);
 }
 
 /// Quotient by a fixed divisor through a multiply-high (Granlund-Montgomery, as CUTLASS's

@@ -29,22 +29,78 @@ __global__ void division_check_kernel(float s, unsigned long long* count) {
   if ((threadIdx.x & 31u) == 0 && bad != 0) atomicAdd(count, bad);
 }
 
-}  // namespace
-}  // namespace detail
+/// count_block_scale_mismatches's kernel: amax = every non-negative bit pattern, grid-stride.
+__global__ void block_scale_check_kernel(bool ue8m0, unsigned long long* count) {
+  const float kEdges[10] = {0.0f,
+                            -0.0f,
+                            __int_as_float(0x7F800000),  // +inf
+                            __int_as_float(0xFF800000),  // -inf
+                            __int_as_float(0x7FC00000),  // NaN
+                            1.0f,
+                            __int_as_float(0x7F7FFFFF),  // the largest float
+                            __int_as_float(0x00000001),  // the smallest subnormal
+                            -3.0f,
+                            448.0f};
+  unsigned long long bad = 0;
+  const std::uint32_t stride = gridDim.x * blockDim.x;
+  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < 0x80000000u; i += stride) {
+    const float amax = __uint_as_float(i);
+    float want = __fdiv_rn(fmaxf(amax, spec::kBlockScaleAmaxFloor), spec::kFp8E4M3Max);
+    if (ue8m0) want = ue8m0_ceil(want);
+    const float got = blockscale_scale(amax, false, ue8m0);
+    bad += __float_as_uint(want) != __float_as_uint(got) ? 1u : 0u;
+    // The mul_recip formula: fl(amax * fl(1 / 448)), the reciprocal by __fdiv_rn here.
+    float want_mul =
+        __fmul_rn(fmaxf(amax, spec::kBlockScaleAmaxFloor), __fdiv_rn(1.0f, spec::kFp8E4M3Max));
+    if (ue8m0) want_mul = ue8m0_ceil(want_mul);
+    bad +=
+        __float_as_uint(want_mul) != __float_as_uint(blockscale_scale(amax, true, ue8m0)) ? 1u : 0u;
+    if (ue8m0) {
+      float x[kVec], y[kVec];
+      for (int j = 0; j < 12; j += kVec) {
+        for (int k = 0; k < kVec; ++k) {
+          const int n = j + k;
+          x[k] = n == 0 ? amax : (n == 1 ? -amax : kEdges[(n - 2) % 10]);
+        }
+        divide8_by_block_scale(x, y, got, true);
+        for (int k = 0; k < kVec; ++k)
+          bad += __float_as_uint(y[k]) != __float_as_uint(__fdiv_rn(x[k], got)) ? 1u : 0u;
+      }
+    }
+  }
+  for (int m = 16; m >= 1; m >>= 1) bad += __shfl_xor_sync(0xFFFFFFFFu, bad, m);
+  if ((threadIdx.x & 31u) == 0 && bad != 0) atomicAdd(count, bad);
+}
 
-std::int64_t count_division_mismatches(float s) {
+}  // namespace
+
+/// Runs one of the check kernels above, `kernel(args..., counter)` on 8 blocks of 256 threads a
+/// multiprocessor, and returns its count; `what` names it in errors.
+template <class... Args, class... Params>
+std::int64_t count_on_device(const char* what, void (*kernel)(Params...), Args... args) {
   unsigned long long* d = nullptr;
-  detail::check_cuda(cudaMalloc(&d, sizeof *d), "cudaMalloc(division check)");
+  check_cuda(cudaMalloc(&d, sizeof *d), what);
   unsigned long long h = 0;
   cudaError_t err = cudaMemset(d, 0, sizeof *d);
   if (err == cudaSuccess) {
-    detail::division_check_kernel<<<detail::sm_count() * 8, 256>>>(s, d);
+    kernel<<<sm_count() * 8, 256>>>(args..., d);
     err = cudaGetLastError();
   }
   if (err == cudaSuccess) err = cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost);
   cudaFree(d);
-  detail::check_cuda(err, "division check kernel");
+  check_cuda(err, what);
   return static_cast<std::int64_t>(h);
+}
+
+}  // namespace detail
+
+std::int64_t count_division_mismatches(float s) {
+  return detail::count_on_device("division check kernel", detail::division_check_kernel, s);
+}
+
+std::int64_t count_block_scale_mismatches(bool ue8m0) {
+  return detail::count_on_device("block scale check kernel", detail::block_scale_check_kernel,
+                                 ue8m0);
 }
 
 }  // namespace kvo::gpu

@@ -8,10 +8,10 @@ namespace kvo::gpu::detail {
 
 namespace {
 
-/// Threads of one block: one per K/V item of a token, rounded up to whole warps.
-std::int64_t decode_threads(const spec::CacheGeometry& g) {
-  const std::int64_t kv_items = 2 * g.num_kv_heads * g.head_dim / kVec;
-  return (kv_items + 31) / 32 * 32;
+/// Threads of one block: one per K/V item of a token, rounded up to whole warps, then (a layer with
+/// an index-K row) one per index-K item, rounded up likewise: the index warps.
+std::int64_t decode_threads(std::int64_t kv_items, std::int64_t index_items) {
+  return (kv_items + 31) / 32 * 32 + (index_items + 31) / 32 * 32;
 }
 
 }  // namespace
@@ -20,15 +20,16 @@ bool decode_write_applies(const spec::ModelConfig& c, spec::LayerKind kind) {
   const bool sparse = kind == spec::LayerKind::kSparse;
   const bool index_ok = !sparse || c.index.layout == spec::IndexLayout::kBlockScale ||
                         c.index.flat_dtype == spec::DType::kBF16;
-  const std::int64_t threads = decode_threads(c.geometry);
+  const spec::CacheGeometry& g = c.geometry;
+  const std::int64_t threads =
+      decode_threads(2 * g.num_kv_heads * g.head_dim / kVec, sparse ? g.index_dim / kVec : 0);
   return (c.act_dtype == DType::kBF16 || c.act_dtype == DType::kF16) &&
          (c.kv.cache_dtype == DType::kBF16 ||
           (c.kv.cache_dtype == DType::kFp8E4M3 && c.kv.saturation == Saturation::kSatFinite)) &&
          (c.kv.scale_mode == ScaleMode::kNone || c.kv.scale_mode == ScaleMode::kDivide ||
           c.kv.scale_mode == ScaleMode::kMulRecip) &&
          !c.kv.via_model_dtype && !c.kv.scale_in_model_dtype &&
-         c.slot_mode == spec::SlotMode::kStrict && index_ok && threads <= 1024 &&
-         (!sparse || c.geometry.index_dim / kVec <= threads);
+         c.slot_mode == spec::SlotMode::kStrict && index_ok && threads <= 1024;
 }
 
 namespace {
@@ -74,7 +75,8 @@ void by_cache(DType cache, const FusedParams& p, dim3 grid, dim3 block, cudaStre
 }  // namespace
 
 void launch_decode_write(const spec::ModelConfig& config, FusedParams p, cudaStream_t stream) {
-  const std::int64_t threads = decode_threads(config.geometry);
+  const std::int64_t threads =
+      decode_threads(p.kv_items, p.index_mode == IndexMode::kNone ? 0 : p.idim / kVec);
   // Tokens per block: one while the grid is at most one GPU-full of blocks; past that up to
   // kDecodeMaxTile, so each thread keeps several 16-byte loads in flight.
   const std::int64_t resident = static_cast<std::int64_t>(sm_count()) * (2048 / threads);

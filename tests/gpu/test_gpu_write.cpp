@@ -327,6 +327,11 @@ TEST(SpecialisedWrite, AppliesExactlyToTheConfigurationsItIsBuiltFor) {
   flat_fp8.index.flat_dtype = DType::kFp8E4M3;
   EXPECT_FALSE(gpu::fused_write_is_specialised(flat_fp8, LayerKind::kSparse));
   EXPECT_TRUE(gpu::fused_write_is_specialised(flat_fp8, LayerKind::kDense));
+  // 1,024 K/V threads leave no room for the index warps (sparse layers only).
+  spec::ModelConfig wide = c;
+  wide.geometry.num_kv_heads = 32;
+  EXPECT_FALSE(gpu::fused_write_is_specialised(wide, LayerKind::kSparse));
+  EXPECT_TRUE(gpu::fused_write_is_specialised(wide, LayerKind::kDense));
   spec::ModelConfig fp16_bf16 = c;  // inside: fp16 activations, a bf16 cache, scale none
   fp16_bf16.act_dtype = DType::kF16;
   fp16_bf16.kv.cache_dtype = DType::kBF16;
@@ -492,6 +497,16 @@ TEST(FastDivision, ExhaustiveAgainstFdivRn) {
     EXPECT_EQ(gpu::count_division_mismatches(s), 0)
         << "scale " << s << " (bits " << hex(bits) << ")";
   }
+}
+
+// The index-K block scale without a division (convert.cuh blockscale_scale,
+// divide8_by_block_scale): every non-negative amax (2^31 bit patterns, NaN and infinity included)
+// gives __fdiv_rn's scale, and under ue8m0 the multiply by the scale's exponent-bit reciprocal
+// gives __fdiv_rn's quotient for +-amax and the edge values.
+TEST(FastDivision, BlockScaleExhaustiveAgainstFdivRn) {
+  KVO_REQUIRE_GPU();
+  EXPECT_EQ(gpu::count_block_scale_mismatches(false), 0) << "fp32 block scales";
+  EXPECT_EQ(gpu::count_block_scale_mismatches(true), 0) << "ue8m0 block scales";
 }
 
 /// The divisors of the exhaustive div.full.f32 checks: in the fast range and far outside it (tiny,

@@ -150,4 +150,12 @@ spec::HostTensor dense_insert_engine_host(const spec::ModelConfig& config,
 /// float32 bit patterns x, of all 2^32, where the kernels' fl(x / s) differs from __fdiv_rn(x, s).
 std::int64_t count_division_mismatches(float s);
 
+/// Self-check of the index-K block scale's division-free rules (blockscale_scale's fl(amax / 448)
+/// by the corrected reciprocal, a ue8m0 scale's reciprocal from its exponent bits): over all 2^31
+/// non-negative float32 amax (NaN and infinity included), the number where the scale differs from
+/// fmaxf(amax, 1e-4) / 448 by __fdiv_rn (ue8m0: rounded up to a power of two), plus, under ue8m0,
+/// the number of (amax, x) where x * recip differs from __fdiv_rn(x, scale), for x = +-amax and
+/// ten edge values (zeros, infinities, NaN, the largest and smallest floats).
+std::int64_t count_block_scale_mismatches(bool ue8m0);
+
 }  // namespace kvo::gpu
