@@ -156,24 +156,47 @@ inline __device__ __noinline__ float fdiv_rn_cold(float x, float s) { return __f
 /// fl(x_i / s) for 8 elements (divide8_by: with r = fl(1 / s) given, for a caller whose s serves
 /// many items): by multiply (s a power of two), by the reciprocal with corrections (every operand
 /// in range), else by __fdiv_rn. A NaN x goes through __fdiv_rn or a multiply and comes out as the
-/// GPU's canonical NaN 0x7FFFFFFF, which is SPEC 2's NaN through arithmetic.
-__device__ __forceinline__ void divide8_by(const float (&x)[kVec], float (&y)[kVec], float s,
-                                           float r) {
+/// GPU's canonical NaN 0x7FFFFFFF, which is SPEC 2's NaN through arithmetic. divide8_by_x_ok takes
+/// the x half of the range check as given (x_ok: range_ok_x of every x_i), for a caller that
+/// decides it from its raw input (bf16_words_in_range).
+__device__ __forceinline__ void divide8_by_x_ok(const float (&x)[kVec], float (&y)[kVec], float s,
+                                                float r, bool x_ok) {
   if (is_pow2_normal(s)) {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) y[i] = __fmul_rn(x[i], r);
     return;
   }
-  bool ok = range_ok_s(s);
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) ok = ok && range_ok_x(x[i]);
-  if (ok) {
+  if (x_ok && range_ok_s(s)) {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) y[i] = div_by_recip(x[i], s, r);
     return;
   }
 #pragma unroll
   for (int i = 0; i < kVec; ++i) y[i] = fdiv_rn_cold(x[i], s);
+}
+__device__ __forceinline__ void divide8_by(const float (&x)[kVec], float (&y)[kVec], float s,
+                                           float r) {
+  bool x_ok = true;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) x_ok = x_ok && range_ok_x(x[i]);
+  divide8_by_x_ok(x, y, s, r, x_ok);
+}
+
+/// range_ok_x of all 8 bf16 values of a raw item (16 bytes, before widening), two values a 32-bit
+/// operation: with its sign cleared a bf16 half a is below 0x8000, so a + (0x8000 - bound) sets the
+/// half's bit 15 exactly when a >= bound, with no carry into the other half; a bf16's biased
+/// exponent is its fp32 value's, so [27, 226] is a in [27 << 7, 227 << 7). Checked against
+/// range_ok_x for every 32-bit word by FastDivision.Bf16RangeCheckExhaustive.
+__device__ __forceinline__ bool bf16_words_in_range(const uint4& w) {
+  constexpr std::uint32_t kAbs = 0x7FFF7FFFu, kBit15 = 0x80008000u;
+  constexpr std::uint32_t kGeHigh = 0x0E800E80u;  // 0x8000 - (227 << 7), in each half
+  constexpr std::uint32_t kGeLow = 0x72807280u;   // 0x8000 - (27 << 7), in each half
+  std::uint32_t bad = 0;
+  for (const std::uint32_t u : {w.x, w.y, w.z, w.w}) {
+    const std::uint32_t a = u & kAbs;
+    bad |= (a + kGeHigh) | ~(a + kGeLow);
+  }
+  return (bad & kBit15) == 0u;
 }
 __device__ __forceinline__ void divide8(const float (&x)[kVec], float (&y)[kVec], float s) {
   divide8_by(x, y, s, __fdiv_rn(1.0f, s));

@@ -72,6 +72,28 @@ __global__ void block_scale_check_kernel(bool ue8m0, unsigned long long* count) 
   if ((threadIdx.x & 31u) == 0 && bad != 0) atomicAdd(count, bad);
 }
 
+/// count_bf16_range_mismatches's kernel: every 32-bit word u (two bf16 values), in each of an
+/// item's four word positions (the other three 1.0): bf16_words_in_range against range_ok_x of
+/// both widened values.
+__global__ void bf16_range_check_kernel(unsigned long long* count) {
+  constexpr std::uint32_t kOnes = 0x3F803F80u;  // two bf16 1.0: in range
+  unsigned long long bad = 0;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < (std::uint64_t{1} << 32); i += stride) {
+    const auto u = static_cast<std::uint32_t>(i);
+    const bool want =
+        range_ok_x(__uint_as_float(u << 16)) && range_ok_x(__uint_as_float(u & 0xFFFF0000u));
+    for (int at = 0; at < 4; ++at) {
+      const uint4 w = make_uint4(at == 0 ? u : kOnes, at == 1 ? u : kOnes, at == 2 ? u : kOnes,
+                                 at == 3 ? u : kOnes);
+      bad += bf16_words_in_range(w) != want ? 1u : 0u;
+    }
+  }
+  for (int m = 16; m >= 1; m >>= 1) bad += __shfl_xor_sync(0xFFFFFFFFu, bad, m);
+  if ((threadIdx.x & 31u) == 0 && bad != 0) atomicAdd(count, bad);
+}
+
 }  // namespace
 
 /// Runs one of the check kernels above, `kernel(args..., counter)` on 8 blocks of 256 threads a
@@ -101,6 +123,10 @@ std::int64_t count_division_mismatches(float s) {
 std::int64_t count_block_scale_mismatches(bool ue8m0) {
   return detail::count_on_device("block scale check kernel", detail::block_scale_check_kernel,
                                  ue8m0);
+}
+
+std::int64_t count_bf16_range_mismatches() {
+  return detail::count_on_device("bf16 range check kernel", detail::bf16_range_check_kernel);
 }
 
 }  // namespace kvo::gpu

@@ -74,7 +74,9 @@ __device__ __forceinline__ void decode_write_kv(const FusedParams& p, std::uint3
     page_offset<WriteBug::kNone>(p, slot[u], page, off);
     float v[kVec], y[kVec];
     widen<A>(raw[u], v);
-    if constexpr (S == ScaleMode::kDivide) {
+    if constexpr (S == ScaleMode::kDivide && A == DType::kBF16) {
+      divide8_by_x_ok(v, y, s, r, bf16_words_in_range(raw[u].a));
+    } else if constexpr (S == ScaleMode::kDivide) {
       divide8_by(v, y, s, r);
     } else if constexpr (S == ScaleMode::kMulRecip) {
 #pragma unroll

@@ -509,6 +509,13 @@ TEST(FastDivision, BlockScaleExhaustiveAgainstFdivRn) {
   EXPECT_EQ(gpu::count_block_scale_mismatches(true), 0) << "ue8m0 block scales";
 }
 
+// The specialised kernel's range test for the division on raw bf16 words (two values a 32-bit
+// operation) agrees with the per-value test on every word in every position of an item.
+TEST(FastDivision, Bf16RangeCheckExhaustive) {
+  KVO_REQUIRE_GPU();
+  EXPECT_EQ(gpu::count_bf16_range_mismatches(), 0);
+}
+
 /// The divisors of the exhaustive div.full.f32 checks: in the fast range and far outside it (tiny,
 /// huge, subnormal, bf16-rounded, powers of two), and the 0 and infinity that fp16
 /// scale_in_model_dtype makes of s < 2^-25 and s >= 65520.

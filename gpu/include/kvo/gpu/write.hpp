@@ -158,4 +158,9 @@ std::int64_t count_division_mismatches(float s);
 /// ten edge values (zeros, infinities, NaN, the largest and smallest floats).
 std::int64_t count_block_scale_mismatches(bool ue8m0);
 
+/// Self-check of the division's bf16 range test on raw words (bf16_words_in_range): the number of
+/// (32-bit word, position in an item) of all 2^32 x 4 where it differs from range_ok_x of the two
+/// widened values.
+std::int64_t count_bf16_range_mismatches();
+
 }  // namespace kvo::gpu
