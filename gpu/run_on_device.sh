@@ -20,7 +20,8 @@
 # fused write against the Triton peer, bench/bench_write_peer.py), python, example, modes.
 # KVO_TEST_FILTER and KVO_SAN_FILTER narrow the tests and sanitizer stages (gtest filters);
 # KVO_TIER_PARTS the tier stage's parts (writes, write-campaign, replay, prod, reads; default all);
-# --stage with KVO_STAGE_LEAN=1 leaves out what only the python and example stages use.
+# --stage with KVO_STAGE_LEAN=1 leaves out the example stage's binaries and puts what only the
+# python and peer stages use into .device/py.tar.xz, to be carried alone (KVO_STAGES=python,peer).
 # Everything takes about 1500 s, past one device call (600 s): run it as three calls,
 # KVO_STAGES=tests,sanitizers (about 420 s), then KVO_STAGES=campaign,bench,cli,peer, then
 # KVO_STAGES=scaling,tier,mutants,python,example,modes.
@@ -60,19 +61,30 @@ if [[ "${1:-}" == "--stage" ]]; then
   # The device tool carries at most 64 MiB: the stripped binaries travel as one xz archive.
   strip "$BIN"/kvoracle "$BIN"/test_gpu_write "$BIN"/test_traces "$BIN"/bench_write_gpu \
     "$BIN"/bench_read_gpu "$BIN"/test_my_cuda_kernels "$BIN"/test_my_kernels
-  # KVO_STAGE_LEAN=1: without what only the python and example stages use (the device tool
-  # carries 64 MiB with the tree; the whole set is past it).
-  if [[ ${KVO_STAGE_LEAN:-0} == 1 ]]; then
-    rm -rf "$BIN/pylibs" "$BIN/test_my_cuda_kernels" "$BIN/test_my_kernels"
-  fi
   strip --strip-unneeded "$BIN"/libkvo_bench_write.so
+  # KVO_STAGE_LEAN=1: without what only the python, peer and example stages use (the device tool
+  # carries 64 MiB with the tree; the whole set is past it). The python and peer stages' part goes
+  # to .device/py.tar.xz instead (the static libraries the extension is built from, the benchmark
+  # library): carry it alone for KVO_STAGES=python,peer.
+  rm -f "$ROOT/.device/py.tar.xz"
+  if [[ ${KVO_STAGE_LEAN:-0} == 1 ]]; then
+    mkdir -p "$ROOT/.device/py/bin"
+    mv "$BIN/pylibs" "$ROOT/.device/py/bin/"
+    cp "$BIN/libkvo_bench_write.so" "$BIN/libbenchmark.so.1debian" "$ROOT/.device/py/bin/"
+    tar -C "$ROOT/.device/py" -cf - bin | xz -T2 -6 >"$ROOT/.device/py.tar.xz"
+    rm -rf "$ROOT/.device/py" "$BIN/test_my_cuda_kernels" "$BIN/test_my_kernels"
+  fi
   tar -C "$ROOT/.device" -cf - bin | xz -T2 -9e >"$ROOT/.device/bin.tar.xz"
   rm -rf "$BIN"
   ls -la "$ROOT/.device"
   exit 0
 fi
-if [[ -f "$ROOT/.device/bin.tar.xz" && ! -d "$BIN" ]]; then
-  tar -C "$ROOT/.device" -xJf "$ROOT/.device/bin.tar.xz"
+# The carried archives, unpacked on every run (a warm machine keeps the last call's .device/bin).
+if [[ -f "$ROOT/.device/bin.tar.xz" ]]; then
+  rm -rf "$BIN" && tar -C "$ROOT/.device" -xJf "$ROOT/.device/bin.tar.xz"
+fi
+if [[ -f "$ROOT/.device/py.tar.xz" ]]; then
+  rm -rf "$BIN/pylibs" && tar -C "$ROOT/.device" -xJf "$ROOT/.device/py.tar.xz"
 fi
 
 OUT=${OUT:-$ROOT/device-out}
@@ -102,8 +114,14 @@ budget() {
   nvcc --version | tail -1
 } >"$LOGS/machine.txt" 2>&1
 
-# 0. Binaries: staged ones, else build here.
-if [[ ! -x "$BIN/test_gpu_write" ]]; then
+# 0. Binaries: staged ones, else build here (not for the python and peer stages alone, which use
+# the extension's libraries: .device/py.tar.xz).
+python_side_only() {
+  [[ ",$STAGES," == *",all,"* ]] && return 1
+  local st
+  for st in ${STAGES//,/ }; do [[ $st == python || $st == peer ]] || return 1; done
+}
+if [[ ! -x "$BIN/test_gpu_write" ]] && ! python_side_only; then
   echo "no staged binaries: building on the device" | tee "$LOGS/build.txt"
   cmake -S "$ROOT" -B "$ROOT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release >>"$LOGS/build.txt" 2>&1 &&
     ninja -C "$ROOT/build-gpu" test_gpu_write bench_write_gpu bench_read_gpu >>"$LOGS/build.txt" 2>&1 &&
