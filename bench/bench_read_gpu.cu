@@ -20,6 +20,8 @@
 //   pages once.
 //     x_read = indexer + top-k time / read-once time           (target <= 2)
 //     x_two_launch = one-launch time / two-launch time (canonical)
+//     split1_us, split2_us: the one launch with 1 or 2 lanes a token forced
+//       (DeviceIndexer::fused_split; canonical), beside the launch's own choice (canonical_us)
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -316,6 +318,15 @@ void BM_IndexerTopk(benchmark::State& state) {
     const auto times = time_families([&](kvo::gpu::ReadKernel kernel, cudaStream_t s) {
       kvo::gpu::launch_indexer_topk(c, p, rows.dev, ix, kernel, s);
     });
+    for (const int split : {1, 2}) {
+      ix.fused_split = split;
+      CapturedGraph forced([&](cudaStream_t s) {
+        kvo::gpu::launch_indexer_topk(c, p, rows.dev, ix, kvo::gpu::ReadKernel::kCanonical, s);
+      });
+      forced.run();
+      state.counters["split" + std::to_string(split) + "_us"] = forced.median_s(kReps) * 1e6;
+    }
+    ix.fused_split = 0;
     auto* sink = arena.alloc<unsigned>(4);
     CapturedGraph read_once([&](cudaStream_t s) {
       read_once_kernel<<<132 * 8, 256, 0, s>>>(reinterpret_cast<const uint4*>(cache),

@@ -32,6 +32,7 @@ struct IndexArgs : BatchView {
   int index_nan;       // spec::IndexNan
   unsigned* row_done;  // [Tq] the fused launch's finished CUDA blocks per row (DeviceIndexer)
   int span;            // the fused launch's logical blocks per CUDA block
+  int split;           // the fused launch's lanes per token (1, 2)
 };
 
 /// The token-score flags of one (segment, head) of kernel 1: a NaN score seen, a number seen.

@@ -5,10 +5,12 @@
 /// (indexer_kernels.cuh, topk.cuh) writes.
 ///
 /// Grid (CUDA blocks per row, Tq) of kFusedThreads threads. CUDA block c of query row `row` scores
-/// the row's logical blocks [c * span, min((c + 1) * span, n_valid)) with a thread per token (the
-/// range's visible tokens in order, kFusedThreads at a time; whole warps step together):
-/// - each token's dot with every index head, four heads at a time, in one thread: SPEC 6.1's
-///   canonical order as one thread evaluates it, the group fma chains (8 elements each, from +0)
+/// the row's logical blocks [c * span, min((c + 1) * span, n_valid)) with kSplit adjacent lanes
+/// per token (1 or 2: IndexArgs::split; the range's visible tokens in order, kFusedThreads /
+/// kSplit at a time; whole warps step together):
+/// - each token's dot with every index head, four heads at a time, in one thread (kSplit 1) or in
+///   kSplit lanes, each a subtree, joined by shuffles (split_token_dots): SPEC 6.1's canonical
+///   order as one thread evaluates it, the group fma chains (8 elements each, from +0)
 ///   and then the tree over the L = next_pow2(groups) group results (padded with +0) that the
 ///   shuffle-down tree of segment_dots computes: P(r, m) = P(r, 2m) + P(r + m, 2m), P(r, L) =
 ///   group r, the dot P(0, 1), evaluated depth first (a few partials live at a time). The fast
@@ -38,6 +40,16 @@ namespace kvo::gpu::detail {
 
 inline constexpr int kFusedThreads = 256;
 inline constexpr int kMaxFusedSpan = 64;  // logical blocks per CUDA block
+inline constexpr int kFusedSplit = 2;     // lanes a token below kSplitOneTokens, unless forced
+inline constexpr long long kSplitOneTokens = 65536;  // one lane a token from this many in a batch
+// CUDA blocks a multiprocessor by the lanes a token (__launch_bounds__): one lane, two (128
+// registers: its four heads' chains and row loads in flight); two lanes, three (80 registers;
+// ptxas, sm_90: 0-28 bytes of spills by the instantiation; unbounded it took 104).
+template <int kSplit>
+inline constexpr int kFusedMinBlocks = kSplit == 1 ? 2 : 3;
+// The selection's chunks a warp at once (tournament_best): 8 warps sort up to four KV heads'
+// chunks of a row, 128 in the first round at 1,024 logical blocks.
+inline constexpr int kFusedTourneyIlp = 4;
 
 /// Shared-memory sections of the fused kernel (dynamic): iq [nih][idim] floats, then per (logical
 /// block of the span, index head) the maximum's key and the flags [span][nih] each.
@@ -70,41 +82,77 @@ struct TokenRow {
 };
 
 /// The four dots (heads h0 .. h0 + 3 of q [heads][idim], past the last head its row) of one
-/// token's index-K row: the tree node over groups X (first) and Y (canonical: the stride m, the
-/// node P(X, m); fast: the range length, the node over [X, X + Y)), into out.
-template <bool kCanonical, int Dt, bool kBlockScale, int L, int X, int Y>
-__device__ inline void token_dots(const TokenRow& t, const float* const (&q)[4], int groups,
+/// token's index-K row, over the tree node of groups x (runtime: a thread's first group) and Y
+/// (canonical: the stride m, the node P(x, m); fast: the range length, the node over [x, x + Y)),
+/// into out.
+template <bool kCanonical, int Dt, bool kBlockScale, int L, int Y>
+__device__ inline void token_dots(const TokenRow& t, const float* const (&q)[4], int groups, int x,
                                   float (&out)[4]) {
   constexpr bool kLeaf = kCanonical ? Y == L : Y == 1;
   if constexpr (kLeaf) {
-    // Group X: elements 8X .. 8X + 7, dequantized (block-scaled: times their group's scale).
-    if (X >= groups) {  // a padding lane's +0
+    // Group x: elements 8x .. 8x + 7, dequantized (block-scaled: times their group's scale).
+    if (x >= groups) {  // a padding lane's +0
 #pragma unroll
       for (int u = 0; u < 4; ++u) out[u] = 0.0f;
       return;
     }
     constexpr int eb = kBlockScale ? 1 : dtype_size(Dt);
     float k[8];
-    load8_scaled<kBlockScale ? kDtE4m3 : Dt>(t.row + 8 * X * eb, kBlockScale,
-                                             kBlockScale ? t.scales[8 * X / 128] : 1.0f, k);
+    load8_scaled<kBlockScale ? kDtE4m3 : Dt>(t.row + 8 * x * eb, kBlockScale,
+                                             kBlockScale ? t.scales[8 * x / 128] : 1.0f, k);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) out[u] = group_dot<kCanonical>(q[u] + 8 * X, k);
+    for (int u = 0; u < 4; ++u) out[u] = group_dot<kCanonical>(q[u] + 8 * x, k);
   } else {
-    // Canonical: P(X, m) = P(X, 2m) + P(X + m, 2m); fast: [X, X + Y) = its halves.
-    constexpr int kLeftX = X, kLeftY = kCanonical ? 2 * Y : Y / 2;
-    constexpr int kRightX = kCanonical ? X + Y : X + Y / 2, kRightY = kLeftY;
+    // Canonical: P(x, m) = P(x, 2m) + P(x + m, 2m); fast: [x, x + Y) = its halves.
+    constexpr int kChildY = kCanonical ? 2 * Y : Y / 2, kRight = kCanonical ? Y : Y / 2;
     float left[4], right[4];
-    token_dots<kCanonical, Dt, kBlockScale, L, kLeftX, kLeftY>(t, q, groups, left);
-    token_dots<kCanonical, Dt, kBlockScale, L, kRightX, kRightY>(t, q, groups, right);
+    token_dots<kCanonical, Dt, kBlockScale, L, kChildY>(t, q, groups, x, left);
+    token_dots<kCanonical, Dt, kBlockScale, L, kChildY>(t, q, groups, x + kRight, right);
 #pragma unroll
     for (int u = 0; u < 4; ++u)
       out[u] = kCanonical ? __fadd_rn(left[u], right[u]) : left[u] + right[u];
   }
 }
 
+/// The four dots of a token whose row kSplit adjacent lanes share (sub = lane % kSplit): each lane
+/// evaluates one subtree of the token's tree and the top log2(kSplit) levels are shuffles, so the
+/// association is the one-thread tree's. Canonical: lane sub holds P(sub, kSplit) (the groups
+/// congruent to sub), then P(r, m) = P(r, 2m) + P(r + m, 2m) by shuffle-down for m = kSplit / 2 ..
+/// 1; fast: lane sub holds the range [sub * L / kSplit, (sub + 1) * L / kSplit), then each pair of
+/// adjacent ranges is added by xor (commutative: both lanes get the same bits). Lane sub 0 holds
+/// the dots; every lane of the warp takes part (valid: whether this lane's token exists).
+template <bool kCanonical, int Dt, bool kBlockScale, int L, int kSplit>
+__device__ inline void split_token_dots(const TokenRow& t, const float* const (&q)[4], int groups,
+                                        int sub, bool valid, float (&d)[4]) {
+#pragma unroll
+  for (int u = 0; u < 4; ++u) d[u] = 0.0f;
+  if (valid) {
+    if constexpr (kCanonical) {
+      token_dots<kCanonical, Dt, kBlockScale, L, kSplit>(t, q, groups, sub, d);
+    } else {
+      token_dots<kCanonical, Dt, kBlockScale, L, L / kSplit>(t, q, groups, sub * (L / kSplit), d);
+    }
+  }
+  if constexpr (kCanonical) {
+#pragma unroll
+    for (int m = kSplit / 2; m > 0; m /= 2) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        d[u] = __fadd_rn(d[u], __shfl_down_sync(0xFFFFFFFFu, d[u], m, kSplit));
+    }
+  } else {
+#pragma unroll
+    for (int m = 1; m < kSplit; m *= 2) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) d[u] = d[u] + __shfl_xor_sync(0xFFFFFFFFu, d[u], m, kSplit);
+    }
+  }
+}
+
 /// The fused indexer kernel (see the top of this file).
-template <bool kCanonical, int Dt, bool kBlockScale, int L, ReadBug F>
-__global__ void __launch_bounds__(kFusedThreads) indexer_fused_kernel(IndexArgs a) {
+template <bool kCanonical, int Dt, bool kBlockScale, int L, int kSplit, ReadBug F>
+__global__ void __launch_bounds__(kFusedThreads, kFusedMinBlocks<kSplit>)
+    indexer_fused_kernel(IndexArgs a) {
   extern __shared__ float4 smem4[];
   __shared__ unsigned long long keys[kKeyTile];
   __shared__ int best[kMaxTopk];
@@ -139,42 +187,44 @@ __global__ void __launch_bounds__(kFusedThreads) indexer_fused_kernel(IndexArgs 
   for (int e = threadIdx.x; e < a.span * nih; e += blockDim.x) key_s[e] = 0, saw_s[e] = 0;
   __syncthreads();
 
-  const int lane = threadIdx.x % 32, sb = static_cast<int>(a.sb);
+  // kSplit adjacent lanes a token (sub: which of them); the warp's 32 / kSplit tokens consecutive.
+  constexpr int kWarpTokens = 32 / kSplit, kPassTokens = kFusedThreads / kSplit;
+  const int lane = threadIdx.x % 32, sub = lane % kSplit, sb = static_cast<int>(a.sb);
   const int bs = static_cast<int>(g.block_size), scale_groups = kBlockScale ? idim / 128 : 0;
   const long long t_end = jb1 * a.sb < pos + 1 ? jb1 * a.sb : pos + 1;
-  for (long long base = jb0 * a.sb + (threadIdx.x - lane); base < t_end; base += kFusedThreads) {
-    const long long tok = base + lane;
+  for (long long base = jb0 * a.sb + threadIdx.x / 32 * kWarpTokens; base < t_end;
+       base += kPassTokens) {
+    const long long tok = base + lane / kSplit;
     const bool valid = tok < t_end;
     // Positions past 2^31 do not occur (kMaxNValid blocks); 32-bit divisions.
     const int tk = static_cast<int>(valid ? tok : base);
     const int lb = tk / sb - static_cast<int>(jb0);
     const int lb0 = __shfl_sync(0xFFFFFFFFu, lb, 0);
     const bool uniform = __all_sync(0xFFFFFFFFu, !valid || lb == lb0);
+    const bool owner = valid && sub == 0;  // the lane whose dots are the token's
     const long long page = a.table[r * g.max_blocks + tk / bs] * a.ix_block;
     const int o = tk % bs;
     const TokenRow row_of{a.cache + page + o * a.ix_token,
                           reinterpret_cast<const float*>(a.cache + page + g.block_size * idim +
                                                          o * scale_groups * 4)};
     for (int h0 = 0; h0 < nih; h0 += 4) {  // four heads at a time (padded with the last)
-      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (valid) {
-        const float* qs[4];
+      const float* qs[4];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) qs[u] = iq_s + (h0 + u < nih ? h0 + u : nih - 1) * idim;
-        token_dots<kCanonical, Dt, kBlockScale, L, 0, kCanonical ? 1 : L>(row_of, qs, groups, d);
-      }
+      for (int u = 0; u < 4; ++u) qs[u] = iq_s + (h0 + u < nih ? h0 + u : nih - 1) * idim;
+      float d[4];
+      split_token_dots<kCanonical, Dt, kBlockScale, L, kSplit>(row_of, qs, groups, sub, valid, d);
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         if (h0 + u >= nih) break;
         const float score = __fmul_rn(d[u], a.score_factor);
-        const unsigned key = !valid || isnan(score) ? 0u : max_key(score);
-        const int saw = !valid ? 0 : isnan(score) ? kSawNan : kSawNumber;
+        const unsigned key = !owner || isnan(score) ? 0u : max_key(score);
+        const int saw = !owner ? 0 : isnan(score) ? kSawNan : kSawNumber;
         const int at = lb0 * nih + h0 + u;
         if (uniform) {
           const unsigned wkey = __reduce_max_sync(0xFFFFFFFFu, key);
           const int wsaw = static_cast<int>(__reduce_or_sync(0xFFFFFFFFu, saw));
           if (lane == 0) atomicMax(&key_s[at], wkey), atomicOr(&saw_s[at], wsaw);
-        } else if (valid) {
+        } else if (owner) {
           atomicMax(&key_s[lb * nih + h0 + u], key);
           atomicOr(&saw_s[lb * nih + h0 + u], saw);
         }
@@ -210,9 +260,9 @@ __global__ void __launch_bounds__(kFusedThreads) indexer_fused_kernel(IndexArgs 
   for (int h0 = 0; h0 < heads; h0 += per_pass) {
     const int hp = h0 + per_pass < heads ? per_pass : heads - h0;
     if (k_eff <= kTourney) {
-      tournament_best(sc.from(h0), hp, n_valid, k_eff, keys, best, f);
+      tournament_best<kFusedTourneyIlp>(sc.from(h0), hp, n_valid, k_eff, keys, best, f);
     } else {
-      select_best(sc.from(h0), n_valid, k_eff, keys, best, f);
+      select_best<false>(sc.from(h0), n_valid, k_eff, keys, best, f);  // n <= kKeyTile
     }
     __syncthreads();
     for (int h = 0; h < hp; ++h)
@@ -234,12 +284,12 @@ inline bool fused_indexer_applies(long long lanes, bool canonical, bool drop_neg
          topk <= kMaxTopk && unit >= std::min(group_bytes, 16) && smem <= kMaxSmem - 48 * 1024;
 }
 
-/// Launches the fused kernel over (CUDA blocks per row, rows); a.span set.
-template <bool kCanonical, int Dt, bool kBlockScale, int L, ReadBug F>
+/// Launches the fused kernel over (CUDA blocks per row, rows); a.span and a.split set.
+template <bool kCanonical, int Dt, bool kBlockScale, int L, int kSplit, ReadBug F>
 void run_fused_indexer(const IndexArgs& a, std::int64_t rows, std::size_t smem, cudaStream_t s) {
-  allow_smem(indexer_fused_kernel<kCanonical, Dt, kBlockScale, L, F>, smem);
+  allow_smem(indexer_fused_kernel<kCanonical, Dt, kBlockScale, L, kSplit, F>, smem);
   const long long per_row = (a.max_nv + a.span - 1) / a.span;
-  indexer_fused_kernel<kCanonical, Dt, kBlockScale, L, F>
+  indexer_fused_kernel<kCanonical, Dt, kBlockScale, L, kSplit, F>
       <<<dim3(static_cast<unsigned>(per_row), static_cast<unsigned>(rows)), kFusedThreads, smem,
          s>>>(a);
   check_cuda(cudaGetLastError(), "indexer_fused_kernel launch");

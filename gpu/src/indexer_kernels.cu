@@ -15,7 +15,7 @@ template void dispatch_fused_indexer<false, ReadBug::kNone>(const IndexArgs&, st
 
 FusedPlan fused_indexer_plan(const spec::ModelConfig& c, const spec::IndexerParams& p,
                              ReadKernel kernel, std::int64_t rows, std::int64_t max_nv,
-                             long long start, int sms) {
+                             long long start, int sms, int forced_split) {
   const std::int64_t idim = c.geometry.index_dim;
   if (idim < 64 || idim > kMaxHeadDim || idim % 8 != 0) return {};
   const bool block_scale = c.index.layout == spec::IndexLayout::kBlockScale;
@@ -26,7 +26,15 @@ FusedPlan fused_indexer_plan(const spec::ModelConfig& c, const spec::IndexerPara
                 copy_unit(view.token * spec::index_stride_bytes(c)), copy_unit(start)});
   const std::int64_t total = rows * max_nv;
   sms = std::max(sms, 1);
-  std::int64_t span = std::max<std::int64_t>((kFusedThreads + p.sparse_block - 1) / p.sparse_block,
+  // Lanes a token: one (four heads' chains a thread) from kSplitOneTokens tokens over the batch,
+  // two below, where the score pass is too short to fill the device with one (measured on the
+  // H200, session 30: the better of the two at every benchmarked size but 64k tokens at batch 16,
+  // within 0.4% there).
+  const int split = forced_split == 1 || forced_split == 2      ? forced_split
+                    : total * p.sparse_block >= kSplitOneTokens ? 1
+                                                                : kFusedSplit;
+  const std::int64_t pass_tokens = kFusedThreads / split;
+  std::int64_t span = std::max<std::int64_t>((pass_tokens + p.sparse_block - 1) / p.sparse_block,
                                              (total + 4 * sms - 1) / (4 * sms));
   span = std::clamp<std::int64_t>(span, 1, std::min<std::int64_t>(kMaxFusedSpan, max_nv));
   const std::size_t smem =
@@ -38,7 +46,7 @@ FusedPlan fused_indexer_plan(const spec::ModelConfig& c, const spec::IndexerPara
                              static_cast<int>(unit), smem)) {
     return {};
   }
-  return {static_cast<int>(span), smem};
+  return {static_cast<int>(span), split, smem};
 }
 
 }  // namespace detail

@@ -170,16 +170,24 @@ void run_indexer_lanes(const IndexArgs& a, std::int64_t rows, std::size_t smem, 
   }
 }
 
+/// The fused kernel's dispatch over the lanes a token (IndexArgs::split).
+template <bool kCanonical, int Dt, bool kBlockScale, int L, ReadBug F>
+void run_fused_split(const IndexArgs& a, std::int64_t rows, std::size_t smem, cudaStream_t s) {
+  if (a.split == 1)
+    return run_fused_indexer<kCanonical, Dt, kBlockScale, L, 1, F>(a, rows, smem, s);
+  run_fused_indexer<kCanonical, Dt, kBlockScale, L, 2, F>(a, rows, smem, s);
+}
+
 /// The fused kernel's dispatch over L (index_dim 64 .. 256: 8, 16 or 32 groups' lanes).
 template <bool kCanonical, int Dt, bool kBlockScale, ReadBug F>
 void run_fused_lanes(const IndexArgs& a, std::int64_t rows, std::size_t smem, cudaStream_t s) {
   switch (next_pow2(a.g.index_dim / 8)) {
     case 8:
-      return run_fused_indexer<kCanonical, Dt, kBlockScale, 8, F>(a, rows, smem, s);
+      return run_fused_split<kCanonical, Dt, kBlockScale, 8, F>(a, rows, smem, s);
     case 16:
-      return run_fused_indexer<kCanonical, Dt, kBlockScale, 16, F>(a, rows, smem, s);
+      return run_fused_split<kCanonical, Dt, kBlockScale, 16, F>(a, rows, smem, s);
     default:
-      return run_fused_indexer<kCanonical, Dt, kBlockScale, 32, F>(a, rows, smem, s);
+      return run_fused_split<kCanonical, Dt, kBlockScale, 32, F>(a, rows, smem, s);
   }
 }
 
@@ -305,11 +313,12 @@ void launch_indexer_topk_t(const spec::ModelConfig& c, const spec::IndexerParams
     check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
                "cudaDeviceGetAttribute");
-    plan = fused_indexer_plan(c, p, kernel, b.num_rows, a.max_nv, start, sms);
+    plan = fused_indexer_plan(c, p, kernel, b.num_rows, a.max_nv, start, sms, ix.fused_split);
   }
   if (plan.span > 0) {  // one launch: scores and selection
     a.row_done = ix.row_done;
     a.span = plan.span;
+    a.split = plan.split;
     if constexpr (kScoreBug == ReadBug::kNone) {
       if (kernel == ReadKernel::kCanonical) {
         return dispatch_fused_indexer<true, kScoreBug>(a, b.num_rows, plan.smem, s);

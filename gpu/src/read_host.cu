@@ -138,15 +138,17 @@ std::vector<std::int32_t> detail::indexer_topk_host_via(
   const DeviceRows d_rows(b, rows);
   const DeviceBuffer d_q(index_q.bytes), d_out(ids.size() * sizeof(std::int32_t));
   const DeviceBuffer d_scores(score_count * sizeof(float));
-  // The one-launch path's counters (IndexerPath::kFused): zero before, and zero after (checked: a
-  // row whose last CUDA block never selected would leave its counter behind).
+  // The one-launch path's counters (every IndexerPath but kTwoLaunch): zero before, and zero after
+  // (checked: a row whose last CUDA block never selected would leave its counter behind).
   const DeviceBuffer d_done(static_cast<std::size_t>(tq) * sizeof(std::uint32_t));
   d_done.fill(0);
+  constexpr int kSplitOf[] = {0, 0, 1, 2};  // IndexerPath -> DeviceIndexer::fused_split
   launch(c, p, d_rows.view,
          {static_cast<const std::uint8_t*>(mirror.body(spec::BufferKind::kIndexK)) +
               spec::index_view(c).offset * spec::index_stride_bytes(c),
           d_q.data(), max_nvalid, d_scores.as<float>(), d_out.as<std::int32_t>(), form,
-          path == IndexerPath::kFused ? d_done.as<std::uint32_t>() : nullptr},
+          path == IndexerPath::kTwoLaunch ? nullptr : d_done.as<std::uint32_t>(),
+          kSplitOf[static_cast<int>(path)]},
          kernel, nullptr);
   check_cuda(cudaDeviceSynchronize(), "indexer");
   d_out.download(ids.data(), ids.size() * sizeof(std::int32_t));

@@ -98,15 +98,17 @@ void allow_smem(K kernel, std::size_t bytes) {
 /// The fused indexer launch's plan for a call (indexer_fused.cuh; host): its logical blocks per
 /// CUDA block and shared memory, or span 0 where fused_indexer_applies refuses the call. `start`:
 /// the index-K view's first element's address (only its alignment matters); `sms`: the device's
-/// multiprocessors. About four CUDA blocks per multiprocessor over the whole batch, and at least a
-/// CUDA block of threads' worth of tokens each.
+/// multiprocessors; `forced_split`: 1 or 2 lanes a token forced (DeviceIndexer::fused_split),
+/// else the plan's. About four CUDA blocks per multiprocessor over the whole batch, and at least
+/// a CUDA block of threads' worth of tokens each.
 struct FusedPlan {
   int span = 0;
+  int split = 1;  // lanes a token (IndexArgs::split)
   std::size_t smem = 0;
 };
 FusedPlan fused_indexer_plan(const spec::ModelConfig& c, const spec::IndexerParams& p,
                              ReadKernel kernel, std::int64_t rows, std::int64_t max_nv,
-                             long long start, int sms);
+                             long long start, int sms, int forced_split = 0);
 
 /// The public launchers' signatures (kvo/gpu/read.hpp), and the host-memory paths of read_host.cu
 /// over any launcher of that signature (`scores`: where the indexer's block scores go, when

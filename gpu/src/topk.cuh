@@ -93,41 +93,69 @@ __device__ inline int key_id(unsigned long long key, KeyForm f) {
   return static_cast<int>(static_cast<unsigned>(key) ^ f.tie_xor);
 }
 
-/// Sorts one key per lane descending across the warp (a bitonic network of xor shuffles).
-__device__ inline unsigned long long warp_sort_desc(unsigned long long v, int lane) {
-#pragma unroll
-  for (int k = 2; k <= 32; k *= 2) {
-#pragma unroll
+/// Bitonic steps k = k_first .. 32 on U independent warp-wide sequences of one key a lane (xor
+/// shuffles; after step k, every run of k lanes is sorted descending). k_first 2 sorts any 32
+/// keys; k_first 32 (the last step alone, j = 16 .. 1) sorts a bitonic sequence: two lists sorted
+/// descending, the second in reverse order.
+template <int U>
+__device__ inline void warp_bitonic_desc(unsigned long long (&v)[U], int lane, int k_first) {
+  for (int k = k_first; k <= 32; k *= 2) {
     for (int j = k / 2; j > 0; j /= 2) {
-      const unsigned long long o = __shfl_xor_sync(0xFFFFFFFFu, v, j);
       const bool keep_max = ((lane & j) == 0) == ((lane & k) == 0);
-      v = keep_max ? (v > o ? v : o) : (v < o ? v : o);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const unsigned long long o = __shfl_xor_sync(0xFFFFFFFFu, v[u], j);
+        // One comparison: keep this lane's key where it is the one the lane keeps (equal keys
+        // are padding: either).
+        if ((v[u] > o) != keep_max) v[u] = o;
+      }
     }
   }
-  return v;
 }
 
 /// The tournament top-k of `heads` score rows at once (rows 0 .. heads - 1 of sc, n blocks each):
-/// each warp sorts 32 candidates of one row (a bitonic network in registers) and keeps the best
-/// 16; each round halves every row's field, alternating between the two halves of `keys`, until
-/// one sorted chunk per row remains. Row h's k_eff best (k_eff <= kTourney), best first, go to
-/// best[h * k_eff, (h + 1) * k_eff). Needs heads * tourney_region(n) <= kKeyTile / 2.
+/// round 1 sorts every chunk of 32 keys of a row across a warp and keeps the best 16 (a sorted
+/// list); each later round merges two lists a chunk (the second read in reverse: a bitonic
+/// sequence, sorted by the network's last step alone) and keeps the best 16, alternating between
+/// the two halves of `keys`, until one list per row remains. A warp takes kIlp chunks at a time:
+/// their networks are independent, so their shuffles interleave (one network waits on each
+/// shuffle); worth its registers where a round has more chunks than warps. Row h's k_eff best
+/// (k_eff <= kTourney), best first, go to best[h * k_eff, (h + 1) * k_eff). Needs heads *
+/// tourney_region(n) <= kKeyTile / 2.
 __device__ inline long long tourney_region(long long n) { return (n + 31) / 32 * kTourney; }
+template <int kIlp = 1>
 __device__ inline void tournament_best(const ScoreRows& sc, int heads, long long n, long long k_eff,
                                        unsigned long long* keys, int* best, KeyForm f) {
+  // 32-bit indices (heads * region <= kKeyTile / 2): a 64-bit division is a long subroutine.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  const long long region = tourney_region(n);
-  long long field = n;
+  const int region = static_cast<int>(tourney_region(n));
+  int field = static_cast<int>(n);
   const unsigned long long* in = nullptr;
   unsigned long long* out = keys;
   for (;;) {
-    const long long chunks = (field + 31) / 32;
-    for (long long c = warp; c < heads * chunks; c += warps) {
-      const long long h = c / chunks, at = (c - h * chunks) * 32 + lane;
-      unsigned long long v = 0;  // below every real key
-      if (at < field) v = in == nullptr ? rank_key(sc(h, at), at, f) : in[h * region + at];
-      v = warp_sort_desc(v, lane);
-      if (lane < kTourney) out[h * region + (c - h * chunks) * kTourney + lane] = v;
+    const int chunks = (field + 31) / 32, total = heads * chunks;
+    const bool merge = in != nullptr;
+    // A list's lane in its chunk: the second of two lists reversed where they merge.
+    const int at_lane = merge && lane >= kTourney ? 3 * kTourney - 1 - lane : lane;
+    for (int c0 = warp; c0 < total; c0 += warps * kIlp) {
+      unsigned long long v[kIlp];
+      int head_of[kIlp], chunk_of[kIlp];
+#pragma unroll
+      for (int u = 0; u < kIlp; ++u) {
+        const int c = c0 + u * warps;
+        head_of[u] = static_cast<int>(static_cast<unsigned>(c) / static_cast<unsigned>(chunks));
+        chunk_of[u] = c - head_of[u] * chunks;
+        const int at = chunk_of[u] * 32 + at_lane;
+        v[u] = 0;  // below every real key
+        if (c < total && at < field)
+          v[u] = merge ? in[head_of[u] * region + at] : rank_key(sc(head_of[u], at), at, f);
+      }
+      warp_bitonic_desc(v, lane, merge ? 32 : 2);
+#pragma unroll
+      for (int u = 0; u < kIlp; ++u) {
+        if (c0 + u * warps < total && lane < kTourney)
+          out[head_of[u] * region + chunk_of[u] * kTourney + lane] = v[u];
+      }
     }
     __syncthreads();
     if (chunks == 1) break;
@@ -135,14 +163,17 @@ __device__ inline void tournament_best(const ScoreRows& sc, int heads, long long
     in = out;
     out = out == keys ? keys + kKeyTile / 2 : keys;
   }
-  for (long long e = threadIdx.x; e < heads * k_eff; e += blockDim.x)
-    best[e] = key_id(out[e / k_eff * region + e % k_eff], f);
+  const int k = static_cast<int>(k_eff);
+  for (int e = threadIdx.x; e < heads * k; e += blockDim.x)
+    best[e] = key_id(out[e / k * region + e % k], f);
 }
 
 /// Best first: the k_eff largest keys of row 0 of sc's blocks [0, n) into best[0, k_eff). k_eff
 /// <= 16 and up to kKeyTile blocks (decode with the MSA defaults): the tournament. Otherwise up to
 /// kKeyTile blocks: a bitonic sort of the keys in shared memory. More: each block's rank is counted
-/// against every other, tile by tile (quadratic, for small sparse blocks over long sequences).
+/// against every other, tile by tile (quadratic, for small sparse blocks over long sequences),
+/// where kLong (a caller whose n never passes kKeyTile leaves it out: its registers).
+template <bool kLong = true>
 __device__ inline void select_best(const ScoreRows& sc, long long n, long long k_eff,
                                    unsigned long long* keys, int* best, KeyForm f) {
   if (n == 0) return;  // a padded row: nothing to select
@@ -166,29 +197,31 @@ __device__ inline void select_best(const ScoreRows& sc, long long n, long long k
     for (int e = threadIdx.x; e < k_eff; e += blockDim.x) best[e] = key_id(keys[e], f);
     return;
   }
-  int rank[kRanksPerThread];
-  unsigned long long mine[kRanksPerThread];
-  for (int u = 0; u < kRanksPerThread; ++u) {
-    const long long jj = threadIdx.x + static_cast<long long>(u) * blockDim.x;
-    rank[u] = 0;
-    mine[u] = jj < n ? rank_key(sc(0, jj), jj, f) : 0;
-  }
-  for (long long t0 = 0; t0 < n; t0 += kKeyTile) {
-    __syncthreads();
-    for (long long e = threadIdx.x; e < kKeyTile && t0 + e < n; e += blockDim.x)
-      keys[e] = rank_key(sc(0, t0 + e), t0 + e, f);
-    __syncthreads();
-    const int m = static_cast<int>(n - t0 < kKeyTile ? n - t0 : kKeyTile);
+  if constexpr (kLong) {
+    int rank[kRanksPerThread];
+    unsigned long long mine[kRanksPerThread];
     for (int u = 0; u < kRanksPerThread; ++u) {
-      if (threadIdx.x + static_cast<long long>(u) * blockDim.x >= n) break;
-      int c = 0;
-      for (int e = 0; e < m; ++e) c += keys[e] > mine[u];
-      rank[u] += c;
+      const long long jj = threadIdx.x + static_cast<long long>(u) * blockDim.x;
+      rank[u] = 0;
+      mine[u] = jj < n ? rank_key(sc(0, jj), jj, f) : 0;
     }
-  }
-  for (int u = 0; u < kRanksPerThread; ++u) {
-    const long long jj = threadIdx.x + static_cast<long long>(u) * blockDim.x;
-    if (jj < n && rank[u] < k_eff) best[rank[u]] = static_cast<int>(jj);
+    for (long long t0 = 0; t0 < n; t0 += kKeyTile) {
+      __syncthreads();
+      for (long long e = threadIdx.x; e < kKeyTile && t0 + e < n; e += blockDim.x)
+        keys[e] = rank_key(sc(0, t0 + e), t0 + e, f);
+      __syncthreads();
+      const int m = static_cast<int>(n - t0 < kKeyTile ? n - t0 : kKeyTile);
+      for (int u = 0; u < kRanksPerThread; ++u) {
+        if (threadIdx.x + static_cast<long long>(u) * blockDim.x >= n) break;
+        int c = 0;
+        for (int e = 0; e < m; ++e) c += keys[e] > mine[u];
+        rank[u] += c;
+      }
+    }
+    for (int u = 0; u < kRanksPerThread; ++u) {
+      const long long jj = threadIdx.x + static_cast<long long>(u) * blockDim.x;
+      if (jj < n && rank[u] < k_eff) best[rank[u]] = static_cast<int>(jj);
+    }
   }
 }
 

@@ -49,19 +49,33 @@ std::int64_t max_n_valid(const oracle::ReadCase& rc) {
   return m;
 }
 
-/// The indexer's one-launch path (IndexerPath::kFused, where the call is fused) gives the ids of
+/// The indexer's one-launch path (where the call is fused) under `path` gives `ids`, the ids of
 /// its two-launch path (`two`), first difference named.
-void expect_same_ids_both_paths(const oracle::ReadCase& rc, const std::vector<std::int32_t>& two,
-                                gpu::ReadKernel kernel) {
-  const auto ids = gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches,
-                                          kernel, {}, gpu::IndexerPath::kFused);
+void expect_ids_of_two_launches(const oracle::ReadCase& rc, const std::vector<std::int32_t>& two,
+                                const std::vector<std::int32_t>& ids, gpu::ReadKernel kernel,
+                                gpu::IndexerPath path) {
   ASSERT_EQ(two.size(), ids.size()) << tag(rc);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     ASSERT_EQ(ids[i], two[i]) << tag(rc) << ": id " << i << " (fused "
                               << gpu::indexer_is_fused(rc.config, rc.indexer, kernel,
                                                        max_n_valid(rc))
-                              << ", kernel " << static_cast<int>(kernel)
-                              << ") differs from the two-launch path's";
+                              << ", path " << static_cast<int>(path) << ", kernel "
+                              << static_cast<int>(kernel) << ") differs from the two-launch path's";
+  }
+}
+
+/// expect_ids_of_two_launches with the launch's own lanes a token (IndexerPath::kFused) and with
+/// 1 or 2 forced, by the case's seed.
+void expect_same_ids_both_paths(const oracle::ReadCase& rc, const std::vector<std::int32_t>& two,
+                                gpu::ReadKernel kernel) {
+  constexpr gpu::IndexerPath kForced[] = {gpu::IndexerPath::kFusedSplit1,
+                                          gpu::IndexerPath::kFusedSplit2};
+  for (const gpu::IndexerPath path : {gpu::IndexerPath::kFused, kForced[rc.seed % 2]}) {
+    ASSERT_NO_FATAL_FAILURE(
+        expect_ids_of_two_launches(rc, two,
+                                   gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch,
+                                                          rc.index_q, rc.caches, kernel, {}, path),
+                                   kernel, path));
   }
 }
 
@@ -272,9 +286,9 @@ TEST(FusedIndexer, TheCaseDistributionReachesBothPaths) {
 // The fused indexer over every index-K form the spec admits (flat bf16 and e4m3, block-scaled
 // e4m3) and index_dim 64, 128, 256 (block-scaled: 128, 256); logical blocks of 128, 100 and 16
 // tokens (warps that straddle two blocks), top 16 (the tournament, several KV heads a pass) and top
-// 40 (the bitonic sort, head by head), up to 2,000 logical blocks a row (200 under the sanitizers):
-// against the reference (canonical) and its two-launch path (both families), its counters back at 0
-// (indexer_topk_host checks).
+// 40 (the bitonic sort, head by head), up to 2,000 logical blocks a row (200 under the sanitizers),
+// with the launch's own lanes a token and 1 and 2 forced: against the reference (canonical) and
+// its two-launch path (both families), its counters back at 0 (indexer_topk_host checks).
 TEST(FusedIndexer, EveryFormMatchesTheReferenceAndTheTwoLaunchPath) {
   std::string why;
   if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
@@ -300,17 +314,21 @@ TEST(FusedIndexer, EveryFormMatchesTheReferenceAndTheTwoLaunchPath) {
             reference::indexer_topk(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches);
         for (const auto kernel : {gpu::ReadKernel::kCanonical, gpu::ReadKernel::kFast}) {
           if (!gpu::indexer_is_fused(rc.config, rc.indexer, kernel, max_n_valid(rc))) continue;
-          const auto ids = gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q,
-                                                  rc.caches, kernel, {}, gpu::IndexerPath::kFused);
-          if (kernel == gpu::ReadKernel::kCanonical) {
-            const oracle::TopkDiff td = oracle::diff_topk_exact(sel, ids);
-            ASSERT_TRUE(td.equal()) << tag(rc) << " (fused)\n" << td.report();
+          const auto two = gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q,
+                                                  rc.caches, kernel);
+          for (const gpu::IndexerPath path :
+               {gpu::IndexerPath::kFused, gpu::IndexerPath::kFusedSplit1,
+                gpu::IndexerPath::kFusedSplit2}) {
+            const auto ids = gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q,
+                                                    rc.caches, kernel, {}, path);
+            if (kernel == gpu::ReadKernel::kCanonical) {
+              const oracle::TopkDiff td = oracle::diff_topk_exact(sel, ids);
+              ASSERT_TRUE(td.equal())
+                  << tag(rc) << " (fused, path " << static_cast<int>(path) << ")\n"
+                  << td.report();
+            }
+            ASSERT_NO_FATAL_FAILURE(expect_ids_of_two_launches(rc, two, ids, kernel, path));
           }
-          ASSERT_NO_FATAL_FAILURE(
-              expect_same_ids_both_paths(rc,
-                                         gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch,
-                                                                rc.index_q, rc.caches, kernel),
-                                         kernel));
         }
       }
     }
