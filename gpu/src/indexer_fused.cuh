@@ -42,9 +42,10 @@ inline constexpr int kFusedThreads = 256;
 inline constexpr int kMaxFusedSpan = 64;  // logical blocks per CUDA block
 inline constexpr int kFusedSplit = 2;     // lanes a token below kSplitOneTokens, unless forced
 inline constexpr long long kSplitOneTokens = 65536;  // one lane a token from this many in a batch
-// CUDA blocks a multiprocessor by the lanes a token (__launch_bounds__): one lane, two (128
-// registers: its four heads' chains and row loads in flight); two lanes, three (80 registers;
-// ptxas, sm_90: 0-28 bytes of spills by the instantiation; unbounded it took 104).
+// CUDA blocks a multiprocessor by the lanes a token (__launch_bounds__): one lane, two (a cap
+// of 128 registers; ptxas, sm_90, takes 96, no spills: four heads' chains and the row's loads in
+// flight); two lanes, three (80 registers; 0-28 bytes of spills by the instantiation; unbounded
+// it took 104).
 template <int kSplit>
 inline constexpr int kFusedMinBlocks = kSplit == 1 ? 2 : 3;
 // The selection's chunks a warp at once (tournament_best): 8 warps sort up to four KV heads'

@@ -143,6 +143,7 @@ std::vector<std::int32_t> detail::indexer_topk_host_via(
   const DeviceBuffer d_done(static_cast<std::size_t>(tq) * sizeof(std::uint32_t));
   d_done.fill(0);
   constexpr int kSplitOf[] = {0, 0, 1, 2};  // IndexerPath -> DeviceIndexer::fused_split
+  static_assert(static_cast<int>(IndexerPath::kFusedSplit2) + 1 == std::size(kSplitOf));
   launch(c, p, d_rows.view,
          {static_cast<const std::uint8_t*>(mirror.body(spec::BufferKind::kIndexK)) +
               spec::index_view(c).offset * spec::index_stride_bytes(c),
