@@ -16,16 +16,19 @@
 ///   group r, the dot P(0, 1), evaluated depth first (a few partials live at a time). The fast
 ///   family: two interleaved accumulators per group and the xor butterfly's association, the
 ///   halves of each range added, as segment_dots. q is read from shared memory (every lane the
-///   same address: a broadcast), the token's index-K row straight from global memory;
+///   same address: a broadcast), the token's index-K row from global memory, a pass ahead where a
+///   lane's share fits 64 bytes (LaneGroups: the loads of the next pass's rows, and the block-table
+///   entries of the pass after it, are in flight while this pass's dots run);
 /// - token scores fl(dot * factor) fold into each (logical block, index head)'s `>` maximum as an
 ///   order-preserving key (atomicMax in shared memory: a maximum does not depend on the order, up
 ///   to the sign of a zero, which the selection's keys do not see) and its NaN flags, a warp at a
 ///   time where the warp's tokens share a logical block;
 /// - block_score (indexer_common.cuh) turns them into the score rows, written to the workspace.
 /// The last CUDA block of a row to finish (a counter per row, IndexArgs::row_done, which it resets
-/// to 0) selects the row's top k for every KV head, reading the rows' scores through L2: the
-/// tournament of topk.cuh over as many heads at once as its key buffer holds (k <= 16), or
-/// select_best head by head; write_selection writes the ids in the family's order.
+/// to 0) selects the row's top k for every KV head, reading the rows' scores through L2
+/// (fused_select: topk.cuh's select_row_heads, the threshold selection or the tournament over
+/// several heads at once where k <= 16, else select_best head by head); write_selection writes
+/// the ids in the family's order.
 
 #include <cuda_runtime.h>
 
@@ -39,15 +42,13 @@
 namespace kvo::gpu::detail {
 
 inline constexpr int kFusedThreads = 256;
-inline constexpr int kMaxFusedSpan = 64;  // logical blocks per CUDA block
-inline constexpr int kFusedSplit = 2;     // lanes a token below kSplitOneTokens, unless forced
-inline constexpr long long kSplitOneTokens = 65536;  // one lane a token from this many in a batch
-// CUDA blocks a multiprocessor by the lanes a token (__launch_bounds__): one lane, two (a cap
-// of 128 registers; ptxas, sm_90, takes 96, no spills: four heads' chains and the row's loads in
-// flight); two lanes, three (80 registers; 0-28 bytes of spills by the instantiation; unbounded
-// it took 104).
+inline constexpr int kFusedSplit = 2;  // lanes a token, unless forced (IndexArgs::split)
+// CUDA blocks a multiprocessor (__launch_bounds__), whatever the lanes a token: two, a cap of 128
+// registers (four heads' chains and the next pass's rows in flight; ptxas, sm_90: 96-128, 0-4 bytes
+// of spills by the instantiation). Three (80) measured 4-7% slower at 16k-64k tokens, batch 16
+// (session 31: the rows' loads then waited on a pass of their own).
 template <int kSplit>
-inline constexpr int kFusedMinBlocks = kSplit == 1 ? 2 : 3;
+inline constexpr int kFusedMinBlocks = 2;
 // The selection's chunks a warp at once (tournament_best): 8 warps sort up to four KV heads'
 // chunks of a row, 128 in the first round at 1,024 logical blocks.
 inline constexpr int kFusedTourneyIlp = 4;
@@ -82,33 +83,90 @@ struct TokenRow {
   const float* scales;
 };
 
+/// The groups of one token's row that one of its kSplit lanes evaluates (sub = lane % kSplit):
+/// canonical, groups base + kSplit * i (base = sub: the groups congruent to sub); fast, base + i
+/// (base = sub * L / kSplit: its range), i < kGroups; a group past the row's (L pads the groups to
+/// a power of two) is +0. Where the lane's groups fit 64 bytes (kAhead: the fp8 rows of index_dim
+/// <= 128 under two lanes) load() reads their bytes and the row's scales at once, so that the
+/// kernel has them in flight a pass before their dots; else each group is loaded where the tree
+/// reaches it (registers: 16-bit rows would take 32-64).
+template <bool kCanonical, int Dt, bool kBlockScale, int L, int kSplit>
+struct LaneGroups {
+  static constexpr int kRawDt = kBlockScale ? kDtE4m3 : Dt;  // block-scaled rows are e4m3
+  static constexpr int kGroups = L / kSplit, kScaleBlocks = kMaxHeadDim / 128;
+  static constexpr bool kAhead = kGroups * Raw8<kRawDt>::kWords <= 16;
+  TokenRow t{nullptr, nullptr};
+  int base, groups;
+  Raw8<kRawDt> raw[kAhead ? kGroups : 1];
+  float scale[kBlockScale ? kScaleBlocks : 1];  // the row's 128-element blocks' scales
+
+  __device__ LaneGroups(int n_groups, int sub)
+      : base(kCanonical ? sub : sub * kGroups), groups(n_groups) {}
+  /// The lane's token's row (valid: the token exists; else nothing is read).
+  __device__ void load(const TokenRow& row, bool valid) {
+    t = row;
+    if constexpr (kAhead) {
+      if (!valid) return;
+#pragma unroll
+      for (int i = 0; i < kGroups; ++i) {
+        const int x = group(i);
+        if (x < groups) raw[i] = load_raw8<kRawDt>(t.row + 8 * x * dtype_size(kRawDt));
+      }
+      if constexpr (kBlockScale) {
+#pragma unroll
+        for (int b = 0; b < kScaleBlocks; ++b)
+          if (16 * b < groups) scale[b] = t.scales[b];
+      }
+    }
+  }
+  __device__ int group(int i) const { return kCanonical ? base + kSplit * i : base + i; }
+  /// Group base + `at`'s eight values, dequantized (block-scaled: times its block's scale); `at`
+  /// is the lane's i (fast) or kSplit * i (canonical).
+  template <int kAt>
+  __device__ void values(float (&k)[8]) const {
+    const int x = base + kAt;
+    if constexpr (kAhead) {
+      convert8<kRawDt>(raw[kCanonical ? kAt / kSplit : kAt], k);
+      if constexpr (kBlockScale) {
+        float s = scale[0];
+#pragma unroll
+        for (int b = 1; b < kScaleBlocks; ++b)
+          if (x >= 16 * b) s = scale[b];
+        for (float& v : k) v = __fmul_rn(v, s);
+      }
+    } else {
+      load8_scaled<kRawDt>(t.row + 8 * x * dtype_size(kRawDt), kBlockScale,
+                           kBlockScale ? t.scales[x / 16] : 1.0f, k);
+    }
+  }
+};
+
 /// The four dots (heads h0 .. h0 + 3 of q [heads][idim], past the last head its row) of one
-/// token's index-K row, over the tree node of groups x (runtime: a thread's first group) and Y
-/// (canonical: the stride m, the node P(x, m); fast: the range length, the node over [x, x + Y)),
-/// into out.
-template <bool kCanonical, int Dt, bool kBlockScale, int L, int Y>
-__device__ inline void token_dots(const TokenRow& t, const float* const (&q)[4], int groups, int x,
-                                  float (&out)[4]) {
+/// token's index-K row over the tree node of the lane's groups at offset kAt from its base and Y
+/// (canonical: the stride m, the node P(base + kAt, m); fast: the range length, the node over
+/// [base + kAt, base + kAt + Y)), into out.
+template <bool kCanonical, int Dt, bool kBlockScale, int L, int kSplit, int Y, int kAt>
+__device__ inline void token_dots(const LaneGroups<kCanonical, Dt, kBlockScale, L, kSplit>& lg,
+                                  const float* const (&q)[4], float (&out)[4]) {
   constexpr bool kLeaf = kCanonical ? Y == L : Y == 1;
   if constexpr (kLeaf) {
-    // Group x: elements 8x .. 8x + 7, dequantized (block-scaled: times their group's scale).
-    if (x >= groups) {  // a padding lane's +0
+    // Group x: elements 8x .. 8x + 7.
+    const int x = lg.base + kAt;
+    if (x >= lg.groups) {  // a padding group's +0
 #pragma unroll
       for (int u = 0; u < 4; ++u) out[u] = 0.0f;
       return;
     }
-    constexpr int eb = kBlockScale ? 1 : dtype_size(Dt);
     float k[8];
-    load8_scaled<kBlockScale ? kDtE4m3 : Dt>(t.row + 8 * x * eb, kBlockScale,
-                                             kBlockScale ? t.scales[8 * x / 128] : 1.0f, k);
+    lg.template values<kAt>(k);
 #pragma unroll
     for (int u = 0; u < 4; ++u) out[u] = group_dot<kCanonical>(q[u] + 8 * x, k);
   } else {
     // Canonical: P(x, m) = P(x, 2m) + P(x + m, 2m); fast: [x, x + Y) = its halves.
     constexpr int kChildY = kCanonical ? 2 * Y : Y / 2, kRight = kCanonical ? Y : Y / 2;
     float left[4], right[4];
-    token_dots<kCanonical, Dt, kBlockScale, L, kChildY>(t, q, groups, x, left);
-    token_dots<kCanonical, Dt, kBlockScale, L, kChildY>(t, q, groups, x + kRight, right);
+    token_dots<kCanonical, Dt, kBlockScale, L, kSplit, kChildY, kAt>(lg, q, left);
+    token_dots<kCanonical, Dt, kBlockScale, L, kSplit, kChildY, kAt + kRight>(lg, q, right);
 #pragma unroll
     for (int u = 0; u < 4; ++u)
       out[u] = kCanonical ? __fadd_rn(left[u], right[u]) : left[u] + right[u];
@@ -123,17 +181,14 @@ __device__ inline void token_dots(const TokenRow& t, const float* const (&q)[4],
 /// adjacent ranges is added by xor (commutative: both lanes get the same bits). Lane sub 0 holds
 /// the dots; every lane of the warp takes part (valid: whether this lane's token exists).
 template <bool kCanonical, int Dt, bool kBlockScale, int L, int kSplit>
-__device__ inline void split_token_dots(const TokenRow& t, const float* const (&q)[4], int groups,
-                                        int sub, bool valid, float (&d)[4]) {
+__device__ inline void split_token_dots(
+    const LaneGroups<kCanonical, Dt, kBlockScale, L, kSplit>& lg, const float* const (&q)[4],
+    bool valid, float (&d)[4]) {
 #pragma unroll
   for (int u = 0; u < 4; ++u) d[u] = 0.0f;
-  if (valid) {
-    if constexpr (kCanonical) {
-      token_dots<kCanonical, Dt, kBlockScale, L, kSplit>(t, q, groups, sub, d);
-    } else {
-      token_dots<kCanonical, Dt, kBlockScale, L, L / kSplit>(t, q, groups, sub * (L / kSplit), d);
-    }
-  }
+  if (valid)
+    token_dots<kCanonical, Dt, kBlockScale, L, kSplit, kCanonical ? kSplit : L / kSplit, 0>(lg, q,
+                                                                                            d);
   if constexpr (kCanonical) {
 #pragma unroll
     for (int m = kSplit / 2; m > 0; m /= 2) {
@@ -148,6 +203,16 @@ __device__ inline void split_token_dots(const TokenRow& t, const float* const (&
       for (int u = 0; u < 4; ++u) d[u] = d[u] + __shfl_xor_sync(0xFFFFFFFFu, d[u], m, kSplit);
     }
   }
+}
+
+/// The fused kernel's selection of a query row's heads by its last CUDA block (kvo_gpu_testing's
+/// launch_block_topk runs it alone, on given scores).
+template <bool kCanonical>
+__device__ inline void fused_select(const TopkArgs& t, const ScoreRows& sc, long long row,
+                                    long long rows, long long n_valid, unsigned long long* keys,
+                                    int* best) {
+  select_row_heads<kCanonical, kFusedThreads, kFusedTourneyIlp>(t, sc, row, rows, n_valid, keys,
+                                                                best);
 }
 
 /// The fused indexer kernel (see the top of this file).
@@ -193,27 +258,49 @@ __global__ void __launch_bounds__(kFusedThreads, kFusedMinBlocks<kSplit>)
   const int lane = threadIdx.x % 32, sub = lane % kSplit, sb = static_cast<int>(a.sb);
   const int bs = static_cast<int>(g.block_size), scale_groups = kBlockScale ? idim / 128 : 0;
   const long long t_end = jb1 * a.sb < pos + 1 ? jb1 * a.sb : pos + 1;
-  for (long long base = jb0 * a.sb + threadIdx.x / 32 * kWarpTokens; base < t_end;
-       base += kPassTokens) {
-    const long long tok = base + lane / kSplit;
-    const bool valid = tok < t_end;
-    // Positions past 2^31 do not occur (kMaxNValid blocks); 32-bit divisions.
-    const int tk = static_cast<int>(valid ? tok : base);
+  // A lane's token in the pass from b (past t_end: the pass's first, in bounds, with no dots);
+  // positions past 2^31 do not occur (kMaxNValid blocks): 32-bit divisions.
+  const auto token_in = [&](long long b) {
+    const long long tok = b + lane / kSplit;
+    return static_cast<int>(tok < t_end ? tok : b);
+  };
+  const int* const table = a.table + r * g.max_blocks;
+  // Token tk's row, its page's block-table entry given.
+  const auto row_of = [&](int tk, int entry) -> TokenRow {
+    const long long page = entry * a.ix_block;
+    const int o = tk % bs;
+    return {a.cache + page + o * a.ix_token,
+            reinterpret_cast<const float*>(a.cache + page + g.block_size * idim +
+                                           o * scale_groups * 4)};
+  };
+  // Software pipelined: a pass's rows are loaded during the pass before (`next`), and their
+  // block-table entries the pass before that (`entry`), so that neither latency waits on the dots.
+  const long long first = jb0 * a.sb + threadIdx.x / 32 * kWarpTokens;
+  LaneGroups<kCanonical, Dt, kBlockScale, L, kSplit> cur(groups, sub), next(groups, sub);
+  int entry = 0;  // the block-table entry of the pass after the next one
+  if (first < t_end) {
+    const int tk = token_in(first);
+    cur.load(row_of(tk, table[tk / bs]), first + lane / kSplit < t_end);
+    if (first + kPassTokens < t_end) entry = table[token_in(first + kPassTokens) / bs];
+  }
+  for (long long base = first; base < t_end; base += kPassTokens) {
+    const bool valid = base + lane / kSplit < t_end;
+    const int tk = token_in(base);
+    const long long after = base + kPassTokens;
+    if (after < t_end) {
+      next.load(row_of(token_in(after), entry), after + lane / kSplit < t_end);
+      if (after + kPassTokens < t_end) entry = table[token_in(after + kPassTokens) / bs];
+    }
     const int lb = tk / sb - static_cast<int>(jb0);
     const int lb0 = __shfl_sync(0xFFFFFFFFu, lb, 0);
     const bool uniform = __all_sync(0xFFFFFFFFu, !valid || lb == lb0);
     const bool owner = valid && sub == 0;  // the lane whose dots are the token's
-    const long long page = a.table[r * g.max_blocks + tk / bs] * a.ix_block;
-    const int o = tk % bs;
-    const TokenRow row_of{a.cache + page + o * a.ix_token,
-                          reinterpret_cast<const float*>(a.cache + page + g.block_size * idim +
-                                                         o * scale_groups * 4)};
     for (int h0 = 0; h0 < nih; h0 += 4) {  // four heads at a time (padded with the last)
       const float* qs[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u) qs[u] = iq_s + (h0 + u < nih ? h0 + u : nih - 1) * idim;
       float d[4];
-      split_token_dots<kCanonical, Dt, kBlockScale, L, kSplit>(row_of, qs, groups, sub, valid, d);
+      split_token_dots(cur, qs, valid, d);
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         if (h0 + u >= nih) break;
@@ -231,6 +318,7 @@ __global__ void __launch_bounds__(kFusedThreads, kFusedMinBlocks<kSplit>)
         }
       }
     }
+    cur = next;
   }
   __syncthreads();
   const int nb = static_cast<int>(jb1 - jb0);
@@ -250,27 +338,8 @@ __global__ void __launch_bounds__(kFusedThreads, kFusedMinBlocks<kSplit>)
   if (!last) return;
   __threadfence();
   if (threadIdx.x == 0) a.row_done[row] = 0;  // ready for the next launch
-  const ScoreRows sc{a.scores + row * a.score_rows * a.max_nv, a.max_nv, true};
-  const long long k_eff = a.topk < n_valid ? a.topk : n_valid;
-  const KeyForm f{a.key_mask, a.tie_xor};
-  const int heads = a.score_rows;
-  const int per_pass =
-      k_eff <= kTourney ? static_cast<int>(std::min<long long>(
-                              {heads, kKeyTile / 2 / tourney_region(n_valid), kMaxTopk / kTourney}))
-                        : 1;
-  for (int h0 = 0; h0 < heads; h0 += per_pass) {
-    const int hp = h0 + per_pass < heads ? per_pass : heads - h0;
-    if (k_eff <= kTourney) {
-      tournament_best<kFusedTourneyIlp>(sc.from(h0), hp, n_valid, k_eff, keys, best, f);
-    } else {
-      select_best<false>(sc.from(h0), n_valid, k_eff, keys, best, f);  // n <= kKeyTile
-    }
-    __syncthreads();
-    for (int h = 0; h < hp; ++h)
-      write_selection<kCanonical>(t, sc.from(h0 + h), k_eff, best + h * k_eff,
-                                  selection_out(t, row, h0 + h, rows));
-    __syncthreads();  // keys and best serve the next pass
-  }
+  fused_select<kCanonical>(t, {a.scores + row * a.score_rows * a.max_nv, a.max_nv, true}, row, rows,
+                           n_valid, keys, best);
 }
 
 /// Whether the fused kernel takes a call (host): one score row per KV head (index_group max), the

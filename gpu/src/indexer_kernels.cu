@@ -13,9 +13,33 @@ template void dispatch_fused_indexer<true, ReadBug::kNone>(const IndexArgs&, std
 template void dispatch_fused_indexer<false, ReadBug::kNone>(const IndexArgs&, std::int64_t,
                                                             std::size_t, cudaStream_t);
 
+namespace {
+
+/// The fused launch's time by its span, in score passes of one CUDA block (kFusedThreads / split
+/// tokens) on the busiest multiprocessor: its CUDA blocks run `resident` at a time, and a
+/// multiprocessor with r running gets through kSmRate[r] of what it does with three (the score
+/// pass is bound by issue and latency: one CUDA block leaves it idle), plus kCtaOverhead passes a
+/// CUDA block (q, the shared maxima, the score rows, the counter). Fitted to the span x lanes sweep
+/// of session 31 (gpu/NOTES.md); bench_read_gpu's x_best_shape checks it against every forced
+/// shape in the same run (within 2% of the best at every benchmarked size, session 31).
+constexpr double kSmRate[] = {0.0, 0.70, 0.93, 1.0};
+constexpr double kCtaOverhead = 0.5;
+double fused_span_cost(std::int64_t rows, std::int64_t max_nv, std::int64_t sb, std::int64_t span,
+                       std::int64_t pass_tokens, int sms, int resident) {
+  const std::int64_t ctas = rows * ((max_nv + span - 1) / span);
+  const std::int64_t per_sm = (ctas + sms - 1) / sms;
+  const auto passes = static_cast<double>((span * sb + pass_tokens - 1) / pass_tokens);
+  const std::int64_t full = per_sm / resident, rest = per_sm % resident;
+  const double waves = static_cast<double>(full * resident) / kSmRate[resident] +
+                       (rest > 0 ? static_cast<double>(rest) / kSmRate[rest] : 0.0);
+  return passes * waves + static_cast<double>(per_sm) * kCtaOverhead;
+}
+
+}  // namespace
+
 FusedPlan fused_indexer_plan(const spec::ModelConfig& c, const spec::IndexerParams& p,
                              ReadKernel kernel, std::int64_t rows, std::int64_t max_nv,
-                             long long start, int sms, int forced_split) {
+                             long long start, int sms, FusedShape forced) {
   const std::int64_t idim = c.geometry.index_dim;
   if (idim < 64 || idim > kMaxHeadDim || idim % 8 != 0) return {};
   const bool block_scale = c.index.layout == spec::IndexLayout::kBlockScale;
@@ -24,19 +48,24 @@ FusedPlan fused_indexer_plan(const spec::ModelConfig& c, const spec::IndexerPara
   const long long unit =
       std::min({copy_unit(idim * eb), copy_unit(view.block * spec::index_stride_bytes(c)),
                 copy_unit(view.token * spec::index_stride_bytes(c)), copy_unit(start)});
-  const std::int64_t total = rows * max_nv;
-  sms = std::max(sms, 1);
-  // Lanes a token: one (four heads' chains a thread) from kSplitOneTokens tokens over the batch,
-  // two below, where the score pass is too short to fill the device with one (measured on the
-  // H200, session 30: the better of the two at every benchmarked size but 64k tokens at batch 16,
-  // within 0.4% there).
-  const int split = forced_split == 1 || forced_split == 2      ? forced_split
-                    : total * p.sparse_block >= kSplitOneTokens ? 1
-                                                                : kFusedSplit;
+  // Lanes a token: two unless forced (measured on the H200 in session 31 with each one's best span:
+  // two as fast or faster at every benchmarked size, 1k-128k tokens at batch 1 and 16).
+  const int split = forced.split == 1 || forced.split == 2 ? forced.split : kFusedSplit;
   const std::int64_t pass_tokens = kFusedThreads / split;
-  std::int64_t span = std::max<std::int64_t>((pass_tokens + p.sparse_block - 1) / p.sparse_block,
-                                             (total + 4 * sms - 1) / (4 * sms));
-  span = std::clamp<std::int64_t>(span, 1, std::min<std::int64_t>(kMaxFusedSpan, max_nv));
+  const std::int64_t span_min = (pass_tokens + p.sparse_block - 1) / p.sparse_block;
+  const std::int64_t span_max = std::min<std::int64_t>(kMaxFusedSpan, max_nv);
+  std::int64_t span = std::clamp<std::int64_t>(span_min, 1, span_max);
+  if (forced.span > 0) {
+    span = std::clamp<std::int64_t>(forced.span, 1, span_max);
+  } else {
+    const int resident = split == 1 ? kFusedMinBlocks<1> : kFusedMinBlocks<2>;
+    double best = fused_span_cost(rows, max_nv, p.sparse_block, span, pass_tokens, sms, resident);
+    for (std::int64_t s = span + 1; s <= span_max; ++s) {
+      const double cost =
+          fused_span_cost(rows, max_nv, p.sparse_block, s, pass_tokens, sms, resident);
+      if (cost < best) best = cost, span = s;
+    }
+  }
   const std::size_t smem =
       FusedSmem(static_cast<int>(p.num_index_heads), static_cast<int>(idim), static_cast<int>(span))
           .total;

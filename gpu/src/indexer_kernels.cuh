@@ -313,7 +313,7 @@ void launch_indexer_topk_t(const spec::ModelConfig& c, const spec::IndexerParams
     check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
                "cudaDeviceGetAttribute");
-    plan = fused_indexer_plan(c, p, kernel, b.num_rows, a.max_nv, start, sms, ix.fused_split);
+    plan = fused_indexer_plan(c, p, kernel, b.num_rows, a.max_nv, start, sms, ix.fused);
   }
   if (plan.span > 0) {  // one launch: scores and selection
     a.row_done = ix.row_done;

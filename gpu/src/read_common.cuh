@@ -47,34 +47,60 @@ __device__ inline float2 fp8x2_value(unsigned short two_codes) {
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
-/// Eight consecutive elements of dtype Dt at p (16-byte aligned for 16-bit dtypes, 8 for fp8).
+/// Eight consecutive elements of dtype Dt as stored: kWords 32-bit words (f32 8, 16-bit dtypes
+/// 4, fp8 2), loaded by load_raw8 (one or two vector loads) and widened by convert8, so that a
+/// kernel can have a row's loads in flight before any of its arithmetic.
 template <int Dt>
-__device__ inline void load8(const unsigned char* p, float (&x)[8]) {
+struct Raw8 {
+  static constexpr int kWords = dtype_size(Dt) * 2;
+  unsigned w[kWords];
+};
+
+/// Raw8 at p (16-byte aligned for 16-bit dtypes and f32, 8 for fp8).
+template <int Dt>
+__device__ inline Raw8<Dt> load_raw8(const unsigned char* p) {
+  Raw8<Dt> r;
+  if constexpr (Raw8<Dt>::kWords == 2) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    r.w[0] = u.x, r.w[1] = u.y;
+  } else {
+#pragma unroll
+    for (int v = 0; v < Raw8<Dt>::kWords / 4; ++v) {
+      const uint4 u = reinterpret_cast<const uint4*>(p)[v];
+      r.w[4 * v] = u.x, r.w[4 * v + 1] = u.y, r.w[4 * v + 2] = u.z, r.w[4 * v + 3] = u.w;
+    }
+  }
+  return r;
+}
+
+/// The eight values of a Raw8 (exact: every dtype here widens to float exactly).
+template <int Dt>
+__device__ inline void convert8(const Raw8<Dt>& r, float (&x)[8]) {
   if constexpr (Dt == kDtF32) {
-    const float4 a = reinterpret_cast<const float4*>(p)[0],
-                 b = reinterpret_cast<const float4*>(p)[1];
-    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+    for (int i = 0; i < 8; ++i) x[i] = __uint_as_float(r.w[i]);
   } else if constexpr (Dt == kDtBf16 || Dt == kDtF16) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const unsigned w[4] = {u.x, u.y, u.z, u.w};
     for (int i = 0; i < 4; ++i) {
       if constexpr (Dt == kDtBf16) {
-        x[2 * i] = __uint_as_float(w[i] << 16);
-        x[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+        x[2 * i] = __uint_as_float(r.w[i] << 16);
+        x[2 * i + 1] = __uint_as_float(r.w[i] & 0xFFFF0000u);
       } else {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&r.w[i]));
         x[2 * i] = f.x, x[2 * i + 1] = f.y;
       }
     }
   } else {
-    const uint2 u = *reinterpret_cast<const uint2*>(p);
-    const unsigned w[2] = {u.x, u.y};
     for (int i = 0; i < 2; ++i) {
-      const float2 lo = fp8x2_value<Dt>(static_cast<unsigned short>(w[i] & 0xFFFFu));
-      const float2 hi = fp8x2_value<Dt>(static_cast<unsigned short>(w[i] >> 16));
+      const float2 lo = fp8x2_value<Dt>(static_cast<unsigned short>(r.w[i] & 0xFFFFu));
+      const float2 hi = fp8x2_value<Dt>(static_cast<unsigned short>(r.w[i] >> 16));
       x[4 * i] = lo.x, x[4 * i + 1] = lo.y, x[4 * i + 2] = hi.x, x[4 * i + 3] = hi.y;
     }
   }
+}
+
+/// Eight consecutive elements of dtype Dt at p (aligned as load_raw8 needs).
+template <int Dt>
+__device__ inline void load8(const unsigned char* p, float (&x)[8]) {
+  convert8<Dt>(load_raw8<Dt>(p), x);
 }
 
 /// load8, then each element times `scale` (rounded) when `scaled`: a dequantized cache row piece.

@@ -71,9 +71,10 @@ std::vector<std::int32_t> indexer_topk_host(const spec::ModelConfig& c,
                                             const spec::IndexerParams& p, const spec::ReadBatch& b,
                                             const spec::HostTensor& index_q,
                                             const spec::LayerCaches& caches, ReadKernel kernel,
-                                            const spec::TopkForm& form, IndexerPath path) {
+                                            const spec::TopkForm& form, IndexerPath path,
+                                            FusedShape shape) {
   return detail::indexer_topk_host_via(launch_indexer_topk, c, p, b, index_q, caches, kernel, form,
-                                       path);
+                                       path, nullptr, shape);
 }
 
 std::vector<std::int32_t> indexer_selection_host(const spec::ModelConfig& c,
@@ -88,11 +89,12 @@ std::vector<std::int32_t> indexer_selection_host(const spec::ModelConfig& c,
 
 bool indexer_is_fused(const spec::ModelConfig& config, const spec::IndexerParams& params,
                       ReadKernel kernel, std::int64_t max_n_valid) {
-  // The view's start: a 256-byte-aligned allocation plus the view's offset. One multiprocessor:
-  // the largest span, so the most shared memory any device's launch asks.
+  // The view's start: a 256-byte-aligned allocation plus the view's offset. The largest span, so
+  // the most shared memory any device's launch asks.
   const long long start = spec::index_view(config).offset * spec::index_stride_bytes(config);
-  return detail::fused_indexer_plan(config, params, kernel, 1, max_n_valid, 256 + start, 1).span >
-         0;
+  return detail::fused_indexer_plan(config, params, kernel, 1, max_n_valid, 256 + start, 1,
+                                    {0, detail::kMaxFusedSpan})
+             .span > 0;
 }
 
 spec::HostTensor attention_host(const spec::ModelConfig& c, const spec::AttentionParams& p,
@@ -120,7 +122,8 @@ spec::HostTensor flash_attention_host(const spec::ModelConfig& c, const spec::At
 std::vector<std::int32_t> detail::indexer_topk_host_via(
     IndexerLaunch launch, const spec::ModelConfig& c, const spec::IndexerParams& p,
     const spec::ReadBatch& b, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
-    ReadKernel kernel, const spec::TopkForm& form, IndexerPath path, BlockScores* scores) {
+    ReadKernel kernel, const spec::TopkForm& form, IndexerPath path, BlockScores* scores,
+    FusedShape shape) {
   const QueryRows rows = detail::check_indexer_inputs(c, p, b, index_q, caches.kind);
   const std::int64_t tq = rows.size();
   const std::int64_t max_nvalid = rows.max_n_valid(b, p.sparse_block);
@@ -138,18 +141,15 @@ std::vector<std::int32_t> detail::indexer_topk_host_via(
   const DeviceRows d_rows(b, rows);
   const DeviceBuffer d_q(index_q.bytes), d_out(ids.size() * sizeof(std::int32_t));
   const DeviceBuffer d_scores(score_count * sizeof(float));
-  // The one-launch path's counters (every IndexerPath but kTwoLaunch): zero before, and zero after
+  // The one-launch path's counters (IndexerPath::kFused): zero before, and zero after
   // (checked: a row whose last CUDA block never selected would leave its counter behind).
   const DeviceBuffer d_done(static_cast<std::size_t>(tq) * sizeof(std::uint32_t));
   d_done.fill(0);
-  constexpr int kSplitOf[] = {0, 0, 1, 2};  // IndexerPath -> DeviceIndexer::fused_split
-  static_assert(static_cast<int>(IndexerPath::kFusedSplit2) + 1 == std::size(kSplitOf));
   launch(c, p, d_rows.view,
          {static_cast<const std::uint8_t*>(mirror.body(spec::BufferKind::kIndexK)) +
               spec::index_view(c).offset * spec::index_stride_bytes(c),
           d_q.data(), max_nvalid, d_scores.as<float>(), d_out.as<std::int32_t>(), form,
-          path == IndexerPath::kTwoLaunch ? nullptr : d_done.as<std::uint32_t>(),
-          kSplitOf[static_cast<int>(path)]},
+          path == IndexerPath::kTwoLaunch ? nullptr : d_done.as<std::uint32_t>(), shape},
          kernel, nullptr);
   check_cuda(cudaDeviceSynchronize(), "indexer");
   d_out.download(ids.data(), ids.size() * sizeof(std::int32_t));
@@ -292,7 +292,8 @@ DeviceIndexerFunction device_indexer_function(ReadKernel kernel) {
                          scores,
                          call.ids.as<std::int32_t>(),
                          {},
-                         nullptr},
+                         nullptr,
+                         {}},
                         kernel, call.stream);
   };
 }

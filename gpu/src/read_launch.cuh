@@ -95,11 +95,13 @@ void allow_smem(K kernel, std::size_t bytes) {
   raise_smem_limit(reinterpret_cast<const void*>(kernel), bytes);
 }
 
+inline constexpr int kMaxFusedSpan = 64;  // the fused launch's logical blocks a CUDA block, at most
+
 /// The fused indexer launch's plan for a call (indexer_fused.cuh; host): its logical blocks per
 /// CUDA block and shared memory, or span 0 where fused_indexer_applies refuses the call. `start`:
 /// the index-K view's first element's address (only its alignment matters); `sms`: the device's
-/// multiprocessors; `forced_split`: 1 or 2 lanes a token forced (DeviceIndexer::fused_split),
-/// else the plan's. About four CUDA blocks per multiprocessor over the whole batch, and at least
+/// multiprocessors; `forced` (DeviceIndexer::fused): lanes a token and span forced where nonzero.
+/// The plan's span: the one of least modelled time (fused_span_cost, indexer_kernels.cu), at least
 /// a CUDA block of threads' worth of tokens each.
 struct FusedPlan {
   int span = 0;
@@ -108,7 +110,7 @@ struct FusedPlan {
 };
 FusedPlan fused_indexer_plan(const spec::ModelConfig& c, const spec::IndexerParams& p,
                              ReadKernel kernel, std::int64_t rows, std::int64_t max_nv,
-                             long long start, int sms, int forced_split = 0);
+                             long long start, int sms, FusedShape forced = {});
 
 /// The public launchers' signatures (kvo/gpu/read.hpp), and the host-memory paths of read_host.cu
 /// over any launcher of that signature (`scores`: where the indexer's block scores go, when
@@ -122,7 +124,7 @@ std::vector<std::int32_t> indexer_topk_host_via(
     IndexerLaunch launch, const spec::ModelConfig& config, const spec::IndexerParams& params,
     const spec::ReadBatch& batch, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
     ReadKernel kernel, const spec::TopkForm& form = {}, IndexerPath path = IndexerPath::kTwoLaunch,
-    BlockScores* scores = nullptr);
+    BlockScores* scores = nullptr, FusedShape shape = {});
 
 spec::HostTensor attention_host_via(
     AttentionLaunch launch, const spec::ModelConfig& config, const spec::AttentionParams& params,

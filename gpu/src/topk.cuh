@@ -97,14 +97,14 @@ __device__ inline int key_id(unsigned long long key, KeyForm f) {
 /// shuffles; after step k, every run of k lanes is sorted descending). k_first 2 sorts any 32
 /// keys; k_first 32 (the last step alone, j = 16 .. 1) sorts a bitonic sequence: two lists sorted
 /// descending, the second in reverse order.
-template <int U>
-__device__ inline void warp_bitonic_desc(unsigned long long (&v)[U], int lane, int k_first) {
+template <class Key, int U>
+__device__ inline void warp_bitonic_desc(Key (&v)[U], int lane, int k_first) {
   for (int k = k_first; k <= 32; k *= 2) {
     for (int j = k / 2; j > 0; j /= 2) {
       const bool keep_max = ((lane & j) == 0) == ((lane & k) == 0);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const unsigned long long o = __shfl_xor_sync(0xFFFFFFFFu, v[u], j);
+        const Key o = __shfl_xor_sync(0xFFFFFFFFu, v[u], j);
         // One comparison: keep this lane's key where it is the one the lane keeps (equal keys
         // are padding: either).
         if ((v[u] > o) != keep_max) v[u] = o;
@@ -166,6 +166,92 @@ __device__ inline void tournament_best(const ScoreRows& sc, int heads, long long
   const int k = static_cast<int>(k_eff);
   for (int e = threadIdx.x; e < heads * k; e += blockDim.x)
     best[e] = key_id(out[e / k * region + e % k], f);
+}
+
+/// The tournament's result by a threshold (the one-launch indexer's selection, k_eff <= kTourney):
+/// the kThreads / 32 warps split the `heads` rows (rows 0 .. heads - 1 of sc, n blocks each)
+/// evenly, per_head = warps / heads warps a row, lane l of a row's warp p holding the keys of
+/// blocks p * 32
+/// + l + i * 32 * per_head, i < kThresholdKeys (strided: a run of good neighbouring blocks spreads
+/// over lanes). A warp's k_eff best keys are all at least T, the k_eff-th largest of its lanes'
+/// largest high words (k_eff lanes hold a key whose high word is at least T), so the warp sorts
+/// only its candidates (nonzero keys with high word >= T; usually under 32 of its 512: one warp
+/// sort) 32 at a time into its best 16, and the row's warps merge their lists in a tree (the
+/// bitonic network's last step) in shared memory, the tournament's rounds without its first
+/// 15-stage sorts of every chunk. Any number of candidates is right (all tied: every key). Row h's
+/// k_eff best, best first, go to best[h * k_eff, (h + 1) * k_eff). Needs threshold_fits.
+template <int kThreads>
+inline constexpr int kThresholdKeys = kKeyTile / kThreads;  // a warp's candidates fit its region
+template <int kThreads>
+__device__ inline bool threshold_fits(int heads, long long n) {
+  const int per_head = kThreads / 32 / heads;
+  return per_head >= 1 && n <= 32LL * per_head * kThresholdKeys<kThreads>;
+}
+template <int kThreads>
+__device__ inline void threshold_best(const ScoreRows& sc, int heads, long long n, long long k_eff,
+                                      unsigned long long* keys, int* best, KeyForm f) {
+  constexpr int kKeys = kThresholdKeys<kThreads>, kRegion = 32 * kKeys;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int per_head = kThreads / 32 / heads, head = warp / per_head, part = warp % per_head;
+  const int nn = static_cast<int>(n), k = static_cast<int>(k_eff);
+  unsigned long long* region = keys + warp * kRegion;  // this warp's candidates, then its list
+  unsigned long long v[kKeys];
+  unsigned top[1] = {0};  // the largest high word of this lane's keys (0: none)
+#pragma unroll
+  for (int i = 0; i < kKeys; ++i) {
+    const int j = part * 32 + lane + i * 32 * per_head;
+    v[i] = head < heads && j < nn ? rank_key(sc(head, j), j, f) : 0;
+    top[0] = max(top[0], static_cast<unsigned>(v[i] >> 32));
+  }
+  warp_bitonic_desc(top, lane, 2);
+  const unsigned t = __shfl_sync(0xFFFFFFFFu, top[0], k - 1);
+  unsigned mask = 0;
+#pragma unroll
+  for (int i = 0; i < kKeys; ++i)
+    mask |= (v[i] != 0 && static_cast<unsigned>(v[i] >> 32) >= t ? 1u : 0u) << i;
+  // This lane's candidates go to region[at, at + popc(mask)): an inclusive scan of the counts.
+  int at = __popc(mask);
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int o = __shfl_up_sync(0xFFFFFFFFu, at, d);
+    if (lane >= d) at += o;
+  }
+  const int candidates = __shfl_sync(0xFFFFFFFFu, at, 31);
+  at -= __popc(mask);
+#pragma unroll
+  for (int i = 0; i < kKeys; ++i) {
+    if ((mask >> i) & 1u) region[at++] = v[i];
+  }
+  __syncwarp();
+  unsigned long long list = 0;  // lanes 0 .. 15: the warp's best 16 so far, best first
+  for (int b = 0; b < candidates; b += 32) {
+    unsigned long long x[1] = {b + lane < candidates ? region[b + lane] : 0};
+    warp_bitonic_desc(x, lane, 2);
+    if (b == 0) {
+      list = x[0];
+    } else {  // the batch's best 16 reversed after the list: a bitonic sequence
+      const unsigned long long rev = __shfl_sync(0xFFFFFFFFu, x[0], 31 - lane);
+      x[0] = lane < kTourney ? list : rev;
+      warp_bitonic_desc(x, lane, 32);
+      list = x[0];
+    }
+  }
+  __syncwarp();
+  if (lane < kTourney) region[lane] = list;
+  // A row's warps' lists merged in a tree: warp p takes p + step's where p is a multiple of 2 step.
+  for (int step = 1; step < per_head; step *= 2) {
+    __syncthreads();
+    if (head < heads && part % (2 * step) == 0 && part + step < per_head) {
+      const unsigned long long* other = region + step * kRegion;
+      unsigned long long x[1] = {lane < kTourney ? region[lane] : other[2 * kTourney - 1 - lane]};
+      warp_bitonic_desc(x, lane, 32);
+      __syncwarp();
+      if (lane < kTourney) region[lane] = x[0];
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < heads * k; e += kThreads)
+    best[e] = key_id(keys[e / k * per_head * kRegion + e % k], f);
 }
 
 /// Best first: the k_eff largest keys of row 0 of sc's blocks [0, n) into best[0, k_eff). k_eff
@@ -306,6 +392,48 @@ __device__ inline void write_selection(const TopkArgs& a, const ScoreRows& sc, l
 __device__ inline int* selection_out(const TopkArgs& a, long long row, long long grp,
                                      long long rows) {
   return a.ids + (a.head_major ? grp * rows + row : row * a.heads + grp) * a.topk * a.lanes;
+}
+
+/// Every head's selection of one query row by one CUDA block of kThreads threads (the one-launch
+/// indexer's last CUDA block of a row, indexer_fused.cuh; kvo_gpu_testing launches it alone): rows
+/// h < t.heads of sc, n_valid blocks each (n_valid >= 1, <= kKeyTile), their ids to
+/// selection_out(t, row, h, rows). k_eff <= kTourney: from kThresholdFrom blocks the threshold
+/// selection (as many heads a pass as threshold_fits), below it the tournament (kIlp chunks a warp
+/// at once; its first round is one sort a chunk, as cheap as the threshold's sorts there); larger
+/// k_eff: select_best head by head (without its counted ranks: n <= kKeyTile).
+inline constexpr long long kThresholdFrom = 256;
+template <bool kCanonical, int kThreads, int kIlp>
+__device__ inline void select_row_heads(const TopkArgs& t, const ScoreRows& sc, long long row,
+                                        long long rows, long long n_valid, unsigned long long* keys,
+                                        int* best) {
+  const long long k_eff = t.topk < n_valid ? t.topk : n_valid;
+  const KeyForm f{t.key_mask, t.tie_xor};
+  const int heads = static_cast<int>(t.heads);
+  const bool threshold = k_eff <= kTourney && n_valid >= kThresholdFrom;
+  int per_pass = 1;
+  if (threshold) {
+    per_pass = min(heads, kThreads / 32);
+    while (per_pass > 1 && !threshold_fits<kThreads>(per_pass, n_valid)) --per_pass;
+  } else if (k_eff <= kTourney) {
+    per_pass = static_cast<int>(min(
+        static_cast<long long>(heads),
+        min(kKeyTile / 2 / tourney_region(n_valid), static_cast<long long>(kMaxTopk / kTourney))));
+  }
+  for (int h0 = 0; h0 < heads; h0 += per_pass) {
+    const int hp = h0 + per_pass < heads ? per_pass : heads - h0;
+    if (threshold) {
+      threshold_best<kThreads>(sc.from(h0), hp, n_valid, k_eff, keys, best, f);
+    } else if (k_eff <= kTourney) {
+      tournament_best<kIlp>(sc.from(h0), hp, n_valid, k_eff, keys, best, f);
+    } else {
+      select_best<false>(sc.from(h0), n_valid, k_eff, keys, best, f);
+    }
+    __syncthreads();
+    for (int h = 0; h < hp; ++h)
+      write_selection<kCanonical>(t, sc.from(h0 + h), k_eff, best + h * k_eff,
+                                  selection_out(t, row, h0 + h, rows));
+    __syncthreads();  // keys and best serve the next pass
+  }
 }
 
 /// Kernel 2 of the indexer: one CUDA block per (head, row); n_valid(row) blocks of scores.

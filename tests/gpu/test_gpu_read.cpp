@@ -49,33 +49,38 @@ std::int64_t max_n_valid(const oracle::ReadCase& rc) {
   return m;
 }
 
-/// The indexer's one-launch path (where the call is fused) under `path` gives `ids`, the ids of
-/// its two-launch path (`two`), first difference named.
+/// The indexer's one-launch path (where the call is fused) in shape `shape` gives `ids`, the ids
+/// of its two-launch path (`two`), first difference named.
 void expect_ids_of_two_launches(const oracle::ReadCase& rc, const std::vector<std::int32_t>& two,
                                 const std::vector<std::int32_t>& ids, gpu::ReadKernel kernel,
-                                gpu::IndexerPath path) {
+                                gpu::FusedShape shape) {
   ASSERT_EQ(two.size(), ids.size()) << tag(rc);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     ASSERT_EQ(ids[i], two[i]) << tag(rc) << ": id " << i << " (fused "
                               << gpu::indexer_is_fused(rc.config, rc.indexer, kernel,
                                                        max_n_valid(rc))
-                              << ", path " << static_cast<int>(path) << ", kernel "
-                              << static_cast<int>(kernel) << ") differs from the two-launch path's";
+                              << ", forced lanes " << shape.split << " span " << shape.span
+                              << ", kernel " << static_cast<int>(kernel)
+                              << ") differs from the two-launch path's";
   }
 }
 
-/// expect_ids_of_two_launches with the launch's own lanes a token (IndexerPath::kFused) and with
-/// 1 or 2 forced, by the case's seed.
+/// The one launch's shapes a case runs besides the launch's own ({0, 0}): 1 or 2 lanes a token
+/// and 1-8 logical blocks a CUDA block (clamped to the case's blocks), by its seed, so that the
+/// campaign's cases spread over the shapes' CUDA blocks a row.
+gpu::FusedShape forced_shape(std::uint64_t seed) {
+  return {1 + static_cast<int>(seed % 2), 1 + static_cast<int>(seed / 2 % 8)};
+}
+
+/// expect_ids_of_two_launches with the launch's own shape and with forced_shape(seed).
 void expect_same_ids_both_paths(const oracle::ReadCase& rc, const std::vector<std::int32_t>& two,
                                 gpu::ReadKernel kernel) {
-  constexpr gpu::IndexerPath kForced[] = {gpu::IndexerPath::kFusedSplit1,
-                                          gpu::IndexerPath::kFusedSplit2};
-  for (const gpu::IndexerPath path : {gpu::IndexerPath::kFused, kForced[rc.seed % 2]}) {
-    ASSERT_NO_FATAL_FAILURE(
-        expect_ids_of_two_launches(rc, two,
-                                   gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch,
-                                                          rc.index_q, rc.caches, kernel, {}, path),
-                                   kernel, path));
+  for (const gpu::FusedShape shape : {gpu::FusedShape{}, forced_shape(rc.seed)}) {
+    ASSERT_NO_FATAL_FAILURE(expect_ids_of_two_launches(
+        rc, two,
+        gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches, kernel, {},
+                               gpu::IndexerPath::kFused, shape),
+        kernel, shape));
   }
 }
 
@@ -316,18 +321,21 @@ TEST(FusedIndexer, EveryFormMatchesTheReferenceAndTheTwoLaunchPath) {
           if (!gpu::indexer_is_fused(rc.config, rc.indexer, kernel, max_n_valid(rc))) continue;
           const auto two = gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q,
                                                   rc.caches, kernel);
-          for (const gpu::IndexerPath path :
-               {gpu::IndexerPath::kFused, gpu::IndexerPath::kFusedSplit1,
-                gpu::IndexerPath::kFusedSplit2}) {
-            const auto ids = gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q,
-                                                    rc.caches, kernel, {}, path);
+          // The launch's own shape, each lane count at one logical block a CUDA block and at the
+          // most (one CUDA block a row), and a span that leaves a row's last CUDA block short.
+          for (const gpu::FusedShape shape :
+               {gpu::FusedShape{}, gpu::FusedShape{1, 1}, gpu::FusedShape{2, 1},
+                gpu::FusedShape{1, 64}, gpu::FusedShape{2, 64}, gpu::FusedShape{2, 7}}) {
+            const auto ids =
+                gpu::indexer_topk_host(rc.config, rc.indexer, rc.batch, rc.index_q, rc.caches,
+                                       kernel, {}, gpu::IndexerPath::kFused, shape);
             if (kernel == gpu::ReadKernel::kCanonical) {
               const oracle::TopkDiff td = oracle::diff_topk_exact(sel, ids);
-              ASSERT_TRUE(td.equal())
-                  << tag(rc) << " (fused, path " << static_cast<int>(path) << ")\n"
-                  << td.report();
+              ASSERT_TRUE(td.equal()) << tag(rc) << " (fused, forced lanes " << shape.split
+                                      << " span " << shape.span << ")\n"
+                                      << td.report();
             }
-            ASSERT_NO_FATAL_FAILURE(expect_ids_of_two_launches(rc, two, ids, kernel, path));
+            ASSERT_NO_FATAL_FAILURE(expect_ids_of_two_launches(rc, two, ids, kernel, shape));
           }
         }
       }

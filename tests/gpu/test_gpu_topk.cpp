@@ -4,7 +4,8 @@
 // best first then -1. Sizes straddle the warp (32), the tournament (k <= 16) and the shared key
 // tile (4096 blocks: bitonic sort below, counted ranks above) up to the limit (16384); rows with
 // every score tied, heavy ties, the forced init/local scores, -1e30 (NaN blocks), infinities, and
-// n_valid below topk, zero included. Skips without a GPU (the input checks run everywhere).
+// n_valid below topk, zero included; the same for the one-launch indexer's selection (fused heads).
+// Skips without a GPU (the input checks run everywhere).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -79,8 +80,11 @@ const std::int32_t kNValid[] = {0,    1,    2,    15,   16,   17,   31,   32,   
 const std::int64_t kTopk[] = {1, 2, 8, 15, 16, 17, 31, 32, 33, 64, 100, 512, 1024};
 
 /// Runs both families over every n_valid and row kind with scores of stride n (>= every n_valid)
-/// and compares each row.
-void check_topk(std::int64_t n, std::int64_t topk, std::uint32_t seed) {
+/// and compares each row. fused_heads > 0: the one-launch indexer's selection, a CUDA block per
+/// that many consecutive rows (the row kinds of one n_valid, kCount of them, taken 1, 2 or 4 at a
+/// time as a query row's heads).
+void check_topk(std::int64_t n, std::int64_t topk, std::uint32_t seed,
+                std::int64_t fused_heads = 0) {
   std::mt19937 rng(seed);
   std::vector<std::int32_t> n_valid;
   std::vector<RowKind> kinds;
@@ -97,7 +101,8 @@ void check_topk(std::int64_t n, std::int64_t topk, std::uint32_t seed) {
     fill_row(&scores[static_cast<std::size_t>(r * n)], n, n_valid[r], kinds[r], rng);
   for (const ReadKernel kernel : {ReadKernel::kCanonical, ReadKernel::kFast}) {
     const bool canonical = kernel == ReadKernel::kCanonical;
-    const std::vector<std::int32_t> ids = block_topk_host(scores, rows, n, n_valid, topk, kernel);
+    const std::vector<std::int32_t> ids =
+        block_topk_host(scores, rows, n, n_valid, topk, kernel, fused_heads);
     ASSERT_EQ(static_cast<std::int64_t>(ids.size()), rows * topk);
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::vector<std::int32_t> want =
@@ -105,7 +110,8 @@ void check_topk(std::int64_t n, std::int64_t topk, std::uint32_t seed) {
       const std::vector<std::int32_t> got(ids.begin() + r * topk, ids.begin() + (r + 1) * topk);
       ASSERT_EQ(got, want) << (canonical ? "canonical" : "fast") << ", n " << n << ", topk " << topk
                            << ", row " << r << ": n_valid " << n_valid[r] << ", kind "
-                           << static_cast<int>(kinds[r]);
+                           << static_cast<int>(kinds[r]) << ", fused heads " << fused_heads
+                           << " (seed " << seed << ")";
     }
   }
 }
@@ -120,6 +126,18 @@ TEST(GpuBlockTopk, MatchesTheCpuExpectationAtEveryPathAndBoundary) {
   KVO_REQUIRE_GPU_TOPK();
   std::uint32_t seed = 0x70C0;
   for (std::int64_t topk : kTopk) ASSERT_NO_FATAL_FAILURE(check_topk(16384, topk, ++seed));
+}
+
+// The one-launch indexer's selection (its threshold selection from kThresholdFrom blocks, the
+// tournament below, select_best past k 16) with 1, 2 and 4 heads a CUDA block, up to its 4,096
+// blocks: all-tied and few-valued rows put every key of a warp among its candidates.
+TEST(GpuBlockTopk, TheOneLaunchSelectionMatchesAtEveryPathAndBoundary) {
+  KVO_REQUIRE_GPU_TOPK();
+  static_assert(static_cast<int>(RowKind::kCount) % 4 == 0, "the row kinds group into 4 heads");
+  std::uint32_t seed = 0x70C2;
+  for (const std::int64_t heads : {1, 2, 4}) {
+    for (std::int64_t topk : kTopk) ASSERT_NO_FATAL_FAILURE(check_topk(4096, topk, ++seed, heads));
+  }
 }
 
 TEST(GpuBlockTopk, StrideEqualToNValid) {
@@ -140,6 +158,13 @@ TEST(GpuBlockTopk, BadInputRejectedBeforeAnyLaunch) {
   EXPECT_THROW(block_topk_host(one, 1, 1, {1}, 0), spec::InvalidInput);   // topk 0
   EXPECT_THROW(block_topk_host(one, 1, 2, {1}, 1), spec::InvalidInput);   // scores not [1, 2]
   EXPECT_THROW(block_topk_host(one, 1, 1, {1}, 1025), spec::Unsupported);
+  EXPECT_THROW(block_topk_host({0.0f, 1.0f}, 2, 1, {1, 1}, 1, ReadKernel::kCanonical, 3),
+               spec::InvalidInput);  // 2 rows are not a multiple of 3 fused heads
+  EXPECT_THROW(block_topk_host({0.0f, 1.0f}, 2, 1, {1, 0}, 1, ReadKernel::kCanonical, 2),
+               spec::InvalidInput);  // a fused row's heads with two n_valid
+  EXPECT_THROW(
+      block_topk_host(std::vector<float>(4097, 0.0f), 1, 4097, {1}, 1, ReadKernel::kCanonical, 1),
+      spec::Unsupported);  // past the one launch's 4,096 blocks
   EXPECT_THROW(block_topk_host(std::vector<float>(16385, 0.0f), 1, 16385, {1}, 1),
                spec::Unsupported);
 }

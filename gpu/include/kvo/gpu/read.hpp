@@ -29,10 +29,17 @@ enum class ReadKernel : std::uint8_t { kCanonical, kFast };
 
 /// How the indexer runs: kTwoLaunch, the score kernel then the top-k kernel; kFused, one launch
 /// (scores and selection, the last CUDA block of a row selecting) where indexer_is_fused, else
-/// two; kFusedSplit1, kFusedSplit2: kFused with 1 or 2 lanes a token forced
-/// (DeviceIndexer::fused_split). All give the same ids. (launch_indexer_topk takes the one launch
-/// when handed DeviceIndexer::row_done; the host paths hand it under every path but kTwoLaunch.)
-enum class IndexerPath : std::uint8_t { kTwoLaunch, kFused, kFusedSplit1, kFusedSplit2 };
+/// two. Both give the same ids. (launch_indexer_topk takes the one launch when handed
+/// DeviceIndexer::row_done; the host paths hand it under kFused.)
+enum class IndexerPath : std::uint8_t { kTwoLaunch, kFused };
+
+/// The one launch's shape, forced (tests and benchmarks; every shape gives the same ids): lanes a
+/// token (1 or 2) and logical blocks a CUDA block (clamped to [1, min(64, max_n_valid)]); 0, the
+/// launch's choice.
+struct FusedShape {
+  int split = 0;
+  int span = 0;
+};
 
 /// SPEC 5: ids [Tq, nkv, spec::selection_width] ([nkv, Tq, width] when form.layout is head-major).
 /// kCanonical: the chosen logical blocks ascending, then -1.
@@ -43,7 +50,7 @@ std::vector<std::int32_t> indexer_topk_host(
     const spec::ModelConfig& config, const spec::IndexerParams& params,
     const spec::ReadBatch& batch, const spec::HostTensor& index_q, const spec::LayerCaches& caches,
     ReadKernel kernel = ReadKernel::kCanonical, const spec::TopkForm& form = {},
-    IndexerPath path = IndexerPath::kTwoLaunch);
+    IndexerPath path = IndexerPath::kTwoLaunch, FusedShape shape = {});
 
 /// The block scores behind an indexer's selection: what the top-k ranked, after the SPEC 5
 /// forcing, [Tq, nkv * spec::selection_lanes, max_n_valid] (a row's entries past its n_valid, and a
@@ -194,9 +201,8 @@ struct DeviceIndexer {
   /// [Tq] counters of the one-launch path (indexer_is_fused): zero before the first call, and
   /// left zero by every call (so one call at a time may use them); null: two launches.
   std::uint32_t* row_done = nullptr;
-  /// The one-launch path's lanes a token: 0, the launch's choice; 1 or 2 forced (tests and
-  /// benchmarks: every choice gives the same bits).
-  int fused_split = 0;
+  /// The one-launch path's shape: {0, 0}, the launch's choice.
+  FusedShape fused;
 };
 
 /// On `stream`: one launch where indexer_is_fused and ix.row_done is given (CUDA blocks of a row
