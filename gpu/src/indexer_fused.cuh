@@ -47,7 +47,6 @@ inline constexpr int kFusedSplit = 2;  // lanes a token, unless forced (IndexArg
 // registers (four heads' chains and the next pass's rows in flight; ptxas, sm_90: 96-128, 0-4 bytes
 // of spills by the instantiation). Three (80) measured 4-7% slower at 16k-64k tokens, batch 16
 // (session 31: the rows' loads then waited on a pass of their own).
-template <int kSplit>
 inline constexpr int kFusedMinBlocks = 2;
 // The selection's chunks a warp at once (tournament_best): 8 warps sort up to four KV heads'
 // chunks of a row, 128 in the first round at 1,024 logical blocks.
@@ -217,7 +216,7 @@ __device__ inline void fused_select(const TopkArgs& t, const ScoreRows& sc, long
 
 /// The fused indexer kernel (see the top of this file).
 template <bool kCanonical, int Dt, bool kBlockScale, int L, int kSplit, ReadBug F>
-__global__ void __launch_bounds__(kFusedThreads, kFusedMinBlocks<kSplit>)
+__global__ void __launch_bounds__(kFusedThreads, kFusedMinBlocks)
     indexer_fused_kernel(IndexArgs a) {
   extern __shared__ float4 smem4[];
   __shared__ unsigned long long keys[kKeyTile];

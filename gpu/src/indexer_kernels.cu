@@ -16,16 +16,17 @@ template void dispatch_fused_indexer<false, ReadBug::kNone>(const IndexArgs&, st
 namespace {
 
 /// The fused launch's time by its span, in score passes of one CUDA block (kFusedThreads / split
-/// tokens) on the busiest multiprocessor: its CUDA blocks run `resident` at a time, and a
-/// multiprocessor with r running gets through kSmRate[r] of what it does with three (the score
+/// tokens) on the busiest multiprocessor: its CUDA blocks run kFusedMinBlocks at a time, and a
+/// multiprocessor with r running gets through kSmRate[r] of what it did with three (the score
 /// pass is bound by issue and latency: one CUDA block leaves it idle), plus kCtaOverhead passes a
 /// CUDA block (q, the shared maxima, the score rows, the counter). Fitted to the span x lanes sweep
 /// of session 31 (gpu/NOTES.md); bench_read_gpu's x_best_shape checks it against every forced
 /// shape in the same run (within 2% of the best at every benchmarked size, session 31).
-constexpr double kSmRate[] = {0.0, 0.70, 0.93, 1.0};
+constexpr double kSmRate[] = {0.0, 0.70, 0.93};  // r <= kFusedMinBlocks
 constexpr double kCtaOverhead = 0.5;
 double fused_span_cost(std::int64_t rows, std::int64_t max_nv, std::int64_t sb, std::int64_t span,
-                       std::int64_t pass_tokens, int sms, int resident) {
+                       std::int64_t pass_tokens, int sms) {
+  constexpr int resident = kFusedMinBlocks;
   const std::int64_t ctas = rows * ((max_nv + span - 1) / span);
   const std::int64_t per_sm = (ctas + sms - 1) / sms;
   const auto passes = static_cast<double>((span * sb + pass_tokens - 1) / pass_tokens);
@@ -58,11 +59,9 @@ FusedPlan fused_indexer_plan(const spec::ModelConfig& c, const spec::IndexerPara
   if (forced.span > 0) {
     span = std::clamp<std::int64_t>(forced.span, 1, span_max);
   } else {
-    const int resident = split == 1 ? kFusedMinBlocks<1> : kFusedMinBlocks<2>;
-    double best = fused_span_cost(rows, max_nv, p.sparse_block, span, pass_tokens, sms, resident);
+    double best = fused_span_cost(rows, max_nv, p.sparse_block, span, pass_tokens, sms);
     for (std::int64_t s = span + 1; s <= span_max; ++s) {
-      const double cost =
-          fused_span_cost(rows, max_nv, p.sparse_block, s, pass_tokens, sms, resident);
+      const double cost = fused_span_cost(rows, max_nv, p.sparse_block, s, pass_tokens, sms);
       if (cost < best) best = cost, span = s;
     }
   }
