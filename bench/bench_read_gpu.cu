@@ -8,6 +8,9 @@
 //   and V once per KV head, q, the output.
 //     bw_frac = those bytes / time / copy bandwidth           (target >= 0.60 at batch >= 64)
 //     x_generic = canonical time / the generic chunk kernel's (launch_attention_generic), same run
+//     best_per_us (best_per): the fastest canonical time over 1-16 chunk slots a CUDA block forced
+//       (DeviceAttention::slots_per_block); x_best_per = the launch's own choice / it; per1_us: one
+//       slot a CUDA block forced
 //     bw_frac_fast, bw_frac_flash: the same share for the fast family and for the flash family's
 //       decode kernels (tensor cores, profile bf16_p; target >= 0.80 at batch >= 64), whose
 //       one-block kernel (launch_flash_attention_generic) is timed beside them (flash_generic_us)
@@ -226,6 +229,20 @@ void BM_SparseDecode(benchmark::State& state) {
     const auto times = time_families([&](kvo::gpu::ReadKernel kernel, cudaStream_t s) {
       kvo::gpu::launch_attention(c, p, rows.dev, a, kernel, s);
     });
+    // The launch's slots a CUDA block against every forced count (canonical family).
+    double best_per_s = 0.0;
+    int best_per = 0;
+    for (const int per : {1, 2, 3, 4, 6, 8, 16}) {
+      kvo::gpu::DeviceAttention forced = a;
+      forced.slots_per_block = per;
+      CapturedGraph g([&](cudaStream_t s) {
+        kvo::gpu::launch_attention(c, p, rows.dev, forced, kvo::gpu::ReadKernel::kCanonical, s);
+      });
+      g.run();
+      const double t = g.median_s(kReps);
+      if (best_per == 0 || t < best_per_s) best_per_s = t, best_per = per;
+      if (per == 1) state.counters["per1_us"] = t * 1e6;  // one slot a block: session 15's kernel
+    }
     // The baseline in the same run: the canonical family through the generic chunk kernel.
     CapturedGraph generic([&](cudaStream_t s) {
       kvo::gpu::launch_attention_generic(c, p, rows.dev, a, kvo::gpu::ReadKernel::kCanonical, s);
@@ -257,6 +274,9 @@ void BM_SparseDecode(benchmark::State& state) {
     state.counters["specialised"] = kvo::gpu::attention_is_specialised(c, p) ? 1 : 0;
     state.counters["generic_us"] = generic_s * 1e6;
     state.counters["x_generic"] = times[0] / generic_s;
+    state.counters["best_per_us"] = best_per_s * 1e6;
+    state.counters["best_per"] = best_per;
+    state.counters["x_best_per"] = times[0] / best_per_s;
     state.counters["canonical_us"] = times[0] * 1e6;
     state.counters["fast_us"] = times[1] * 1e6;
     state.counters["MB"] = bytes * 1e-6;

@@ -4,12 +4,17 @@
 /// 128) and the group's G query heads per KV head (1, 2, 4, 8 or 16) are template parameters, for
 /// chunks of at most kDecodeMaxSbp tokens. The same canonical order, the same workspace (m, l,
 /// o[hd] per chunk), the same combine kernel; attention_decode.cu says which calls take it.
-/// One CUDA block of kDecodeAttnThreads per (query row, KV head, chunk slot), three per
-/// multiprocessor (registers capped to fit), so that a block's latency hides behind the others':
-///   staging  every visible K row, then every V row, by cp.async into shared memory at once (two
-///            commit groups), so that V arrives while the scores run. (Measured on the H200 and
-///            kept out: one bulk copy per row on an mbarrier, 7% slower; V staged into K's place
-///            after the scores, for more blocks a multiprocessor, 5% slower.)
+/// One CUDA block of kDecodeAttnThreads per run of per_block consecutive chunk slots of a (query
+/// row, KV head) (attention_slots_per_block, attention_decode.cu), three per multiprocessor
+/// (registers capped to fit), so that a block's latency hides behind the others'. Each slot is
+/// computed exactly as alone; the slots of a run are pipelined through one K and one V buffer:
+///   staging  the slot's K rows, then its V rows, by cp.async into shared memory (two commit
+///            groups); the next slot's K rows are copied in once the scores are done, its V rows
+///            once the chains are, and its table entries are loaded during the scores. A thread
+///            copies one 16-byte piece of every kDecodeAttnThreads / pieces-th row. (Measured on
+///            the H200 and kept out: one bulk copy per row on an mbarrier, 7% slower; V staged
+///            into K's place after the scores, for more blocks a multiprocessor, 5% slower; the o
+///            chains on all eight warps, one head a thread, 7% slower: more instructions.)
 ///   scores   HD / 8 lanes per token, lane j holding group j (8 elements) and the query's 8
 ///            matching elements of up to four heads in registers. Per head: the group's fma chain
 ///            of SPEC 6.1, then the tree over the groups as shuffle-downs; s = fl(dot * sm) stored
@@ -31,7 +36,9 @@ namespace kvo::gpu::detail {
 
 inline constexpr int kDecodeAttnThreads = 256;  // 8 warps
 inline constexpr int kDecodeAttnBlocksPerSm = 3;
-inline constexpr int kDecodeMaxSbp = 128;  // sparse_block <= 128: at most 4 positions a lane
+inline constexpr int kDecodeMaxSbp = 128;      // sparse_block <= 128: at most 4 positions a lane
+inline constexpr int kDecodeMaxPerBlock = 16;  // chunk slots a CUDA block runs, at most
+inline constexpr int kDecodeMinWaves = 2;      // waves of blocks the launch's choice leaves
 
 /// Byte size of one element of dtype Dt, as a constant.
 template <int Dt>
@@ -61,15 +68,18 @@ __device__ inline void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-/// Stages n rows (byte offsets off[i] into `cache`) into dst [n][RowBytes], 16 bytes a copy.
+/// Stages n rows (byte offsets off[i] into `cache`) into dst [n][RowBytes], 16 bytes a copy:
+/// thread t copies piece t % kUnits of rows t / kUnits, + kRowsPerPass, ... (unsigned and
+/// power-of-two arithmetic: the loop is the offset's load, two adds and the copy).
 template <int RowBytes>
 __device__ inline void stage_decode_rows(unsigned char* dst, const unsigned char* cache,
                                          const long long* off, int n) {
-  constexpr int kUnits = RowBytes / 16;
-  for (int e = threadIdx.x; e < n * kUnits; e += kDecodeAttnThreads) {
-    const int i = e / kUnits, b = (e % kUnits) * 16;
-    cp_async(dst + i * RowBytes + b, cache + off[i] + b, 16);
-  }
+  constexpr unsigned kUnits = RowBytes / 16, kRowsPerPass = kDecodeAttnThreads / kUnits;
+  static_assert(kUnits >= 1 && kDecodeAttnThreads % kUnits == 0, "whole rows a pass");
+  const unsigned piece = threadIdx.x % kUnits * 16;
+#pragma unroll 4
+  for (unsigned row = threadIdx.x / kUnits; row < static_cast<unsigned>(n); row += kRowsPerPass)
+    cp_async(dst + row * RowBytes + piece, cache + off[row] + piece, 16);
 }
 
 /// The page and the offset in it of token t, in 32-bit arithmetic where it fits (a 64-bit division
@@ -93,6 +103,8 @@ __device__ inline void decode_scores(const float* q_s, const unsigned char* kraw
   constexpr int kHeadsPerPass = G < 4 ? G : 4;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, j = lane % kLanes;
   const int token_in_warp = lane / kLanes;
+  const int t0 = warp * kTokensPerWarp + token_in_warp;  // the thread's token in each pass
+  const unsigned char* k_at = kraw + 8 * j * kEb;        // group j of row 0
   for (int h0 = 0; h0 < G; h0 += kHeadsPerPass) {
     float q[kHeadsPerPass][8];  // group j of heads h0 ..
 #pragma unroll
@@ -103,14 +115,11 @@ __device__ inline void decode_scores(const float* q_s, const unsigned char* kraw
       q[u][4] = b.x, q[u][5] = b.y, q[u][6] = b.z, q[u][7] = b.w;
     }
     for (int i0 = 0; i0 < valid; i0 += kTokensPerPass) {
-      const int i = i0 + warp * kTokensPerWarp + token_in_warp;
+      const int i = i0 + t0;
+      // A token past `valid` reads the last visible row instead (staged): its dots stay in its
+      // own kLanes lanes (the tree's shuffles never cross a token's segment) and are not stored.
       float k[8];
-      if (i < valid) {
-        load8_scaled<KvDt>(kraw + i * kRowBytes + 8 * j * kEb, kScaled, ks, k);
-      } else {
-#pragma unroll
-        for (float& x : k) x = 0.0f;
-      }
+      load8_scaled<KvDt>(k_at + (i < valid ? i : valid - 1) * kRowBytes, kScaled, ks, k);
       float d[kHeadsPerPass];
 #pragma unroll
       for (int u = 0; u < kHeadsPerPass; ++u) {
@@ -201,7 +210,7 @@ __device__ inline void decode_values(const unsigned char* vraw, const float* p_s
   constexpr int kEb = kElemBytes<KvDt>, kRowBytes = HD * kEb, kH = kValueHeads<HD, G>;
   const unsigned char* v_at = vraw + 2 * dp * kEb;
   const float* p_at = p_s + h0;
-#pragma unroll 4
+#pragma unroll 8
   for (int i = 0; i < valid; ++i) {
     float2 v = load2<KvDt>(v_at + i * kRowBytes);
     if constexpr (kScaled) v = make_float2(__fmul_rn(v.x, vs), __fmul_rn(v.y, vs));
@@ -226,31 +235,52 @@ __device__ inline void decode_values(const unsigned char* vraw, const float* p_s
   }
 }
 
-/// The decode chunk kernel (see the top of this file). Grid (slots, nkv, rows).
+/// A chunk slot of a (row, KV head): its first token and its visible tokens (0: the slot selects
+/// nothing, chunk_of's negative entry or one past n_valid).
+struct DecodeSlot {
+  long long first = 0;
+  int valid = 0;
+};
+
+/// Slot `slot` of (row, kvh) for a row at position pos of n_valid logical blocks.
+__device__ inline DecodeSlot decode_slot(const AttnArgs& a, long long row, long long kvh,
+                                         long long slot, long long pos, long long n_valid) {
+  const long long id = a.selection == nullptr ? slot : selected_id(a, row, kvh, slot);
+  if (id < 0 || id >= n_valid) return {};
+  const long long first = id * a.sb;
+  return {first, static_cast<int>(pos - first + 1 < a.sb ? pos - first + 1 : a.sb)};
+}
+
+/// The decode chunk kernel (see the top of this file). Grid (ceil(slots / a.per_block), nkv, rows):
+/// a CUDA block runs slots [x per_block, (x + 1) per_block) of its (row, KV head) in turn, each
+/// slot exactly as alone (so any per_block gives the same bits), pipelined through the one K and
+/// one V buffer: the next slot's K rows are copied in while a slot's softmax and chains run, its V
+/// rows while its scores run, and its table entries are loaded while a slot's scores run.
 template <bool kCanonical, int KvDt, int HD, int G>
 __global__ void __launch_bounds__(kDecodeAttnThreads, kDecodeAttnBlocksPerSm)
     attention_decode_chunk_kernel(AttnArgs a) {
   extern __shared__ float4 smem4[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(smem4);
   constexpr int kEb = kElemBytes<KvDt>, kRowBytes = HD * kEb;
-  const long long slot = blockIdx.x, kvh = blockIdx.y, row = blockIdx.z;
+  const long long kvh = blockIdx.y, row = blockIdx.z;
+  const long long s_begin = static_cast<long long>(blockIdx.x) * a.per_block;
+  const long long s_end = s_begin + a.per_block < a.slots ? s_begin + a.per_block : a.slots;
   const ReadGeom& g = a.g;
-  // The loads a block waits on, in two rounds instead of chunk_of's three: the row's request and
-  // position and the slot's selected id together, then the request's length (and, below, pages).
+  // The combine kernel may launch once every block of this one has started: it waits for this
+  // grid's completion before it reads the workspace (launch_attention_combine).
+  asm volatile("griddepcontrol.launch_dependents;");
   const long long r = a.row_req[row], pos = a.row_pos[row];
-  const long long id = a.selection == nullptr ? slot : selected_id(a, row, kvh, slot);
-  if (a.seq_lens[r] == 0) return;
+  if (a.seq_lens[r] == 0) return;  // no slot selects anything
   const long long n_valid = pos / a.sb + 1;
-  const long long j = id < n_valid ? id : -1;  // chunk_of: negative or past n_valid selects nothing
-  if (j < 0) return;
+  DecodeSlot cur = decode_slot(a, row, kvh, s_begin, pos, n_valid);
   const int sb = static_cast<int>(a.sb);
   const DecodeAttnSmem lay(G, HD, kEb, sb);
   float* q_s = reinterpret_cast<float*>(smem + lay.q);
   float* p_s = reinterpret_cast<float*>(smem + lay.p);
   unsigned char* kraw = smem + lay.k;
   unsigned char* vraw = smem + lay.v;
-  const long long first = j * a.sb;
-  const int valid = static_cast<int>(pos - first + 1 < a.sb ? pos - first + 1 : a.sb);
+  long long* koff_s = reinterpret_cast<long long*>(smem + lay.rows);
+  long long* voff_s = koff_s + sb;
   const int* table_row = a.table + r * g.max_blocks;
   const int ab = dtype_size(g.act_dtype);
   for (int e = threadIdx.x; e < G * HD; e += kDecodeAttnThreads) {
@@ -258,54 +288,78 @@ __global__ void __launch_bounds__(kDecodeAttnThreads, kDecodeAttnBlocksPerSm)
     q_s[e] = load_act(a.q + ((row * a.nq + hq) * HD + e % HD) * ab, g.act_dtype);
   }
   static_assert(kDecodeMaxSbp <= kDecodeAttnThreads, "a thread for each row of a chunk");
-  long long koff = 0, voff = 0;  // this thread's token row (i = threadIdx.x < valid), in bytes
-  if (threadIdx.x < valid) {
-    long long page, o;
-    page_of(first + threadIdx.x, g.block_size, page, o);
-    const long long b = table_row[page];
-    koff = kv_offset(g, 0, b, o, kvh, 0) * kEb;
-    voff = kv_offset(g, 1, b, o, kvh, 0) * kEb;
+  // Thread i < valid owns token row i of a slot: its page's table entry and the row's offsets.
+  const auto table_entry = [&](const DecodeSlot& s, long long& in_page) -> long long {
+    long long page;
+    page_of(s.first + threadIdx.x, g.block_size, page, in_page);
+    return table_row[page];
+  };
+  const auto store_offsets = [&](long long b, long long in_page) {
+    koff_s[threadIdx.x] = kv_offset(g, 0, b, in_page, kvh, 0) * kEb;
+    voff_s[threadIdx.x] = kv_offset(g, 1, b, in_page, kvh, 0) * kEb;
+  };
+  if (static_cast<int>(threadIdx.x) < cur.valid) {
+    long long in_page;
+    const long long b = table_entry(cur, in_page);
+    store_offsets(b, in_page);
   }
-  long long* koff_s = reinterpret_cast<long long*>(smem + lay.rows);
-  long long* voff_s = koff_s + sb;
-  if (threadIdx.x < valid) koff_s[threadIdx.x] = koff, voff_s[threadIdx.x] = voff;
   __syncthreads();
-  stage_decode_rows<kRowBytes>(kraw, a.k_cache, koff_s, valid);
+  stage_decode_rows<kRowBytes>(kraw, a.k_cache, koff_s, cur.valid);
   cp_async_commit();
-  stage_decode_rows<kRowBytes>(vraw, a.v_cache, voff_s, valid);
+  stage_decode_rows<kRowBytes>(vraw, a.v_cache, voff_s, cur.valid);
   cp_async_commit();
   const bool scaled = !g.scale_none;
   const float ks = scaled ? a.k_scale[g.per_head_scale ? kvh : 0] : 1.0f;
   const float vs = scaled ? a.v_scale[g.per_head_scale ? kvh : 0] : 1.0f;
-  cp_async_wait_group<1>();  // this thread's K copies
-  __syncthreads();
-  if (scaled) {
-    decode_scores<kCanonical, KvDt, HD, G, true>(q_s, kraw, p_s, valid, ks, a.sm);
-  } else {
-    decode_scores<kCanonical, KvDt, HD, G, false>(q_s, kraw, p_s, valid, ks, a.sm);
-  }
-  __syncthreads();
-  // The group's workspace entries: head u's at ws0 + u * ws_stride (ws_entry's layout).
-  float* ws0 = ws_entry(a, row, kvh * G, slot);
-  const long long ws_stride = a.slots * (HD + 2);
-  decode_softmax<kCanonical, G>(p_s, valid, a.sbp, ws0, ws_stride);
-  cp_async_wait_group<0>();  // this thread's V copies
-  __syncthreads();
   constexpr int kH = kValueHeads<HD, G>;
   static_assert(HD / 2 * (G / kH) <= kDecodeAttnThreads, "a thread for every (pair, head set)");
   const int dp = threadIdx.x % (HD / 2), h0 = threadIdx.x / (HD / 2) * kH;
-  if (h0 >= G) return;
-  float o0[kH], o1[kH];
+  // The group's workspace entries of a slot: head u's at ws_entry(.., slot) + u * ws_stride.
+  const long long ws_stride = a.slots * (HD + 2);
+  // Commit groups, per thread, in order: K(s), V(s), then per slot K(s + 1), V(s + 1) (empty
+  // where there is no next slot), so that a slot's K and its V are each the last group but one
+  // when waited for.
+  for (long long slot = s_begin; slot < s_end; ++slot) {
+    const DecodeSlot next =
+        slot + 1 < s_end ? decode_slot(a, row, kvh, slot + 1, pos, n_valid) : DecodeSlot{};
+    const bool owns_next_row = static_cast<int>(threadIdx.x) < next.valid;
+    long long next_b = 0, next_in_page = 0;  // loaded here, waited for after the scores
+    if (owns_next_row) next_b = table_entry(next, next_in_page);
+    cp_async_wait_group<1>();  // this thread's K copies of the slot
+    __syncthreads();           // every thread's; the previous slot's p and V rows are free
+    if (cur.valid > 0) {
+      if (scaled) {
+        decode_scores<kCanonical, KvDt, HD, G, true>(q_s, kraw, p_s, cur.valid, ks, a.sm);
+      } else {
+        decode_scores<kCanonical, KvDt, HD, G, false>(q_s, kraw, p_s, cur.valid, ks, a.sm);
+      }
+    }
+    if (owns_next_row) store_offsets(next_b, next_in_page);
+    __syncthreads();  // the scores in; K's rows free; the next slot's offsets in
+    stage_decode_rows<kRowBytes>(kraw, a.k_cache, koff_s, next.valid);
+    cp_async_commit();
+    float* ws0 = ws_entry(a, row, kvh * G, slot);
+    if (cur.valid > 0) decode_softmax<kCanonical, G>(p_s, cur.valid, a.sbp, ws0, ws_stride);
+    cp_async_wait_group<1>();  // this thread's V copies of the slot (the next K's may fly)
+    __syncthreads();
+    if (cur.valid > 0 && h0 < G) {
+      float o0[kH], o1[kH];
 #pragma unroll
-  for (int u = 0; u < kH; ++u) o0[u] = 0.0f, o1[u] = 0.0f;
-  if (scaled) {
-    decode_values<KvDt, HD, G, true>(vraw, p_s, valid, vs, dp, h0, o0, o1);
-  } else {
-    decode_values<KvDt, HD, G, false>(vraw, p_s, valid, vs, dp, h0, o0, o1);
+      for (int u = 0; u < kH; ++u) o0[u] = 0.0f, o1[u] = 0.0f;
+      if (scaled) {
+        decode_values<KvDt, HD, G, true>(vraw, p_s, cur.valid, vs, dp, h0, o0, o1);
+      } else {
+        decode_values<KvDt, HD, G, false>(vraw, p_s, cur.valid, vs, dp, h0, o0, o1);
+      }
+#pragma unroll
+      for (int u = 0; u < kH; ++u)
+        reinterpret_cast<float2*>(ws0 + (h0 + u) * ws_stride + 2)[dp] = make_float2(o0[u], o1[u]);
+    }
+    __syncthreads();  // V's rows and p free
+    stage_decode_rows<kRowBytes>(vraw, a.v_cache, voff_s, next.valid);
+    cp_async_commit();
+    cur = next;
   }
-#pragma unroll
-  for (int u = 0; u < kH; ++u)
-    reinterpret_cast<float2*>(ws0 + (h0 + u) * ws_stride + 2)[dp] = make_float2(o0[u], o1[u]);
 }
 
 }  // namespace kvo::gpu::detail

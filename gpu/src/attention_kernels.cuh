@@ -41,7 +41,8 @@ struct AttnArgs : BatchView {
   float* ws;             // [Tq, nq, slots, hd + 2]: m, l, o (not used by the flash family)
   unsigned char* out;    // [Tq, nq, hd]
   int nq, group, sbp, out_dtype;
-  int tile;  // tokens per staged tile
+  int tile;       // tokens per staged tile
+  int per_block;  // DeviceAttention::slots_per_block (decode kernels; 0: the launch's choice)
   long long topk, slots, sb;
   float sm;  // canonical: sm_scale; fast and flash: sm_scale * log2(e) (kExpNoLog2e: sm_scale)
 };
@@ -335,14 +336,20 @@ __global__ void attention_combine_kernel(AttnArgs a) {
   // chunk's exp(M - M') and exp(m_c - M') once for the block (the output dims share them), then
   // thread d's L and O chains. The same operations on the same operands as the recurrence.
   __shared__ float m_s[kMaxTopk], big_m_s[kMaxTopk], x_s[kMaxTopk], y_s[kMaxTopk];
+  // Launched as a programmatic dependent of kernel 1 (launch_attention_combine): what comes
+  // before ran beside kernel 1's last blocks; the workspace is read only after it completed.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int d = threadIdx.x;
   const bool active = d < a.g.head_dim;
   const auto chunk_at = [&](int c) { return a.selection == nullptr ? c : order[c]; };
+  // Slot s's entry of (row, hq) is at ws_row + s * entry (ws_entry's layout, the product once).
+  const float* ws_row = ws_entry(a, row, hq, 0);
+  const int entry = a.g.head_dim + 2;
   float big_m = 0.0f, big_l = 0.0f, big_o = 0.0f;
   for (int c0 = 0; c0 < n_chunks; c0 += kMaxTopk) {
     const int n = n_chunks - c0 < kMaxTopk ? n_chunks - c0 : kMaxTopk;
     for (int u = threadIdx.x; u < n; u += blockDim.x)
-      m_s[u] = ws_entry(a, row, hq, chunk_at(c0 + u))[0];
+      m_s[u] = ws_row[static_cast<long long>(chunk_at(c0 + u)) * entry];
     __syncthreads();
     if (threadIdx.x == 0) {
       float run = big_m;
@@ -371,7 +378,7 @@ __global__ void attention_combine_kernel(AttnArgs a) {
 #pragma unroll
         for (int k = 0; k < kBatch; ++k) {
           if (u0 + k >= n) break;
-          const float* w = ws_entry(a, row, hq, chunk_at(c0 + u0 + k));
+          const float* w = ws_row + static_cast<long long>(chunk_at(c0 + u0 + k)) * entry;
           l[k] = w[1], o[k] = w[2 + d];
         }
 #pragma unroll
@@ -399,13 +406,17 @@ __global__ void attention_combine_kernel(AttnArgs a) {
   store_out(a, (row * a.nq + hq) * a.g.head_dim + d, y);
 }
 
-/// Kernel 2 over the chunk results kernel 1 (generic or specialised) left in a.ws.
+/// Kernel 2 over the chunk results kernel 1 (generic or specialised) left in a.ws, launched as a
+/// programmatic dependent (programmatic stream serialization; a programmatic edge when captured
+/// into a graph): its launch and its selection's order overlap kernel 1's last blocks, and its
+/// griddepcontrol.wait holds every read of the workspace until kernel 1 has completed and its
+/// writes are visible.
 template <bool kCanonical>
 void launch_attention_combine(const AttnArgs& a, std::int64_t rows, cudaStream_t s) {
-  const unsigned threads = static_cast<unsigned>((a.g.head_dim + 31) / 32 * 32);
-  attention_combine_kernel<kCanonical>
-      <<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(a.nq)), threads, 0, s>>>(a);
-  check_cuda(cudaGetLastError(), "attention_combine_kernel launch");
+  launch_programmatic(attention_combine_kernel<kCanonical>,
+                      dim3(static_cast<unsigned>(rows), static_cast<unsigned>(a.nq)),
+                      dim3(static_cast<unsigned>((a.g.head_dim + 31) / 32 * 32)), s,
+                      "attention_combine_kernel launch", a);
 }
 
 template <bool kCanonical, int KvDt, int L>
@@ -486,6 +497,7 @@ inline AttnArgs attention_args(const spec::ModelConfig& c, const spec::Attention
   a.topk = d.topk;
   a.slots = d.slots;
   a.sb = p.sparse_block;
+  a.per_block = d.slots_per_block;
   return a;
 }
 
@@ -758,9 +770,9 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(AttnArgs
 /// and 16-byte-aligned K and V pointers: head_dim 64 or 128, at most 16 query heads per KV head,
 /// sparse_block <= 128, a 16- or 8-bit cache whose rows start 16-byte aligned. Host-only.
 bool flash_decode_applies(const spec::ModelConfig& c, const spec::AttentionParams& p);
-/// Both decode kernels of the flash family (flash_decode.cu); a.ws: the workspace. `per_block`:
-/// chunk slots a CUDA block runs (0: the launch's own choice, flash_decode.cu's model).
-void run_flash_decode(const AttnArgs& a, std::int64_t rows, cudaStream_t stream, int per_block = 0);
+/// Both decode kernels of the flash family (flash_decode.cu); a.ws: the workspace; a.per_block:
+/// chunk slots a CUDA block runs (decode_slots_per_block).
+void run_flash_decode(const AttnArgs& a, std::int64_t rows, cudaStream_t stream);
 
 template <int KvDt, spec::AttentionBug B>
 void run_flash(const AttnArgs& a, std::int64_t rows, std::size_t smem, cudaStream_t s) {
@@ -774,9 +786,7 @@ void run_flash(const AttnArgs& a, std::int64_t rows, std::size_t smem, cudaStrea
 /// launch_flash_attention (kvo/gpu/read.hpp; launch_flash_attention_generic with kPath kGeneric)
 /// with bug B planted (kNone in production). The decode kernels take a call where
 /// flash_decode_applies and a workspace is given; planted bugs run in the one-block kernel only.
-/// kPerBlock: the decode kernels' chunk slots a CUDA block (0: their own choice; kvo_gpu_testing
-/// sets others, whose outputs must be the same bits).
-template <spec::AttentionBug B, AttentionPath kPath = AttentionPath::kAuto, int kPerBlock = 0>
+template <spec::AttentionBug B, AttentionPath kPath = AttentionPath::kAuto>
 void launch_flash_attention_t(const spec::ModelConfig& c, const spec::AttentionParams& p,
                               const DeviceReadBatch& b, const DeviceAttention& d, void* stream) {
   const std::int64_t hd = c.geometry.head_dim, nkv = c.geometry.num_kv_heads;
@@ -801,7 +811,7 @@ void launch_flash_attention_t(const spec::ModelConfig& c, const spec::AttentionP
     if (d.workspace != nullptr && flash_decode_applies(c, p) && aligned16(d.k_cache) &&
         aligned16(d.v_cache)) {
       a.ws = d.workspace;
-      return run_flash_decode(a, b.num_rows, s, kPerBlock);
+      return run_flash_decode(a, b.num_rows, s);
     }
   }
   switch (a.g.kv_dtype) {

@@ -17,12 +17,13 @@ bool flash_decode_applies(const spec::ModelConfig& c, const spec::AttentionParam
 
 namespace {
 
-/// Slots a CUDA block runs (1 .. kFlashDecodeMaxPerBlock): the fewest modelled time, waves x
-/// (slots a block + 1), where waves = ceil(blocks / the blocks the device holds at once) and the
-/// + 1 is a block's start (its first slot's rows, which nothing overlaps). Fitted on the H200 at
-/// batch 16, 64 and 128 of the benchmark (bench_read_gpu, 16 slots): 4, 6 and 8 slots a block,
-/// within 3% of the best measured.
-int slots_per_block(std::int64_t rows, std::int64_t nkv, std::int64_t slots) {
+/// Slots a CUDA block runs (1 .. kFlashDecodeMaxPerBlock): the forced count where given, else the
+/// least modelled time, waves x (slots a block + 1), where waves = ceil(blocks / the blocks the
+/// device holds at once) and the + 1 is a block's start (its first slot's rows, which nothing
+/// overlaps). Fitted on the H200 at batch 16, 64 and 128 of the benchmark (bench_read_gpu, 16
+/// slots): 4, 6 and 8 slots a block, within 3% of the best measured.
+int slots_per_block(std::int64_t rows, std::int64_t nkv, std::int64_t slots, int forced) {
+  if (forced > 0) return std::min(forced, kFlashDecodeMaxPerBlock);
   const std::int64_t resident = static_cast<std::int64_t>(sm_count()) * kFlashDecodeBlocksPerSm;
   int best = 1;
   double best_cost = 0.0;
@@ -37,7 +38,7 @@ int slots_per_block(std::int64_t rows, std::int64_t nkv, std::int64_t slots) {
 }
 
 template <int KvDt, int HD>
-void run(const AttnArgs& a, std::int64_t rows, cudaStream_t s, int per_block) {
+void run(const AttnArgs& a, std::int64_t rows, cudaStream_t s) {
   const std::size_t smem = FlashDecodeSmem(HD, kElemBytes<KvDt>).total;
   const auto kernel = flash_decode_kernel<KvDt, HD>;
   allow_smem(kernel, smem);
@@ -45,8 +46,7 @@ void run(const AttnArgs& a, std::int64_t rows, cudaStream_t s, int per_block) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   cudaSharedmemCarveoutMaxShared),
              "cudaFuncSetAttribute(carveout)");
-  const int per = per_block > 0 ? std::min(per_block, kFlashDecodeMaxPerBlock)
-                                : slots_per_block(rows, a.g.nkv, a.slots);
+  const int per = slots_per_block(rows, a.g.nkv, a.slots, a.per_block);
   kernel<<<dim3(static_cast<unsigned>((a.slots + per - 1) / per), static_cast<unsigned>(a.g.nkv),
                 static_cast<unsigned>(rows)),
            kFlashDecodeThreads, smem, s>>>(a, per);
@@ -57,23 +57,23 @@ void run(const AttnArgs& a, std::int64_t rows, cudaStream_t s, int per_block) {
 }
 
 template <int KvDt>
-void by_head_dim(const AttnArgs& a, std::int64_t rows, cudaStream_t s, int per_block) {
-  if (a.g.head_dim == 64) return run<KvDt, 64>(a, rows, s, per_block);
-  run<KvDt, 128>(a, rows, s, per_block);
+void by_head_dim(const AttnArgs& a, std::int64_t rows, cudaStream_t s) {
+  if (a.g.head_dim == 64) return run<KvDt, 64>(a, rows, s);
+  run<KvDt, 128>(a, rows, s);
 }
 
 }  // namespace
 
-void run_flash_decode(const AttnArgs& a, std::int64_t rows, cudaStream_t stream, int per_block) {
+void run_flash_decode(const AttnArgs& a, std::int64_t rows, cudaStream_t stream) {
   switch (a.g.kv_dtype) {
     case kDtBf16:
-      return by_head_dim<kDtBf16>(a, rows, stream, per_block);
+      return by_head_dim<kDtBf16>(a, rows, stream);
     case kDtF16:
-      return by_head_dim<kDtF16>(a, rows, stream, per_block);
+      return by_head_dim<kDtF16>(a, rows, stream);
     case kDtE4m3:
-      return by_head_dim<kDtE4m3>(a, rows, stream, per_block);
+      return by_head_dim<kDtE4m3>(a, rows, stream);
     default:
-      return by_head_dim<kDtE5m2>(a, rows, stream, per_block);
+      return by_head_dim<kDtE5m2>(a, rows, stream);
   }
 }
 

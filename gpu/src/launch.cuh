@@ -102,15 +102,13 @@ FusedParams make_params(const spec::ModelConfig& config, spec::LayerKind kind,
 /// Multiprocessors of the current device (cached).
 int sm_count();
 
-/// Launches kernel(p) on grid x block; with p.pdl through cudaLaunchKernelEx and the programmatic
-/// stream serialization attribute (captured into a graph as a programmatic edge).
-template <class Kernel>
-void launch_kernel(Kernel kernel, const FusedParams& p, dim3 grid, dim3 block,
-                   cudaStream_t stream) {
-  if (!p.pdl) {
-    kernel<<<grid, block, 0, stream>>>(p);
-    return;
-  }
+/// Launches kernel(args...) on grid x block as a programmatic dependent of the stream's previous
+/// kernel (cudaLaunchKernelEx with the programmatic stream serialization attribute; a programmatic
+/// edge when captured into a graph): the kernel must run griddepcontrol.wait before it reads what
+/// that kernel writes. `what` names the launch in an error.
+template <class Kernel, class... Args>
+void launch_programmatic(Kernel kernel, dim3 grid, dim3 block, cudaStream_t stream,
+                         const char* what, const Args&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -120,7 +118,18 @@ void launch_kernel(Kernel kernel, const FusedParams& p, dim3 grid, dim3 block,
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&cfg, kernel, p), "cudaLaunchKernelEx(fused write)");
+  check_cuda(cudaLaunchKernelEx(&cfg, kernel, args...), what);
+}
+
+/// Launches kernel(p) on grid x block; with p.pdl as a programmatic dependent.
+template <class Kernel>
+void launch_kernel(Kernel kernel, const FusedParams& p, dim3 grid, dim3 block,
+                   cudaStream_t stream) {
+  if (!p.pdl) {
+    kernel<<<grid, block, 0, stream>>>(p);
+    return;
+  }
+  launch_programmatic(kernel, grid, block, stream, "cudaLaunchKernelEx(fused write)", p);
 }
 
 /// Whether the fused write of this layer takes the specialised kernel (write_decode.cuh): the

@@ -221,9 +221,12 @@ spec::HostTensor detail::attention_host_via(
     AttentionLaunch launch, const spec::ModelConfig& c, const spec::AttentionParams& p,
     const spec::ReadBatch& b, const spec::HostTensor& q, const spec::LayerCaches& caches,
     const std::vector<float>& k_scale, const std::vector<float>& v_scale,
-    const std::vector<std::int32_t>& selection, std::int64_t topk, ReadKernel kernel) {
+    const std::vector<std::int32_t>& selection, std::int64_t topk, ReadKernel kernel,
+    int slots_per_block) {
   const RunAttention run = [&](const DeviceReadBatch& rows, const DeviceAttention& a) {
-    launch(c, p, rows, a, kernel, nullptr);
+    DeviceAttention forced = a;
+    forced.slots_per_block = slots_per_block;
+    launch(c, p, rows, forced, kernel, nullptr);
   };
   return attention_host_common(run, true, c, p, b, q, caches, k_scale, v_scale, selection, topk);
 }
@@ -232,9 +235,11 @@ spec::HostTensor detail::flash_attention_host_via(
     FlashLaunch launch, const spec::ModelConfig& c, const spec::AttentionParams& p,
     const spec::ReadBatch& b, const spec::HostTensor& q, const spec::LayerCaches& caches,
     const std::vector<float>& k_scale, const std::vector<float>& v_scale,
-    const std::vector<std::int32_t>& selection, std::int64_t topk) {
+    const std::vector<std::int32_t>& selection, std::int64_t topk, int slots_per_block) {
   const RunAttention run = [&](const DeviceReadBatch& rows, const DeviceAttention& a) {
-    launch(c, p, rows, a, nullptr);
+    DeviceAttention forced = a;
+    forced.slots_per_block = slots_per_block;
+    launch(c, p, rows, forced, nullptr);
   };
   // The decode kernels' chunk results need the workspace; the one-block kernel has none.
   return attention_host_common(run, flash_is_decode(c, p), c, p, b, q, caches, k_scale, v_scale,

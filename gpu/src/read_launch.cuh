@@ -114,7 +114,7 @@ FusedPlan fused_indexer_plan(const spec::ModelConfig& c, const spec::IndexerPara
 
 /// The public launchers' signatures (kvo/gpu/read.hpp), and the host-memory paths of read_host.cu
 /// over any launcher of that signature (`scores`: where the indexer's block scores go, when
-/// wanted).
+/// wanted; `slots_per_block`: DeviceAttention::slots_per_block).
 using IndexerLaunch = void (*)(const spec::ModelConfig&, const spec::IndexerParams&,
                                const DeviceReadBatch&, const DeviceIndexer&, ReadKernel, void*);
 using AttentionLaunch = void (*)(const spec::ModelConfig&, const spec::AttentionParams&,
@@ -126,11 +126,14 @@ std::vector<std::int32_t> indexer_topk_host_via(
     ReadKernel kernel, const spec::TopkForm& form = {}, IndexerPath path = IndexerPath::kTwoLaunch,
     BlockScores* scores = nullptr, FusedShape shape = {});
 
-spec::HostTensor attention_host_via(
-    AttentionLaunch launch, const spec::ModelConfig& config, const spec::AttentionParams& params,
-    const spec::ReadBatch& batch, const spec::HostTensor& q, const spec::LayerCaches& caches,
-    const std::vector<float>& k_scale, const std::vector<float>& v_scale,
-    const std::vector<std::int32_t>& selection, std::int64_t topk, ReadKernel kernel);
+spec::HostTensor attention_host_via(AttentionLaunch launch, const spec::ModelConfig& config,
+                                    const spec::AttentionParams& params,
+                                    const spec::ReadBatch& batch, const spec::HostTensor& q,
+                                    const spec::LayerCaches& caches,
+                                    const std::vector<float>& k_scale,
+                                    const std::vector<float>& v_scale,
+                                    const std::vector<std::int32_t>& selection, std::int64_t topk,
+                                    ReadKernel kernel, int slots_per_block = 0);
 
 /// The flash family's launcher signature (launch_flash_attention), and its host-memory path.
 using FlashLaunch = void (*)(const spec::ModelConfig&, const spec::AttentionParams&,
@@ -140,6 +143,6 @@ spec::HostTensor flash_attention_host_via(
     FlashLaunch launch, const spec::ModelConfig& config, const spec::AttentionParams& params,
     const spec::ReadBatch& batch, const spec::HostTensor& q, const spec::LayerCaches& caches,
     const std::vector<float>& k_scale, const std::vector<float>& v_scale,
-    const std::vector<std::int32_t>& selection, std::int64_t topk);
+    const std::vector<std::int32_t>& selection, std::int64_t topk, int slots_per_block = 0);
 
 }  // namespace kvo::gpu::detail

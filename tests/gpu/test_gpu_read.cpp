@@ -84,6 +84,30 @@ void expect_same_ids_both_paths(const oracle::ReadCase& rc, const std::vector<st
   }
 }
 
+/// The chunk slots a CUDA block of the specialised attention kernel a case runs besides the
+/// launch's own choice, by its seed: 1, 2, 3, 5 or 16 (the last clamped to the call's slots).
+int forced_slots_per_block(std::uint64_t seed) {
+  return std::array<int, 5>{1, 2, 3, 5, 16}[seed / 16 % 5];
+}
+
+/// The specialised attention kernel with forced_slots_per_block(seed) gives the bits of the
+/// launch's own choice (`own`), in the family `kernel`; `what`: sparse or dense.
+void expect_same_bits_forced_slots(const oracle::ReadCase& rc,
+                                   const std::vector<std::int32_t>& handed, std::int64_t topk,
+                                   const spec::HostTensor& own, gpu::ReadKernel kernel,
+                                   const char* what) {
+  if (!gpu::attention_is_specialised(rc.config, rc.attention)) return;
+  const int per = forced_slots_per_block(rc.seed);
+  const oracle::AttentionDiff d =
+      oracle::diff_attention_exact(own, gpu::testing::attention_host_slots_per_block(
+                                            per, rc.config, rc.attention, rc.batch, rc.q, rc.caches,
+                                            rc.k_scale, rc.v_scale, handed, topk, kernel));
+  ASSERT_TRUE(d.pass()) << tag(rc) << " (" << what << ", kernel " << static_cast<int>(kernel)
+                        << ", " << per
+                        << " chunk slots a CUDA block forced, against the launch's own choice)\n"
+                        << d.report();
+}
+
 /// The fast family's verdicts on one case in foreign mode: tie-aware top-k and bounded attention
 /// (sparse over the reference selection). Empty strings: accepted.
 struct ForeignVerdict {
@@ -113,6 +137,10 @@ ForeignVerdict judge_fast(const oracle::ReadCase& rc, const reference::TopkSelec
                                                 sel.topk)
           : gpu::attention_host(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
                                 rc.v_scale, sel.ids, sel.topk, gpu::ReadKernel::kFast);
+  if (!fault.has_value()) {
+    EXPECT_NO_FATAL_FAILURE(expect_same_bits_forced_slots(rc, sel.ids, sel.topk, out,
+                                                          gpu::ReadKernel::kFast, "sparse"));
+  }
   const oracle::AttentionDiff ad = oracle::diff_attention_bounded(
       truth::attention_truth(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
                              rc.v_scale, &sel, spec::Ordering::kForeign),
@@ -141,6 +169,8 @@ void check_case(const oracle::ReadCase& rc, bool dense) {
                                        .out,
                                    sparse);
   ASSERT_TRUE(sd.pass()) << tag(rc) << " (sparse)\n" << sd.report();
+  ASSERT_NO_FATAL_FAILURE(expect_same_bits_forced_slots(
+      rc, handed, sel.topk + rc.attended.extra, sparse, gpu::ReadKernel::kCanonical, "sparse"));
   if (gpu::attention_is_specialised(rc.config, rc.attention)) {  // the generic kernel as well
     const oracle::AttentionDiff gd = oracle::diff_attention_exact(
         sparse, gpu::attention_host(rc.config, rc.attention, rc.batch, rc.q, rc.caches, rc.k_scale,
@@ -162,6 +192,8 @@ void check_case(const oracle::ReadCase& rc, bool dense) {
                                        .out,
                                    full);
   ASSERT_TRUE(dd.pass()) << tag(rc) << " (dense)\n" << dd.report();
+  ASSERT_NO_FATAL_FAILURE(
+      expect_same_bits_forced_slots(rc, {}, 0, full, gpu::ReadKernel::kCanonical, "dense"));
 }
 
 TEST_P(GpuRead, CanonicalKernelsAreBitExact) {

@@ -1,8 +1,7 @@
 // kvo_gpu_testing: host-memory attention with a bug planted in the fast family
 // (launch_attention_t<F> of attention_kernels.cuh, instantiated here for the fast family only) or
 // in the flash family (launch_flash_attention_t<B>, one instantiation per spec::AttentionBug); and
-// the flash decode kernels with the chunk slots a CUDA block forced (launch_flash_attention_t's
-// kPerBlock).
+// the decode kernels with the chunk slots a CUDA block forced (DeviceAttention::slots_per_block).
 #include <optional>
 
 #include "attention_kernels.cuh"
@@ -70,23 +69,19 @@ spec::HostTensor flash_attention_host_slots_per_block(
     const spec::ReadBatch& batch, const spec::HostTensor& q, const spec::LayerCaches& caches,
     const std::vector<float>& k_scale, const std::vector<float>& v_scale,
     const std::vector<std::int32_t>& selection, std::int64_t topk) {
-  using spec::AttentionBug;
-  detail::FlashLaunch launch = nullptr;
-  switch (per_block) {
-    case 2:
-      launch = detail::launch_flash_attention_t<AttentionBug::kNone, AttentionPath::kAuto, 2>;
-      break;
-    case 3:
-      launch = detail::launch_flash_attention_t<AttentionBug::kNone, AttentionPath::kAuto, 3>;
-      break;
-    case 8:
-      launch = detail::launch_flash_attention_t<AttentionBug::kNone, AttentionPath::kAuto, 8>;
-      break;
-    default:
-      throw spec::Unsupported("flash decode: slots a block of 2, 3 or 8 only");
-  }
-  return detail::flash_attention_host_via(launch, config, params, batch, q, caches, k_scale,
-                                          v_scale, selection, topk);
+  if (per_block < 1) throw spec::Unsupported("flash decode: slots a block must be >= 1");
+  return detail::flash_attention_host_via(launch_flash_attention, config, params, batch, q, caches,
+                                          k_scale, v_scale, selection, topk, per_block);
+}
+
+spec::HostTensor attention_host_slots_per_block(
+    int per_block, const spec::ModelConfig& config, const spec::AttentionParams& params,
+    const spec::ReadBatch& batch, const spec::HostTensor& q, const spec::LayerCaches& caches,
+    const std::vector<float>& k_scale, const std::vector<float>& v_scale,
+    const std::vector<std::int32_t>& selection, std::int64_t topk, ReadKernel kernel) {
+  if (per_block < 1) throw spec::Unsupported("attention decode: slots a block must be >= 1");
+  return detail::attention_host_via(launch_attention, config, params, batch, q, caches, k_scale,
+                                    v_scale, selection, topk, kernel, per_block);
 }
 
 }  // namespace kvo::gpu::testing

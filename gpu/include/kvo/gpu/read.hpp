@@ -129,15 +129,22 @@ struct DeviceAttention {
   std::int64_t slots = 0;      ///< chunks per row: topk (sparse) or the largest n_valid (dense)
   float* workspace = nullptr;  ///< attention_workspace_floats(...) floats
   void* out = nullptr;         ///< [Tq, nq, hd] params.out_dtype
+  /// Chunk slots one CUDA block of the decode kernels runs in turn, the next slot's rows in flight
+  /// while one computes (canonical and fast families' specialised kernel, the flash family's decode
+  /// kernels), forced (tests and benchmarks: every value gives the same bits); clamped to [1, 16];
+  /// 0: the launch's choice.
+  int slots_per_block = 0;
 };
 
 /// Floats of per-chunk partial results (m, l, o[hd]) that launch_attention needs.
 std::size_t attention_workspace_floats(std::int64_t num_rows, std::int64_t num_q_heads,
                                        std::int64_t head_dim, std::int64_t slots);
 
-/// Two launches on `stream` (a cudaStream_t): one CUDA block per (row, KV head, chunk) computing
-/// the chunk's (m, l, o) for the group's query heads, then one per (row, query head) combining the
-/// chunks in ascending order. Throws spec::Unsupported for shapes past the kernels' limits.
+/// Two launches on `stream` (a cudaStream_t): CUDA blocks per (row, KV head) computing each chunk's
+/// (m, l, o) for the group's query heads (one chunk a block, or slots_per_block in turn in the
+/// specialised kernel), then one per (row, query head) combining the chunks in ascending order,
+/// launched as a programmatic dependent of the first. Throws spec::Unsupported for shapes past
+/// the kernels' limits.
 void launch_attention(const spec::ModelConfig& config, const spec::AttentionParams& params,
                       const DeviceReadBatch& batch, const DeviceAttention& a, ReadKernel kernel,
                       void* stream);

@@ -132,14 +132,22 @@ spec::HostTensor flash_attention_host_faulty(
     const std::vector<float>& k_scale, const std::vector<float>& v_scale,
     const std::vector<std::int32_t>& selection, std::int64_t topk);
 
-/// flash_attention_host with the decode kernels running `per_block` (2, 3 or 8; else
-/// spec::Unsupported) chunk slots a CUDA block, pipelined, whatever the launch would choose: the
-/// output must be the same bits as the production launch's (each slot's partial result is computed
-/// alone whichever block runs it).
+/// flash_attention_host with the decode kernels running `per_block` (>= 1, clamped to the
+/// kernel's most, else spec::Unsupported) chunk slots a CUDA block, pipelined, whatever the launch
+/// would choose: the output must be the same bits as the production launch's (each slot's partial
+/// result is computed alone whichever block runs it).
 spec::HostTensor flash_attention_host_slots_per_block(
     int per_block, const spec::ModelConfig& config, const spec::AttentionParams& params,
     const spec::ReadBatch& batch, const spec::HostTensor& q, const spec::LayerCaches& caches,
     const std::vector<float>& k_scale, const std::vector<float>& v_scale,
     const std::vector<std::int32_t>& selection, std::int64_t topk);
+
+/// attention_host (canonical or fast family) likewise, for the specialised chunk kernel
+/// (attention_decode.cuh); calls it does not take run as in production.
+spec::HostTensor attention_host_slots_per_block(
+    int per_block, const spec::ModelConfig& config, const spec::AttentionParams& params,
+    const spec::ReadBatch& batch, const spec::HostTensor& q, const spec::LayerCaches& caches,
+    const std::vector<float>& k_scale, const std::vector<float>& v_scale,
+    const std::vector<std::int32_t>& selection, std::int64_t topk, ReadKernel kernel);
 
 }  // namespace kvo::gpu::testing
