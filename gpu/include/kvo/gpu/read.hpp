@@ -131,8 +131,8 @@ struct DeviceAttention {
   void* out = nullptr;         ///< [Tq, nq, hd] params.out_dtype
   /// Chunk slots one CUDA block of the decode kernels runs in turn, the next slot's rows in flight
   /// while one computes (canonical and fast families' specialised kernel, the flash family's decode
-  /// kernels), forced (tests and benchmarks: every value gives the same bits); clamped to [1, 16];
-  /// 0: the launch's choice.
+  /// kernels), forced (tests and benchmarks: every value gives the same bits); clamped to the
+  /// call's slots and the kernel's most (16 canonical and fast, 8 flash); 0: the launch's choice.
   int slots_per_block = 0;
 };
 
