@@ -27,24 +27,6 @@ bool kv_rows_aligned16(const spec::ModelConfig& c) {
 
 namespace {
 
-/// Chunk slots a CUDA block of the decode chunk kernel runs: the forced count where given, else
-/// the most of 1, 2 and 4 that still leaves kDecodeMinWaves waves of blocks for the device. On the
-/// H200 (bench_read_gpu, 16 slots, every forced count 1-16 in one run, session 32): two or four
-/// slots a block are 3-5% faster than one at batch 64 and 128 (the block's start, its first
-/// slot's rows, paid once), and fewer, longer blocks lose once they leave multiprocessors idle at
-/// the end (batch 16: one slot 43.5 us, two 46.6; batch 1: sixteen slots 6.6x one).
-int attention_slots_per_block(std::int64_t rows, std::int64_t nkv, std::int64_t slots, int forced) {
-  if (forced > 0)
-    return static_cast<int>(std::min<std::int64_t>({forced, kDecodeMaxPerBlock, slots}));
-  const std::int64_t resident = static_cast<std::int64_t>(sm_count()) * kDecodeAttnBlocksPerSm;
-  int per = 1;
-  for (const int more : {2, 4}) {
-    const std::int64_t blocks = rows * nkv * ((slots + more - 1) / more);
-    if (blocks >= kDecodeMinWaves * resident) per = more;
-  }
-  return per;
-}
-
 template <bool kCanonical, int KvDt, int HD, int G>
 void run_decode(const AttnArgs& a, std::int64_t rows, cudaStream_t s) {
   const std::size_t smem = DecodeAttnSmem(G, HD, kElemBytes<KvDt>, static_cast<int>(a.sb)).total;
@@ -54,11 +36,15 @@ void run_decode(const AttnArgs& a, std::int64_t rows, cudaStream_t s) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   cudaSharedmemCarveoutMaxShared),
              "cudaFuncSetAttribute(carveout)");
+  // Runs of the flattened (row, KV head, slot) order (decode_run_length). Blocks of one (row,
+  // KV head) (session 32) left waves part-empty: four slots a block at batch 64 were 1,024 blocks
+  // for 396 places (2.6 waves).
   AttnArgs run = a;
-  run.per_block = attention_slots_per_block(rows, a.g.nkv, a.slots, a.per_block);
-  kernel<<<dim3(static_cast<unsigned>((a.slots + run.per_block - 1) / run.per_block),
-                static_cast<unsigned>(a.g.nkv), static_cast<unsigned>(rows)),
-           kDecodeAttnThreads, smem, s>>>(run);
+  const long long total = static_cast<long long>(rows) * a.g.nkv * a.slots;
+  run.per_block =
+      decode_run_length(total, sm_count(), kDecodeAttnBlocksPerSm, kDecodeMaxPerBlock, a.per_block);
+  kernel<<<static_cast<unsigned>((total + run.per_block - 1) / run.per_block), kDecodeAttnThreads,
+           smem, s>>>(run, total);
   check_cuda(cudaGetLastError(), "attention_decode_chunk_kernel launch");
   launch_attention_combine<kCanonical>(a, rows, s);
 }

@@ -4,9 +4,10 @@
 /// 128) and the group's G query heads per KV head (1, 2, 4, 8 or 16) are template parameters, for
 /// chunks of at most kDecodeMaxSbp tokens. The same canonical order, the same workspace (m, l,
 /// o[hd] per chunk), the same combine kernel; attention_decode.cu says which calls take it.
-/// One CUDA block of kDecodeAttnThreads per run of per_block consecutive chunk slots of a (query
-/// row, KV head) (attention_slots_per_block, attention_decode.cu), three per multiprocessor
-/// (registers capped to fit), so that a block's latency hides behind the others'. Each slot is
+/// One CUDA block of kDecodeAttnThreads per run of per_block consecutive chunk slots of the
+/// flattened (query row, KV head, slot) order (decode_run_length: every block of a wave runs the
+/// same number give or take one), three per multiprocessor (registers capped to fit), so that a
+/// block's latency hides behind the others'. Each slot is
 /// computed exactly as alone; the slots of a run are pipelined through one K and one V buffer:
 ///   staging  the slot's K rows, then its V rows, by cp.async into shared memory (two commit
 ///            groups); the next slot's K rows are copied in once the scores are done, its V rows
@@ -37,8 +38,7 @@ namespace kvo::gpu::detail {
 inline constexpr int kDecodeAttnThreads = 256;  // 8 warps
 inline constexpr int kDecodeAttnBlocksPerSm = 3;
 inline constexpr int kDecodeMaxSbp = 128;      // sparse_block <= 128: at most 4 positions a lane
-inline constexpr int kDecodeMaxPerBlock = 16;  // chunk slots a CUDA block runs, at most
-inline constexpr int kDecodeMinWaves = 2;      // waves of blocks the launch's choice leaves
+inline constexpr int kDecodeMaxPerBlock = 24;  // chunk slots a CUDA block runs, at most
 
 /// Byte size of one element of dtype Dt, as a constant.
 template <int Dt>
@@ -46,16 +46,17 @@ inline constexpr int kElemBytes = dtype_size(Dt);
 
 /// Shared-memory sections of the decode chunk kernel (byte offsets, 16-byte aligned): q [G][HD]
 /// floats; p [sb][G] floats (token-major: the o threads read a token's G values together); the
-/// chunk's K and V row byte offsets [2][sb] long long (the staging's); K rows
-/// [sb][row_bytes]; V rows [sb][row_bytes].
+/// chunk's K and V row byte offsets [2][sb] long long (the staging's); the block's run
+/// [kDecodeMaxPerBlock] DecodeRunSlot; K rows [sb][row_bytes]; V rows [sb][row_bytes].
 struct DecodeAttnSmem {
-  std::size_t q = 0, p = 0, rows = 0, k = 0, v = 0, total = 0;
+  std::size_t q = 0, p = 0, rows = 0, run = 0, k = 0, v = 0, total = 0;
   __host__ __device__ DecodeAttnSmem(int group, int hd, int elem_bytes, int sb) {
     SmemCarver c;
     const auto row_bytes = static_cast<std::size_t>(hd) * elem_bytes;
     q = c.take(static_cast<std::size_t>(group) * hd * 4);
     p = c.take(static_cast<std::size_t>(sb) * group * 4);
     rows = c.take(static_cast<std::size_t>(2) * sb * 8);
+    run = c.take(static_cast<std::size_t>(kDecodeMaxPerBlock) * 32);  // sizeof(DecodeRunSlot)
     k = c.take(static_cast<std::size_t>(sb) * row_bytes);
     v = c.take(static_cast<std::size_t>(sb) * row_bytes);
     total = c.at;
@@ -235,44 +236,92 @@ __device__ inline void decode_values(const unsigned char* vraw, const float* p_s
   }
 }
 
-/// A chunk slot of a (row, KV head): its first token and its visible tokens (0: the slot selects
-/// nothing, chunk_of's negative entry or one past n_valid).
-struct DecodeSlot {
-  long long first = 0;
-  int valid = 0;
+/// A chunk slot of a CUDA block's run of the flattened (query row, KV head, slot) order, as the
+/// block's start resolves it (decode_run_slot): the row, its request, the KV head and the slot, the
+/// chunk's first token and its visible tokens n (0: the slot selects nothing). 32 bytes: the runs
+/// sit in shared memory beside three blocks' rows.
+struct DecodeRunSlot {
+  long long first;
+  int row, r, slot, kvh, n;
 };
+static_assert(sizeof(DecodeRunSlot) == 32, "DecodeAttnSmem's run section");
 
-/// Slot `slot` of (row, kvh) for a row at position pos of n_valid logical blocks.
-__device__ inline DecodeSlot decode_slot(const AttnArgs& a, long long row, long long kvh,
-                                         long long slot, long long pos, long long n_valid) {
-  const long long id = a.selection == nullptr ? slot : selected_id(a, row, kvh, slot);
-  if (id < 0 || id >= n_valid) return {};
-  const long long first = id * a.sb;
-  return {first, static_cast<int>(pos - first + 1 < a.sb ? pos - first + 1 : a.sb)};
+/// The query row, KV head and slot of flattened slot f = (row nkv + kvh) slots + slot, in 32-bit
+/// arithmetic where it fits (a 64-bit division is a long subroutine on the block's first path).
+__device__ inline void decode_pair_of(const AttnArgs& a, long long f, long long& row,
+                                      long long& kvh, long long& slot) {
+  if (f <= 0x7FFFFFFF && a.slots <= 0x7FFFFFFF && a.g.nkv <= 0x7FFFFFFF) {
+    const unsigned fu = static_cast<unsigned>(f), su = static_cast<unsigned>(a.slots);
+    const unsigned nu = static_cast<unsigned>(a.g.nkv), pair = fu / su, ru = pair / nu;
+    row = ru, kvh = pair - ru * nu, slot = fu - pair * su;
+  } else {
+    const long long pair = f / a.slots;
+    row = pair / a.g.nkv, kvh = pair - row * a.g.nkv, slot = f - pair * a.slots;
+  }
 }
 
-/// The decode chunk kernel (see the top of this file). Grid (ceil(slots / a.per_block), nkv, rows):
-/// a CUDA block runs slots [x per_block, (x + 1) per_block) of its (row, KV head) in turn, each
-/// slot exactly as alone (so any per_block gives the same bits), pipelined through the one K and
-/// one V buffer: the next slot's K rows are copied in while a slot's softmax and chains run, its V
-/// rows while its scores run, and its table entries are loaded while a slot's scores run.
+/// The run entry of flattened slot f = (row nkv + kvh) slots + slot (chunk_of's rule: a negative
+/// id, one past n_valid or a dense slot past n_valid selects nothing; a row of an empty request
+/// selects nothing).
+__device__ inline DecodeRunSlot decode_run_slot(const AttnArgs& a, long long f) {
+  DecodeRunSlot s{-1, 0, 0, 0, 0, 0};
+  long long row, slot, kvh;
+  decode_pair_of(a, f, row, kvh, slot);
+  s.row = static_cast<int>(row);
+  s.slot = static_cast<int>(slot);
+  s.kvh = static_cast<int>(kvh);
+  s.r = static_cast<int>(a.row_req[row]);
+  const long long pos = a.row_pos[row];
+  long long pos_block, pos_in;  // pos / sb, in 32-bit arithmetic where it fits
+  page_of(pos, a.sb, pos_block, pos_in);
+  const long long n_valid = a.seq_lens[s.r] == 0 ? 0 : pos_block + 1;
+  const long long id = a.selection == nullptr ? slot : selected_id(a, row, s.kvh, slot);
+  if (id < 0 || id >= n_valid) return s;
+  s.first = id * a.sb;
+  s.n = static_cast<int>(pos - s.first + 1 < a.sb ? pos - s.first + 1 : a.sb);
+  return s;
+}
+
+/// Flattened chunk slots a CUDA block runs, at most `most`, of `total`, on `sms` multiprocessors
+/// holding `blocks_per_sm` blocks each: `forced` where given; else, where two blocks a
+/// multiprocessor need runs of at most kDecodeShortRun slots, those; else as few waves of the
+/// resident blocks as runs of at most `most` allow, the slots spread evenly over each wave's
+/// blocks (no wave left part-empty; every block runs the same number of slots give or take one).
+/// On the H200 (bench_read_gpu, 16 slots, session 33, bf16): at batch 16 (1,024 slots) four slots
+/// on 256 blocks ran 39.4-39.7 us against 40.8-41.0 for one part-filled wave of three a
+/// multiprocessor (342 blocks of three); at batch 64 and 128 one wave of three a multiprocessor
+/// (11 and 21 slots a block) is within 1% of the fastest forced count.
+inline constexpr long long kDecodeShortRun = 4;
+inline int decode_run_length(long long total, long long sms, int blocks_per_sm, int most,
+                             int forced) {
+  if (forced > 0) return forced < most ? forced : most;
+  const long long two = (total + 2 * sms - 1) / (2 * sms);
+  if (two <= kDecodeShortRun) return two < 1 ? 1 : static_cast<int>(two);
+  const long long resident = sms * blocks_per_sm;
+  const long long waves = (total + resident * most - 1) / (resident * most);
+  const long long per = (total + resident * waves - 1) / (resident * waves);
+  return per < 1 ? 1 : static_cast<int>(per);
+}
+
+/// The decode chunk kernel (see the top of this file). A CUDA block runs flattened slots [x
+/// per_block, (x + 1) per_block) of `total` (rows x nkv x slots) in turn (the run may go on into
+/// the next (row, KV head)), each slot exactly as alone (so any per_block gives the same bits),
+/// pipelined through the one K and one V buffer: the next slot's K rows are copied in while a
+/// slot's softmax and chains run, its V rows while its scores run, and its table entries are
+/// loaded while a slot's scores run; q is loaded again where the next slot's (row, KV head)
+/// differs, once the slot's scores are done.
 template <bool kCanonical, int KvDt, int HD, int G>
 __global__ void __launch_bounds__(kDecodeAttnThreads, kDecodeAttnBlocksPerSm)
-    attention_decode_chunk_kernel(AttnArgs a) {
+    attention_decode_chunk_kernel(AttnArgs a, long long total) {
   extern __shared__ float4 smem4[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(smem4);
   constexpr int kEb = kElemBytes<KvDt>, kRowBytes = HD * kEb;
-  const long long kvh = blockIdx.y, row = blockIdx.z;
-  const long long s_begin = static_cast<long long>(blockIdx.x) * a.per_block;
-  const long long s_end = s_begin + a.per_block < a.slots ? s_begin + a.per_block : a.slots;
+  const long long f_begin = static_cast<long long>(blockIdx.x) * a.per_block;
+  const int runs = static_cast<int>(f_begin + a.per_block < total ? a.per_block : total - f_begin);
   const ReadGeom& g = a.g;
   // The combine kernel may launch once every block of this one has started: it waits for this
   // grid's completion before it reads the workspace (launch_attention_combine).
   asm volatile("griddepcontrol.launch_dependents;");
-  const long long r = a.row_req[row], pos = a.row_pos[row];
-  if (a.seq_lens[r] == 0) return;  // no slot selects anything
-  const long long n_valid = pos / a.sb + 1;
-  DecodeSlot cur = decode_slot(a, row, kvh, s_begin, pos, n_valid);
   const int sb = static_cast<int>(a.sb);
   const DecodeAttnSmem lay(G, HD, kEb, sb);
   float* q_s = reinterpret_cast<float*>(smem + lay.q);
@@ -281,36 +330,43 @@ __global__ void __launch_bounds__(kDecodeAttnThreads, kDecodeAttnBlocksPerSm)
   unsigned char* vraw = smem + lay.v;
   long long* koff_s = reinterpret_cast<long long*>(smem + lay.rows);
   long long* voff_s = koff_s + sb;
-  const int* table_row = a.table + r * g.max_blocks;
+  DecodeRunSlot* run = reinterpret_cast<DecodeRunSlot*>(smem + lay.run);  // [runs]
+  if (static_cast<int>(threadIdx.x) < runs)
+    run[threadIdx.x] = decode_run_slot(a, f_begin + threadIdx.x);
   const int ab = dtype_size(g.act_dtype);
-  for (int e = threadIdx.x; e < G * HD; e += kDecodeAttnThreads) {
-    const long long hq = kvh * G + e / HD;
-    q_s[e] = load_act(a.q + ((row * a.nq + hq) * HD + e % HD) * ab, g.act_dtype);
-  }
+  // q of (row, kvh) into q_s [G][HD] floats.
+  const auto load_q = [&](long long row, long long kvh) {
+    for (int e = threadIdx.x; e < G * HD; e += kDecodeAttnThreads) {
+      const long long hq = kvh * G + e / HD;
+      q_s[e] = load_act(a.q + ((row * a.nq + hq) * HD + e % HD) * ab, g.act_dtype);
+    }
+  };
   static_assert(kDecodeMaxSbp <= kDecodeAttnThreads, "a thread for each row of a chunk");
-  // Thread i < valid owns token row i of a slot: its page's table entry and the row's offsets.
-  const auto table_entry = [&](const DecodeSlot& s, long long& in_page) -> long long {
+  // Thread i < n owns token row i of a slot: its page's table entry and the row's offsets.
+  const auto table_entry = [&](const DecodeRunSlot& s, long long& in_page) -> long long {
     long long page;
     page_of(s.first + threadIdx.x, g.block_size, page, in_page);
-    return table_row[page];
+    return a.table[static_cast<long long>(s.r) * g.max_blocks + page];
   };
-  const auto store_offsets = [&](long long b, long long in_page) {
+  const auto store_offsets = [&](long long b, long long in_page, long long kvh) {
     koff_s[threadIdx.x] = kv_offset(g, 0, b, in_page, kvh, 0) * kEb;
     voff_s[threadIdx.x] = kv_offset(g, 1, b, in_page, kvh, 0) * kEb;
   };
-  if (static_cast<int>(threadIdx.x) < cur.valid) {
+  __syncthreads();  // the run
+  DecodeRunSlot cur = run[0];
+  int q_row = cur.row, q_kvh = cur.kvh;  // whose q q_s holds
+  load_q(q_row, q_kvh);
+  if (static_cast<int>(threadIdx.x) < cur.n) {
     long long in_page;
     const long long b = table_entry(cur, in_page);
-    store_offsets(b, in_page);
+    store_offsets(b, in_page, cur.kvh);
   }
   __syncthreads();
-  stage_decode_rows<kRowBytes>(kraw, a.k_cache, koff_s, cur.valid);
+  stage_decode_rows<kRowBytes>(kraw, a.k_cache, koff_s, cur.n);
   cp_async_commit();
-  stage_decode_rows<kRowBytes>(vraw, a.v_cache, voff_s, cur.valid);
+  stage_decode_rows<kRowBytes>(vraw, a.v_cache, voff_s, cur.n);
   cp_async_commit();
   const bool scaled = !g.scale_none;
-  const float ks = scaled ? a.k_scale[g.per_head_scale ? kvh : 0] : 1.0f;
-  const float vs = scaled ? a.v_scale[g.per_head_scale ? kvh : 0] : 1.0f;
   constexpr int kH = kValueHeads<HD, G>;
   static_assert(HD / 2 * (G / kH) <= kDecodeAttnThreads, "a thread for every (pair, head set)");
   const int dp = threadIdx.x % (HD / 2), h0 = threadIdx.x / (HD / 2) * kH;
@@ -319,44 +375,51 @@ __global__ void __launch_bounds__(kDecodeAttnThreads, kDecodeAttnBlocksPerSm)
   // Commit groups, per thread, in order: K(s), V(s), then per slot K(s + 1), V(s + 1) (empty
   // where there is no next slot), so that a slot's K and its V are each the last group but one
   // when waited for.
-  for (long long slot = s_begin; slot < s_end; ++slot) {
-    const DecodeSlot next =
-        slot + 1 < s_end ? decode_slot(a, row, kvh, slot + 1, pos, n_valid) : DecodeSlot{};
-    const bool owns_next_row = static_cast<int>(threadIdx.x) < next.valid;
+  for (int i = 0; i < runs; ++i) {
+    const DecodeRunSlot next = i + 1 < runs ? run[i + 1] : DecodeRunSlot{-1, 0, 0, 0, 0, 0};
+    const bool owns_next_row = static_cast<int>(threadIdx.x) < next.n;
     long long next_b = 0, next_in_page = 0;  // loaded here, waited for after the scores
     if (owns_next_row) next_b = table_entry(next, next_in_page);
+    const int kv_sel = g.per_head_scale ? cur.kvh : 0;
+    const float ks = scaled ? a.k_scale[kv_sel] : 1.0f;
+    const float vs = scaled ? a.v_scale[kv_sel] : 1.0f;
     cp_async_wait_group<1>();  // this thread's K copies of the slot
-    __syncthreads();           // every thread's; the previous slot's p and V rows are free
-    if (cur.valid > 0) {
+    __syncthreads();           // every thread's; the previous slot's p and V rows are free; q in
+    if (cur.n > 0) {
       if (scaled) {
-        decode_scores<kCanonical, KvDt, HD, G, true>(q_s, kraw, p_s, cur.valid, ks, a.sm);
+        decode_scores<kCanonical, KvDt, HD, G, true>(q_s, kraw, p_s, cur.n, ks, a.sm);
       } else {
-        decode_scores<kCanonical, KvDt, HD, G, false>(q_s, kraw, p_s, cur.valid, ks, a.sm);
+        decode_scores<kCanonical, KvDt, HD, G, false>(q_s, kraw, p_s, cur.n, ks, a.sm);
       }
     }
-    if (owns_next_row) store_offsets(next_b, next_in_page);
-    __syncthreads();  // the scores in; K's rows free; the next slot's offsets in
-    stage_decode_rows<kRowBytes>(kraw, a.k_cache, koff_s, next.valid);
+    if (owns_next_row) store_offsets(next_b, next_in_page, next.kvh);
+    __syncthreads();  // the scores in; K's rows and q free; the next slot's offsets in
+    stage_decode_rows<kRowBytes>(kraw, a.k_cache, koff_s, next.n);
     cp_async_commit();
-    float* ws0 = ws_entry(a, row, kvh * G, slot);
-    if (cur.valid > 0) decode_softmax<kCanonical, G>(p_s, cur.valid, a.sbp, ws0, ws_stride);
+    if (next.n > 0 && (next.row != q_row || next.kvh != q_kvh)) {
+      q_row = next.row;
+      q_kvh = next.kvh;
+      load_q(q_row, q_kvh);
+    }
+    float* ws0 = ws_entry(a, cur.row, static_cast<long long>(cur.kvh) * G, cur.slot);
+    if (cur.n > 0) decode_softmax<kCanonical, G>(p_s, cur.n, a.sbp, ws0, ws_stride);
     cp_async_wait_group<1>();  // this thread's V copies of the slot (the next K's may fly)
     __syncthreads();
-    if (cur.valid > 0 && h0 < G) {
+    if (cur.n > 0 && h0 < G) {
       float o0[kH], o1[kH];
 #pragma unroll
       for (int u = 0; u < kH; ++u) o0[u] = 0.0f, o1[u] = 0.0f;
       if (scaled) {
-        decode_values<KvDt, HD, G, true>(vraw, p_s, cur.valid, vs, dp, h0, o0, o1);
+        decode_values<KvDt, HD, G, true>(vraw, p_s, cur.n, vs, dp, h0, o0, o1);
       } else {
-        decode_values<KvDt, HD, G, false>(vraw, p_s, cur.valid, vs, dp, h0, o0, o1);
+        decode_values<KvDt, HD, G, false>(vraw, p_s, cur.n, vs, dp, h0, o0, o1);
       }
 #pragma unroll
       for (int u = 0; u < kH; ++u)
         reinterpret_cast<float2*>(ws0 + (h0 + u) * ws_stride + 2)[dp] = make_float2(o0[u], o1[u]);
     }
     __syncthreads();  // V's rows and p free
-    stage_decode_rows<kRowBytes>(vraw, a.v_cache, voff_s, next.valid);
+    stage_decode_rows<kRowBytes>(vraw, a.v_cache, voff_s, next.n);
     cp_async_commit();
     cur = next;
   }

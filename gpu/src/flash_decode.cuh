@@ -146,30 +146,43 @@ __device__ inline uint4 load8_raw(const unsigned char* p) {
 /// V rows [0, n) of a chunk by cp.async: a 16-bit cache into the bf16 tile `tile` [tokens][HD]
 /// (swizzled; converted in place by v_to_bf16 where it must be), an 8-bit one into `raw`
 /// [tokens][HD] bytes. Rows [n, n16) are zeros (P.V reads them with p = 0: a NaN would spread).
+/// Thread t copies piece t % kPieces of rows t / kPieces, + kRowsPerPass, ...: a pass is a whole
+/// number of 8-row swizzle periods, so the thread's piece sits at one column of every row it
+/// copies and its address only steps (no division a copy).
 template <int KvDt, int HD>
 __device__ inline void stage_v(unsigned char* tile, unsigned char* raw, const unsigned char* cache,
                                const long long* off, int n, int n16) {
-  constexpr int kEb = kElemBytes<KvDt>, kPieces = HD * kEb / 16;
-  for (int e = threadIdx.x; e < n16 * kPieces; e += kFlashDecodeThreads) {
-    const int i = e / kPieces, piece = e % kPieces;
-    const bool valid = i < n;
-    unsigned char* dst = kEb == 2 ? tile + swizzled<HD>(i, piece) : raw + i * HD + piece * 16;
-    cp_async16_or_zero(dst, valid ? cache + off[i] + piece * 16 : cache, valid);
+  constexpr unsigned kEb = kElemBytes<KvDt>, kPieces = HD * kEb / 16;
+  constexpr unsigned kRowsPerPass = kFlashDecodeThreads / kPieces;
+  constexpr unsigned kDstRow = kEb == 2 ? HD * 2 : HD;  // bytes a row of the tile or of raw
+  static_assert(kRowsPerPass % 8 == 0, "whole swizzle periods a pass");
+  const unsigned piece = threadIdx.x % kPieces, r0 = threadIdx.x / kPieces;
+  unsigned char* dst = kEb == 2 ? tile + swizzled<HD>(static_cast<int>(r0), static_cast<int>(piece))
+                                : raw + r0 * HD + piece * 16;
+  const unsigned char* src = cache + piece * 16;
+  for (unsigned i = r0; i < static_cast<unsigned>(n16);
+       i += kRowsPerPass, dst += kRowsPerPass * kDstRow) {
+    const bool valid = i < static_cast<unsigned>(n);
+    cp_async16_or_zero(dst, valid ? src + off[i] : cache, valid);
   }
 }
 
 /// The staged V rows [0, n16) as the profile's bf16 operands in `tile`: nothing for a bf16 cache
-/// without a scale; in place for 16-bit caches; from `raw` for 8-bit ones.
+/// without a scale; in place for 16-bit caches; from `raw` for 8-bit ones. Thread t converts
+/// piece t % kPieces of rows t / kPieces, + kRowsPerPass, ... (as stage_v).
 template <int KvDt, int HD>
 __device__ inline void v_to_bf16(unsigned char* tile, const unsigned char* raw, int n16,
                                  bool scaled, float scale) {
-  constexpr int kPieces = HD / 8;  // 16-byte pieces of a bf16 row
-  for (int e = threadIdx.x; e < n16 * kPieces; e += kFlashDecodeThreads) {
-    const int i = e / kPieces, piece = e % kPieces;
-    unsigned char* dst = tile + swizzled<HD>(i, piece);
-    const unsigned char* src = kElemBytes<KvDt> == 2 ? dst : raw + i * HD + piece * 8;
+  constexpr unsigned kPieces = HD / 8;  // 16-byte pieces of a bf16 row
+  constexpr unsigned kRowsPerPass = kFlashDecodeThreads / kPieces;
+  static_assert(kRowsPerPass % 8 == 0, "whole swizzle periods a pass");
+  const unsigned piece = threadIdx.x % kPieces, r0 = threadIdx.x / kPieces;
+  unsigned char* dst = tile + swizzled<HD>(static_cast<int>(r0), static_cast<int>(piece));
+  const unsigned char* src = kElemBytes<KvDt> == 2 ? dst : raw + r0 * HD + piece * 8;
+  constexpr unsigned kSrcRow = kElemBytes<KvDt> == 2 ? HD * 2 : HD;
+  for (unsigned i = r0; i < static_cast<unsigned>(n16);
+       i += kRowsPerPass, dst += kRowsPerPass * HD * 2, src += kRowsPerPass * kSrcRow)
     *reinterpret_cast<uint4*>(dst) = operand_pairs<KvDt>(load8_raw<KvDt>(src), scaled, scale);
-  }
 }
 
 /// Where a chunk slot's rows are: its logical block j (negative: the slot selects nothing), its
@@ -207,20 +220,22 @@ __device__ inline void flash_slot_offsets(const AttnArgs& a, const FlashSlot& f,
 }
 
 /// The thread's K words of a slot for the warp's tokens (see flash_decode_kernel): kw[t][p], token
-/// t0 + 8 t + lane / 4, dims 32 p + 8 (lane % 4) .. + 7, raw (zeros past n).
+/// t0 + 8 t + lane / 4, dims 32 p + 8 (lane % 4) .. + 7, raw. A token past n reads row n - 1 (its
+/// score is masked to -inf: no select a word); a warp without tokens reads nothing (its scores
+/// are skipped).
 template <int KvDt, int HD>
 __device__ inline void load_k_words(const AttnArgs& a, const long long* koff, int n, int t0,
                                     uint4 (&kw)[4][HD / 32]) {
   constexpr int kEb = kElemBytes<KvDt>;
+  if (t0 >= n) return;
   const int lane = threadIdx.x % 32;
+  const unsigned char* base = a.k_cache + 8 * (lane % 4) * kEb;
 #pragma unroll
   for (int t = 0; t < 4; ++t) {
     const int token = t0 + 8 * t + lane / 4;
+    const unsigned char* row = base + koff[token < n ? token : n - 1];
 #pragma unroll
-    for (int p = 0; p < HD / 32; ++p)
-      kw[t][p] = token < n
-                     ? load8_raw<KvDt>(a.k_cache + koff[token] + (32 * p + 8 * (lane % 4)) * kEb)
-                     : make_uint4(0u, 0u, 0u, 0u);
+    for (int p = 0; p < HD / 32; ++p) kw[t][p] = load8_raw<KvDt>(row + 32 * p * kEb);
   }
 }
 
@@ -390,17 +405,25 @@ __global__ void __launch_bounds__(kFlashDecodeThreads, kFlashDecodeBlocksPerSm)
     float o[kDimTiles][4];
 #pragma unroll
     for (int u = 0; u < kDimTiles; ++u) o[u][0] = o[u][1] = o[u][2] = o[u][3] = 0.0f;
+    // k-step k0's fragments sit k0 P' columns and k0 V' rows on from k-step 0's: the swizzle of
+    // V' row k0 + r is that of row r (k0 is a multiple of 16), so a lane's addresses are fixed
+    // here and only step.
+    const unsigned char* pa_at =  // P' rows lane % 8 (+ 8 for matrices 1, 3), tokens + 8 for 2, 3
+        p_tile + ((lane % 8 + 8 * ((lane / 8) % 2)) * kFlashDecodePRow + 8 * (lane / 16)) * 2;
+    const int v_row = lane % 8 + 8 * ((lane / 8) % 2);  // V' row of the lane (+ k0)
+    int v_col[kDimTiles / 2];  // byte offsets in V' row v_row of dims d0 + 8 u (+ 8 for 2, 3)
+#pragma unroll
+    for (int u = 0; u < kDimTiles; u += 2)
+      v_col[u / 2] = swizzled<HD>(v_row, (d0 + 8 * u) / 8 + lane / 16);
+    const unsigned char* vt = v_tile(buf);
+#pragma unroll 2
     for (int k0 = 0; k0 < n16; k0 += 16) {
-      unsigned pa[4];  // P' rows lane % 8 (+ 8 for matrices 1, 3), tokens k0 (+ 8 for 2, 3)
-      ldmatrix_x4(pa, p_tile + (((lane % 8) + 8 * ((lane / 8) % 2)) * kFlashDecodePRow + k0 +
-                                8 * (lane / 16)) *
-                                   2);
+      unsigned pa[4];
+      ldmatrix_x4(pa, pa_at + k0 * 2);
 #pragma unroll
       for (int u = 0; u < kDimTiles; u += 2) {
-        unsigned b[4];  // V' rows k0 + lane % 8 (+ 8 for matrices 1, 3), the piece of dims d0 +
-                        // 8 u (+ 8 for matrices 2, 3)
-        ldmatrix_x4_trans(b, v_tile(buf) + swizzled<HD>(k0 + lane % 8 + 8 * ((lane / 8) % 2),
-                                                        (d0 + 8 * u) / 8 + lane / 16));
+        unsigned b[4];
+        ldmatrix_x4_trans(b, vt + k0 * (HD * 2) + v_col[u / 2]);
         mma_bf16(o[u], pa, b[0], b[1]);
         mma_bf16(o[u + 1], pa, b[2], b[3]);
       }

@@ -85,9 +85,10 @@ void expect_same_ids_both_paths(const oracle::ReadCase& rc, const std::vector<st
 }
 
 /// The chunk slots a CUDA block of the specialised attention kernel a case runs besides the
-/// launch's own choice, by its seed: 1, 2, 3, 5 or 16 (the last clamped to the call's slots).
+/// launch's own choice, by its seed: 1, 2, 3, 5, 7, 16, 24 or 40 (runs of the flattened (row, KV
+/// head, slot) order, crossing from one (row, KV head) to the next; 40 clamped to the kernel's 24).
 int forced_slots_per_block(std::uint64_t seed) {
-  return std::array<int, 5>{1, 2, 3, 5, 16}[seed / 16 % 5];
+  return std::array<int, 8>{1, 2, 3, 5, 7, 16, 24, 40}[seed / 16 % 8];
 }
 
 /// The specialised attention kernel with forced_slots_per_block(seed) gives the bits of the

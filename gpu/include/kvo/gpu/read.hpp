@@ -132,7 +132,9 @@ struct DeviceAttention {
   /// Chunk slots one CUDA block of the decode kernels runs in turn, the next slot's rows in flight
   /// while one computes (canonical and fast families' specialised kernel, the flash family's decode
   /// kernels), forced (tests and benchmarks: every value gives the same bits); clamped to the
-  /// call's slots and the kernel's most (16 canonical and fast, 8 flash); 0: the launch's choice.
+  /// kernel's most: 24 canonical and fast, whose runs follow the flattened (row, KV head, slot)
+  /// order into the next (row, KV head); 8 flash, of one (row, KV head) (and the call's slots);
+  /// 0: the launch's choice.
   int slots_per_block = 0;
 };
 
