@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -304,6 +305,47 @@ TEST(SpecialisedAttention, TheCaseDistributionReachesBothKernels) {
   std::printf("[specialised] attention: %d of %d default read cases\n", specialised, kCases);
   EXPECT_GE(specialised * 10, kCases) << "fewer than 10% of the cases reach the specialised kernel";
   EXPECT_GE((kCases - specialised) * 2, kCases) << "fewer than half reach the generic kernel";
+}
+
+// The specialised chunk kernel's runs (decode_run_length, attention_decode.cuh), on 1 to 132
+// multiprocessors of three blocks, at most 24 slots a run: no block without a slot and no run past
+// 24; a forced count kept, clamped to 24; where two blocks a multiprocessor need runs of at most
+// four, those; else the blocks fit the fewest waves that runs of 24 allow, with the shortest run
+// that does (so that a wave's blocks differ by one slot at most). Every total up to 5,000 and
+// 20,000 drawn up to 2^40 (fixed seed, printed). Needs no device: the rule runs on the host.
+TEST(SpecialisedAttention, RunLengthsCoverEverySlotInTheFewestEvenWaves) {
+  constexpr int kPerSm = 3, kMost = 24;
+  constexpr std::uint64_t kSeed = 0x5E55133ull;
+  std::printf("[run-length] seed 0x%llX\n", static_cast<unsigned long long>(kSeed));
+  std::mt19937_64 rng(kSeed);
+  std::uniform_int_distribution<long long> draw(1, 1ll << 40);
+  const auto ceil_div = [](long long a, long long b) { return (a + b - 1) / b; };
+  for (const long long sms : {1ll, 7ll, 78ll, 132ll}) {
+    std::vector<long long> totals;
+    for (long long t = 1; t <= 5000; ++t) totals.push_back(t);
+    for (int i = 0; i < 20000; ++i) totals.push_back(draw(rng));
+    for (const long long total : totals) {
+      const int per = gpu::testing::decode_run_length(total, sms, kPerSm, kMost, 0);
+      const std::string at = "total " + std::to_string(total) + ", " + std::to_string(sms) +
+                             " multiprocessors: " + std::to_string(per) + " slots a run";
+      ASSERT_TRUE(per >= 1 && per <= kMost) << at;
+      const long long blocks = ceil_div(total, per);
+      ASSERT_LT((blocks - 1) * per, total) << at << ": a block without a slot";
+      const long long two = ceil_div(total, 2 * sms);
+      if (two <= 4) {
+        ASSERT_EQ(per, std::max(1ll, two)) << at << ": short runs on two blocks a multiprocessor";
+        ASSERT_LE(blocks, 2 * sms) << at;
+        continue;
+      }
+      const long long resident = sms * kPerSm, waves = ceil_div(total, resident * kMost);
+      ASSERT_LE(blocks, waves * resident) << at << ": more than the fewest waves (" << waves << ")";
+      ASSERT_TRUE(per == 1 || ceil_div(total, per - 1) > waves * resident)
+          << at << ": a shorter run fits the same waves";
+    }
+    for (const int forced : {1, 5, 24, 40})
+      ASSERT_EQ(gpu::testing::decode_run_length(4096, sms, kPerSm, kMost, forced),
+                std::min(forced, kMost));
+  }
 }
 
 TEST(FusedIndexer, TheCaseDistributionReachesBothPaths) {

@@ -1,9 +1,11 @@
 // kvo_gpu_testing: host-memory attention with a bug planted in the fast family
 // (launch_attention_t<F> of attention_kernels.cuh, instantiated here for the fast family only) or
 // in the flash family (launch_flash_attention_t<B>, one instantiation per spec::AttentionBug); and
-// the decode kernels with the chunk slots a CUDA block forced (DeviceAttention::slots_per_block).
+// the decode kernels with the chunk slots a CUDA block forced (DeviceAttention::slots_per_block),
+// and the specialised chunk kernel's run length.
 #include <optional>
 
+#include "attention_decode.cuh"
 #include "attention_kernels.cuh"
 #include "kvo/gpu/testing/faults.hpp"
 #include "kvo/spec/outcome.hpp"
@@ -82,6 +84,10 @@ spec::HostTensor attention_host_slots_per_block(
   if (per_block < 1) throw spec::Unsupported("attention decode: slots a block must be >= 1");
   return detail::attention_host_via(launch_attention, config, params, batch, q, caches, k_scale,
                                     v_scale, selection, topk, kernel, per_block);
+}
+
+int decode_run_length(long long total, long long sms, int blocks_per_sm, int most, int forced) {
+  return detail::decode_run_length(total, sms, blocks_per_sm, most, forced);
 }
 
 }  // namespace kvo::gpu::testing

@@ -142,6 +142,11 @@ spec::HostTensor flash_attention_host_slots_per_block(
     const std::vector<float>& k_scale, const std::vector<float>& v_scale,
     const std::vector<std::int32_t>& selection, std::int64_t topk);
 
+/// The specialised chunk kernel's run length (attention_decode.cuh's decode_run_length): flattened
+/// chunk slots a CUDA block runs, of `total`, on `sms` multiprocessors of `blocks_per_sm` blocks,
+/// at most `most`, `forced` where > 0.
+int decode_run_length(long long total, long long sms, int blocks_per_sm, int most, int forced);
+
 /// attention_host (canonical or fast family) likewise, for the specialised chunk kernel
 /// (attention_decode.cuh); calls it does not take run as in production.
 spec::HostTensor attention_host_slots_per_block(
