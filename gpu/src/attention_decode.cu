@@ -43,8 +43,9 @@ void run_decode(const AttnArgs& a, std::int64_t rows, cudaStream_t s) {
   const long long total = static_cast<long long>(rows) * a.g.nkv * a.slots;
   run.per_block =
       decode_run_length(total, sm_count(), kDecodeAttnBlocksPerSm, kDecodeMaxPerBlock, a.per_block);
-  kernel<<<static_cast<unsigned>((total + run.per_block - 1) / run.per_block), kDecodeAttnThreads,
-           smem, s>>>(run, total);
+  const long long blocks = (total + run.per_block - 1) / run.per_block;
+  require(blocks <= 0x7FFFFFFF, "attention: more than 2^31 - 1 CUDA blocks of chunk slots");
+  kernel<<<static_cast<unsigned>(blocks), kDecodeAttnThreads, smem, s>>>(run, total);
   check_cuda(cudaGetLastError(), "attention_decode_chunk_kernel launch");
   launch_attention_combine<kCanonical>(a, rows, s);
 }

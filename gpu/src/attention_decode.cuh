@@ -5,9 +5,8 @@
 /// chunks of at most kDecodeMaxSbp tokens. The same canonical order, the same workspace (m, l,
 /// o[hd] per chunk), the same combine kernel; attention_decode.cu says which calls take it.
 /// One CUDA block of kDecodeAttnThreads per run of per_block consecutive chunk slots of the
-/// flattened (query row, KV head, slot) order (decode_run_length: every block of a wave runs the
-/// same number give or take one), three per multiprocessor (registers capped to fit), so that a
-/// block's latency hides behind the others'. Each slot is
+/// flattened (query row, KV head, slot) order (decode_run_length), three per multiprocessor
+/// (registers capped to fit), so that a block's latency hides behind the others'. Each slot is
 /// computed exactly as alone; the slots of a run are pipelined through one K and one V buffer:
 ///   staging  the slot's K rows, then its V rows, by cp.async into shared memory (two commit
 ///            groups); the next slot's K rows are copied in once the scores are done, its V rows
@@ -285,8 +284,8 @@ __device__ inline DecodeRunSlot decode_run_slot(const AttnArgs& a, long long f) 
 /// Flattened chunk slots a CUDA block runs, at most `most`, of `total`, on `sms` multiprocessors
 /// holding `blocks_per_sm` blocks each: `forced` where given; else, where two blocks a
 /// multiprocessor need runs of at most kDecodeShortRun slots, those; else as few waves of the
-/// resident blocks as runs of at most `most` allow, the slots spread evenly over each wave's
-/// blocks (no wave left part-empty; every block runs the same number of slots give or take one).
+/// resident blocks as runs of at most `most` allow, with the shortest run that fits them (every
+/// block runs that many slots but the last, which runs what is left).
 /// On the H200 (bench_read_gpu, 16 slots, session 33, bf16): at batch 16 (1,024 slots) four slots
 /// on 256 blocks ran 39.4-39.7 us against 40.8-41.0 for one part-filled wave of three a
 /// multiprocessor (342 blocks of three); at batch 64 and 128 one wave of three a multiprocessor
