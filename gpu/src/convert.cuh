@@ -120,10 +120,43 @@ __device__ __forceinline__ float round_to_act(float x) {
   }
 }
 
+/// IEEE binary32 operations, round to nearest even, on the device and the host alike (the host runs
+/// the rules below in CPU tests).
+__host__ __device__ __forceinline__ std::uint32_t float_bits(float x) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(x);
+#else
+  std::uint32_t b;
+  __builtin_memcpy(&b, &x, 4);
+  return b;
+#endif
+}
+__host__ __device__ __forceinline__ float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;  // IEEE binary32, round to nearest even (no contraction: a lone product)
+#endif
+}
+__host__ __device__ __forceinline__ float fma_rn(float a, float b, float c) {
+#ifdef __CUDA_ARCH__
+  return __fmaf_rn(a, b, c);
+#else
+  return __builtin_fmaf(a, b, c);
+#endif
+}
+__host__ __device__ __forceinline__ float div_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
 /// True for a normal power of two: its reciprocal 2^-k is exact (subnormal at worst), so
 /// fl(x / s) == fl(x * fl(1 / s)) for every x (the same real number, rounded once).
-__device__ __forceinline__ bool is_pow2_normal(float s) {
-  const std::uint32_t b = __float_as_uint(s) & 0x7FFFFFFFu;
+__host__ __device__ __forceinline__ bool is_pow2_normal(float s) {
+  const std::uint32_t b = float_bits(s) & 0x7FFFFFFFu;
   return (b & 0x7FFFFFu) == 0u && (b >> 23) >= 1u && (b >> 23) <= 254u;
 }
 
@@ -134,13 +167,13 @@ __device__ __forceinline__ bool is_pow2_normal(float s) {
 /// s in [2^-20, 2^21) (range_ok_s) and every |x| in [2^-100, 2^100) (range_ok_x), and falls back to
 /// __fdiv_rn otherwise (zeros, subnormals, huge values, inf, NaN). Verified against __fdiv_rn for
 /// all 2^32 x at many s by the GPU test FastDivision.ExhaustiveAgainstFdivRn.
-__device__ __forceinline__ float div_by_recip(float x, float s, float r) {
-  const float q0 = __fmul_rn(x, r);
-  const float q1 = __fmaf_rn(__fmaf_rn(-s, q0, x), r, q0);
-  return __fmaf_rn(__fmaf_rn(-s, q1, x), r, q1);
+__host__ __device__ __forceinline__ float div_by_recip(float x, float s, float r) {
+  const float q0 = mul_rn(x, r);
+  const float q1 = fma_rn(fma_rn(-s, q0, x), r, q0);
+  return fma_rn(fma_rn(-s, q1, x), r, q1);
 }
-__device__ __forceinline__ bool range_ok_s(float s) {
-  const std::uint32_t e = (__float_as_uint(s) >> 23) & 0xFFu;
+__host__ __device__ __forceinline__ bool range_ok_s(float s) {
+  const std::uint32_t e = (float_bits(s) >> 23) & 0xFFu;
   return e >= 127u - 20u && e <= 127u + 20u;
 }
 __device__ __forceinline__ bool range_ok_x(float x) {
@@ -182,21 +215,86 @@ __device__ __forceinline__ void divide8_by(const float (&x)[kVec], float (&y)[kV
   divide8_by_x_ok(x, y, s, r, x_ok);
 }
 
-/// range_ok_x of all 8 bf16 values of a raw item (16 bytes, before widening), two values a 32-bit
-/// operation: with its sign cleared a bf16 half a is below 0x8000, so a + (0x8000 - bound) sets the
-/// half's bit 15 exactly when a >= bound, with no carry into the other half; a bf16's biased
-/// exponent is its fp32 value's, so [27, 226] is a in [27 << 7, 227 << 7). Checked against
-/// range_ok_x for every 32-bit word by FastDivision.Bf16RangeCheckExhaustive.
-__device__ __forceinline__ bool bf16_words_in_range(const uint4& w) {
+/// Whether every one of an item's 8 raw bf16 values (16 bytes, before widening) has a biased
+/// exponent in [kLo, kHi], two values a 32-bit operation: with its sign cleared a bf16 half a is
+/// below 0x8000, so a + (0x8000 - bound) sets the half's bit 15 exactly when a >= bound, with no
+/// carry into the other half; a bf16's biased exponent is its fp32 value's, so [kLo, kHi] is a in
+/// [kLo << 7, (kHi + 1) << 7).
+template <std::uint32_t kLo, std::uint32_t kHi>
+__device__ __forceinline__ bool bf16_words_in_exponents(const uint4& w) {
+  static_assert(kLo >= 1u && kLo <= kHi && kHi <= 254u);
   constexpr std::uint32_t kAbs = 0x7FFF7FFFu, kBit15 = 0x80008000u;
-  constexpr std::uint32_t kGeHigh = 0x0E800E80u;  // 0x8000 - (227 << 7), in each half
-  constexpr std::uint32_t kGeLow = 0x72807280u;   // 0x8000 - (27 << 7), in each half
+  constexpr std::uint32_t kGeHigh = (0x8000u - ((kHi + 1u) << 7)) * 0x10001u;  // in each half
+  constexpr std::uint32_t kGeLow = (0x8000u - (kLo << 7)) * 0x10001u;
   std::uint32_t bad = 0;
   for (const std::uint32_t u : {w.x, w.y, w.z, w.w}) {
     const std::uint32_t a = u & kAbs;
     bad |= (a + kGeHigh) | ~(a + kGeLow);
   }
   return (bad & kBit15) == 0u;
+}
+/// range_ok_x of all 8 bf16 values of a raw item (biased exponents [27, 226]). Checked against
+/// range_ok_x for every 32-bit word by FastDivision.Bf16RangeCheckExhaustive.
+__device__ __forceinline__ bool bf16_words_in_range(const uint4& w) {
+  return bf16_words_in_exponents<27u, 226u>(w);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The division by a block's own scale in two operations an element (the specialised write's
+// divide mode, bf16 activations). Host and device: the host runs the same rule in the CPU test
+// that proves it (SpecialisedDivision.*), the device in the kernel and the GPU tests.
+
+/// 1 / s in two floats: hi = fl(1 / s) (the caller's correctly rounded reciprocal) and
+/// lo = fl(fl(1 - s * hi) * hi) (the residual 1 - s * hi is exact in one fma), so hi + lo is 1 / s
+/// to about 2^-47 relative.
+struct RecipPair {
+  float hi = 1.0f, lo = 0.0f;
+};
+__host__ __device__ __forceinline__ RecipPair recip_pair(float s, float hi) {
+  return {hi, mul_rn(fma_rn(-s, hi, 1.0f), hi)};
+}
+/// q = fl(x * hi + fl(x * lo)): within about 2^-46 relative of x / s before its one rounding, so it
+/// is fl(x / s) unless x / s lies that close to a midpoint of two floats. That cannot be excluded
+/// for a scale in general, so a caller uses it only for a scale that recip_pair_trial passes at
+/// every bf16 significand, and only for bf16 x whose biased exponent is in
+/// [kPairExponentLo, kPairExponentHi] (bf16_words_in_exponents): there every intermediate is a
+/// normal float for every s in range_ok_s (|lo| >= 2^-69 there, as s * hi != 1 is a multiple of
+/// 2^-48 off 1 unless s is a power of two, where lo = 0), so x = m * 2^k gives exactly 2^k times
+/// m's quotient, and the sign flips every term alike: the 128 significands m decide every x.
+__host__ __device__ __forceinline__ float div_by_recip_pair(float x, RecipPair p) {
+  return fma_rn(x, p.hi, mul_rn(x, p.lo));
+}
+inline constexpr std::uint32_t kPairExponentLo = 71u;   // |x| >= 2^-56: |x * lo| >= 2^-125
+inline constexpr std::uint32_t kPairExponentHi = 226u;  // |x| < 2^100, as range_ok_x
+/// The bf16 significands, 1 + j / 128 for j in [0, 128).
+inline constexpr int kBf16Significands = 128;
+
+/// Whether the pair divides the bf16 significand m = 1 + j / 128 exactly as div_by_recip(m, s, r)
+/// (r = fl(1 / s); fl(m / s) for s in range_ok_s).
+__host__ __device__ __forceinline__ bool recip_pair_exact_at(float s, float r, RecipPair p, int j) {
+  const float m = 1.0f + static_cast<float>(j) * (1.0f / kBf16Significands);  // exact
+  return float_bits(div_by_recip_pair(m, p)) == float_bits(div_by_recip(m, s, r));
+}
+/// One trial of a scale's check: s in range_ok_s, not a power of two (where one multiply by r is
+/// exact and cheaper), and its pair (hi = r = fl(1 / s)) exact at the bf16 significand
+/// 1 + j / 128. A scale passes when all 128 trials do.
+__host__ __device__ __forceinline__ bool recip_pair_trial(float s, int j) {
+  const float r = div_rn(1.0f, s);
+  return range_ok_s(s) && !is_pow2_normal(s) && recip_pair_exact_at(s, r, recip_pair(s, r), j);
+}
+
+/// fl(x_i / s) for one bf16 item (raw: its 16 bytes; x: them widened), r = fl(1 / s): by the
+/// RecipPair where pair_ok (every recip_pair_trial of s passed) and every value's exponent is in
+/// the pair's range, else divide8_by_x_ok.
+__device__ __forceinline__ void divide8_bf16(const uint4& raw, const float (&x)[kVec],
+                                             float (&y)[kVec], float s, float r, bool pair_ok) {
+  if (pair_ok && bf16_words_in_exponents<kPairExponentLo, kPairExponentHi>(raw)) {
+    const RecipPair pair = recip_pair(s, r);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) y[i] = div_by_recip_pair(x[i], pair);
+    return;
+  }
+  divide8_by_x_ok(x, y, s, r, bf16_words_in_range(raw));
 }
 __device__ __forceinline__ void divide8(const float (&x)[kVec], float (&y)[kVec], float s) {
   divide8_by(x, y, s, __fdiv_rn(1.0f, s));

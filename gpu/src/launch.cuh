@@ -80,6 +80,9 @@ struct FusedParams {
   bool scale_in_model = false;  ///< K/V scales rounded to the activation dtype first
   bool ue8m0 = false;
   bool blockscale_mul_recip = false;  ///< index-K block scale fl(amax * fl(1/448))
+  /// The specialised kernel's divide mode on bf16 activations, 4 tokens a thread: the instantiation
+  /// whose warps first check their scales for the two-operation division (write_decode.cuh).
+  bool recip_pair_check = false;
   ScaleMode scale_mode = ScaleMode::kNone;
   Saturation sat = Saturation::kSatFinite;
   IndexMode index_mode = IndexMode::kNone;

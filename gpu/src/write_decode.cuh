@@ -18,9 +18,12 @@
 /// waits for the longer of the two chains, not their sum, and neither thread holds the other's
 /// loads. A thread first loads every token's slot and source items (all independent), then
 /// resolves each slot (every thread of the token loads the same slot: one broadcast), converts and
-/// stores.
+/// stores. On bf16 activations with 4 tokens a thread, the divide mode first checks each scale
+/// for the two-operation division (warp_recip_pair_exact: a vote among the lanes that share it).
 
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "write_fused.cuh"  // load_slot, page_offset
 
@@ -29,11 +32,29 @@ namespace kvo::gpu::detail {
 /// Tokens one thread handles at most (FusedParams::tile_tokens on this path).
 inline constexpr int kDecodeMaxTile = 4;
 
+/// The divide mode's check of this lane's scale s (r = fl(1 / s)) for the two-operation division:
+/// whether s is in range_ok_s, not a power of two (one multiply is exact there), and its RecipPair
+/// divides all 128 bf16 significands exactly as div_by_recip (recip_pair_exact_at): every
+/// recip_pair_trial of s. The lanes of `lanes` (every lane that calls, the same call
+/// site) that hold the same s share its 128 trials (a lane of rank k among g runs k, k + g, ...)
+/// and vote, so a warp whose lanes share one scale runs 4 trials a lane, without a barrier.
+__device__ __forceinline__ bool warp_recip_pair_exact(float s, float r, std::uint32_t lanes) {
+  const std::uint32_t same = __match_any_sync(lanes, __float_as_uint(s));
+  const std::uint32_t below = (1u << (threadIdx.x & 31u)) - 1u;
+  const int g = __popc(same), k = __popc(same & below);
+  const RecipPair pair = recip_pair(s, r);
+  bool ok = range_ok_s(s) && !is_pow2_normal(s);
+  for (int j = k; ok && j < kBf16Significands; j += g) ok = recip_pair_exact_at(s, r, pair, j);
+  return (__ballot_sync(lanes, ok) & same) == same;
+}
+
 /// The K/V warps' part: thread x < kv_items writes its 8-element item of each of the tile's
-/// n_tok tokens (t0 ..).
-template <DType A, DType C, ScaleMode S>
+/// n_tok tokens (t0 ..). kCheck (divide on bf16 only): check the scale for the two-operation
+/// division first; kv_lanes: the lanes of this warp that run this.
+template <DType A, DType C, ScaleMode S, bool kCheck>
 __device__ __forceinline__ void decode_write_kv(const FusedParams& p, std::uint32_t x,
-                                                std::int64_t t0, int n_tok) {
+                                                std::int64_t t0, int n_tok,
+                                                std::uint32_t kv_lanes) {
   using Act = typename ActTraits<A>::T;
   const std::int64_t row = static_cast<std::int64_t>(p.nkv) * p.hd;
   // This thread's item: part (0 K, 1 V), head h, dims d8*8..d8*8+7.
@@ -65,29 +86,43 @@ __device__ __forceinline__ void decode_write_kv(const FusedParams& p, std::uint3
     if (u >= n_tok) break;
     load_raw<A>(src + (t0 + u) * row, raw[u]);
   }
-
+  // Convert and store each token's item; kPair: this thread's scale passed the check below.
+  const auto convert_store = [&](auto pair) {
+    [[maybe_unused]] constexpr bool kPair = decltype(pair)::value;
 #pragma unroll
-  for (int u = 0; u < kDecodeMaxTile; ++u) {
-    if (u >= n_tok) break;
-    if (slot[u] < 0) continue;
-    std::int64_t page, off;
-    page_offset<WriteBug::kNone>(p, slot[u], page, off);
-    float v[kVec], y[kVec];
-    widen<A>(raw[u], v);
-    if constexpr (S == ScaleMode::kDivide && A == DType::kBF16) {
-      divide8_by_x_ok(v, y, s, r, bf16_words_in_range(raw[u].a));
-    } else if constexpr (S == ScaleMode::kDivide) {
-      divide8_by(v, y, s, r);
-    } else if constexpr (S == ScaleMode::kMulRecip) {
+    for (int u = 0; u < kDecodeMaxTile; ++u) {
+      if (u >= n_tok) break;
+      if (slot[u] < 0) continue;
+      std::int64_t page, off;
+      page_offset<WriteBug::kNone>(p, slot[u], page, off);
+      float v[kVec], y[kVec];
+      widen<A>(raw[u], v);
+      if constexpr (S == ScaleMode::kDivide && A == DType::kBF16) {
+        divide8_bf16(raw[u].a, v, y, s, r, kPair);
+      } else if constexpr (S == ScaleMode::kDivide) {
+        divide8_by(v, y, s, r);
+      } else if constexpr (S == ScaleMode::kMulRecip) {
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) y[i] = __fmul_rn(v[i], r);
-    } else {
+        for (int i = 0; i < kVec; ++i) y[i] = __fmul_rn(v[i], r);
+      } else {
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) y[i] = v[i];
+        for (int i = 0; i < kVec; ++i) y[i] = v[i];
+      }
+      const std::int64_t e = page * p.st.block + off * p.st.token + in_block;
+      store8<C>(cache + e * kBytes<C>, y, Saturation::kSatFinite);
     }
-    const std::int64_t e = page * p.st.block + off * p.st.token + in_block;
-    store8<C>(cache + e * kBytes<C>, y, Saturation::kSatFinite);
+  };
+  // divide on bf16, 4 tokens a thread: the scale's check for the two-operation division, while
+  // the loads are in flight; the conversion is compiled once for each answer (no per-item test of
+  // the answer, no pair range test where it failed).
+  if constexpr (kCheck) {
+    static_assert(S == ScaleMode::kDivide && A == DType::kBF16);
+    if (warp_recip_pair_exact(s, r, kv_lanes)) {
+      convert_store(std::true_type{});
+      return;
+    }
   }
+  convert_store(std::false_type{});
 }
 
 /// The index warps' part: thread xi < idim / 8 writes dims xi*8..xi*8+7 of each token's index-K
@@ -146,8 +181,10 @@ __device__ __forceinline__ void decode_write_index(const FusedParams& p, std::ui
   }
 }
 
-/// A: act (bf16/f16), C: cache (bf16/e4m3), S: none/divide/mul_recip, X: none/flat bf16/blockscale.
-template <DType A, DType C, ScaleMode S, IndexMode X>
+/// A: act (bf16/f16), C: cache (bf16/e4m3), S: none/divide/mul_recip, X: none/flat bf16/blockscale;
+/// kCheck: divide on bf16 with 4 tokens a thread, each warp checking its scales for the
+/// two-operation division (FusedParams::recip_pair_check).
+template <DType A, DType C, ScaleMode S, IndexMode X, bool kCheck>
 __global__ void __launch_bounds__(1024) fused_write_decode_kernel(const FusedParams p) {
   if (p.pdl) {  // as the generic kernel: wait before the first read, trigger early when small
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -159,8 +196,11 @@ __global__ void __launch_bounds__(1024) fused_write_decode_kernel(const FusedPar
   const int n_tok = static_cast<int>(left < p.tile_tokens ? left : p.tile_tokens);
   // The K/V warps, then (X != kNone) the index warps from the next warp boundary.
   const std::uint32_t index_x0 = (static_cast<std::uint32_t>(p.kv_items) + 31u) & ~31u;
-  if (x < static_cast<std::uint32_t>(p.kv_items)) {
-    decode_write_kv<A, C, S>(p, x, t0, n_tok);
+  const bool kv = x < static_cast<std::uint32_t>(p.kv_items);
+  std::uint32_t kv_lanes = 0;
+  if constexpr (kCheck) kv_lanes = __ballot_sync(~0u, kv);
+  if (kv) {
+    decode_write_kv<A, C, S, kCheck>(p, x, t0, n_tok, kv_lanes);
   } else if constexpr (X != IndexMode::kNone) {
     if (x >= index_x0 && x - index_x0 < static_cast<std::uint32_t>(p.idim / kVec))
       decode_write_index<A, X>(p, x - index_x0, t0, n_tok);

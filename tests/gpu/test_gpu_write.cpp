@@ -171,8 +171,16 @@ const char* path_name(WritePath path) {
 /// Runs case `seed` through the reference and the three GPU paths and judges every layer: byte for
 /// byte, or by admissible sets where the write admits several results. Returns an empty string on
 /// success, else the failure report (with the seed and the replay flags).
+std::string run_write_case(const oracle::WriteCase& wc, std::uint64_t seed,
+                           const oracle::CaseOverrides& o);
 std::string run_case(std::uint64_t seed, const oracle::CaseOverrides& o) {
-  const oracle::WriteCase wc = oracle::make_write_case(seed, o);
+  return run_write_case(oracle::make_write_case(seed, o), seed, o);
+}
+
+/// run_case's judgement of a case already made (a test may have changed its inputs: its replay
+/// line then names the seed the case started from).
+std::string run_write_case(const oracle::WriteCase& wc, std::uint64_t seed,
+                           const oracle::CaseOverrides& o) {
   const reference::PagedCacheLayout layout(wc.config);
   // The poisoned caches, a huge one's touched pages materialised (the huge theme).
   std::vector<spec::LayerCaches> initial = oracle::make_model_caches(layout);
@@ -289,8 +297,8 @@ TEST(GpuWrite, EveryLayoutDtypeAndMode) {
 
 // ---------------------------------------------------------------------------------------------
 // The fused write's specialised kernel (gpu/src/write_decode.cuh): which configurations take it
-// (host logic, no GPU), and each of its 36 instantiations against the reference and the generic
-// kernel (run_case diffs all three paths).
+// (host logic, no GPU), and each of its 36 instantiations (and the divide mode's checking ones)
+// against the reference and the generic kernel (run_case diffs all three paths).
 
 TEST(SpecialisedWrite, AppliesExactlyToTheConfigurationsItIsBuiltFor) {
   spec::ModelConfig c;
@@ -406,6 +414,174 @@ TEST(SpecialisedWrite, EveryInstantiationMatchesTheReferenceAndTheGenericKernel)
   }
 }
 
+std::uint32_t bits_of(float f) {
+  std::uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+/// SplitMix64: the next value of state z (the tests' deterministic draws).
+std::uint64_t splitmix_next(std::uint64_t& z) {
+  z += 0x9E3779B97F4A7C15ull;
+  std::uint64_t h = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+  h ^= h >> 31;
+  return h;
+}
+
+/// A float32 of biased exponent 127 + [lo, lo + n) and a drawn significand: a scale.
+float random_scale(std::uint64_t& z, int lo, int n) {
+  const std::uint64_t h = splitmix_next(z);
+  const auto e =
+      static_cast<std::uint32_t>(127 + lo + static_cast<int>(h % static_cast<std::uint64_t>(n)));
+  const std::uint32_t bits = e << 23 | static_cast<std::uint32_t>((h >> 8) & 0x7FFFFFu);
+  float s;
+  std::memcpy(&s, &bits, 4);
+  return s;
+}
+
+// The specialised write's divide mode on bf16 activations divides by a scale's RecipPair, two
+// operations an element, where the warp's check passed that scale at all 128 bf16 significands
+// (convert.cuh, write_decode.cuh). The scales the check rejects, found by a deterministic search
+// over scales in range_ok_s that are not powers of two (each rejects at least one significand by
+// definition).
+std::vector<float> scales_the_pair_check_rejects(std::size_t n) {
+  std::vector<float> out;
+  std::uint64_t z = 0xD1F1DEull;
+  for (std::int64_t tries = 0; out.size() < n && tries < (std::int64_t{1} << 23); ++tries) {
+    const float s = random_scale(z, -20, 41);
+    // (A power of two is rejected too, for another reason: one multiply divides it exactly.)
+    if ((bits_of(s) & 0x7FFFFFu) != 0u && !gpu::testing::recip_pair_passes(s)) out.push_back(s);
+  }
+  return out;
+}
+
+// The proof on the host, by the kernel's own code (no GPU): for every scale the check passes
+// (adversarial significands at every exponent of the range and past it, 300 random, and the
+// rejected ones' neighbours), every bf16 x in the pair's exponent range, both signs, gives
+// fl(x / s) bit for bit; the search finds scales the check rejects, so the kernel's fall back is
+// reachable (the GPU test below drives it).
+TEST(SpecialisedDivision, EveryScaleThePairCheckPassesDividesEveryBf16InRangeExactly) {
+  const std::vector<float> rejected = scales_the_pair_check_rejects(6);
+  std::printf("[pair-check] rejected scales:");
+  for (float s : rejected) std::printf(" %a", static_cast<double>(s));
+  std::printf("\n");
+  ASSERT_GE(rejected.size(), 1u) << "the search found no scale the check rejects";
+  std::vector<float> scales = {0.37f, 1.0f, 0.5f, 3.0f, 1.0f / 3.0f, 0.1f, 448.0f, 1e-6f, 1e6f};
+  for (int e = -22; e <= 22; ++e) {
+    for (std::uint32_t mant : {0x7FFFFFu, 0x000001u, 0x400000u, 0x7FFFFEu, 0x2AAAABu}) {
+      const std::uint32_t bits = static_cast<std::uint32_t>(127 + e) << 23 | mant;
+      float s;
+      std::memcpy(&s, &bits, 4);
+      scales.push_back(s);
+    }
+  }
+  for (float s : rejected) {
+    scales.push_back(std::nextafter(s, 0.0f));
+    scales.push_back(std::nextafter(s, 1e30f));
+  }
+  const std::size_t first_random = scales.size();
+  std::uint64_t z = 0xB16F00Dull;
+  for (int i = 0; i < 300; ++i) scales.push_back(random_scale(z, -20, 41));
+  std::int64_t passed = 0, random_passed = 0, judged = 0;
+  for (std::size_t k = 0; k < scales.size(); ++k) {
+    const float s = scales[k];
+    if (!gpu::testing::recip_pair_passes(s)) continue;
+    ++passed;
+    if (k >= first_random) ++random_passed;
+    for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+      const std::uint32_t xb = b << 16;
+      float x;
+      std::memcpy(&x, &xb, 4);
+      if (!gpu::testing::in_recip_pair_range(x)) continue;
+      ++judged;
+      const float got = gpu::testing::divide_by_recip_pair(x, s), want = x / s;
+      ASSERT_EQ(bits_of(got), bits_of(want))
+          << "scale " << hex(bits_of(s)) << " x " << hex(xb) << ": the pair gives " << got
+          << ", fl(x / s) is " << want;
+    }
+  }
+  std::printf(
+      "[pair-check] %lld of %zu scales pass (%lld of the 300 random); %lld (scale, x) "
+      "judged exact\n",
+      static_cast<long long>(passed), scales.size(), static_cast<long long>(random_passed),
+      static_cast<long long>(judged));
+  // Outside the range the pair is not used: a scale past range_ok_s never passes.
+  EXPECT_FALSE(gpu::testing::recip_pair_passes(0x1.0p-21f * 1.5f));
+  EXPECT_FALSE(gpu::testing::recip_pair_passes(0x1.0p+21f * 1.5f));
+  // Scales just below a power of two (significand all ones) are hard for the pair at every
+  // exponent and are rejected; random ones almost never are.
+  EXPECT_GE(random_passed, 297) << "the check rejects more than 1% of random scales";
+}
+
+// The divide mode end to end with its check: a sparse layer at token counts that give each thread
+// 4 tokens (where the kernel checks its scales), per tensor and per head, its scales the rejected
+// ones and passing ones mixed, every K and V element a rejected scale's failing significand (or
+// another) at an exponent in [-12, 12] and either sign, zeros and subnormals among them (the fall
+// back). The specialised kernel must equal the reference byte for byte. (A pair's one-ulp fp32
+// error almost never moves an e4m3 byte: the test that a check letting a rejected scale through
+// fails is FastDivision.TheRecipPairCheckOnTheDevice..., on the fp32 quotients.)
+TEST(SpecialisedWrite, TheDivideModeWithItsCheckMatchesTheReferenceWithRejectedScales) {
+  KVO_REQUIRE_GPU();
+  const std::vector<float> rejected = scales_the_pair_check_rejects(4);
+  ASSERT_GE(rejected.size(), 1u);
+  // Each rejected scale's failing significands j (1 + j / 128).
+  std::vector<int> failing;
+  for (float s : rejected)
+    for (int j = 0; j < 128; ++j)
+      if (!gpu::testing::recip_pair_exact_at(s, j)) failing.push_back(j);
+  std::uint64_t i = 0;
+  for (bool per_head : {false, true}) {
+    for (std::int64_t tokens : {9001, 40000}) {
+      oracle::CaseOverrides o;
+      o.act_dtype = DType::kBF16;
+      o.kv_dtype = DType::kFp8E4M3;
+      o.saturation = spec::Saturation::kSatFinite;
+      o.scale_mode = spec::ScaleMode::kDivide;
+      o.via_model_dtype = false;
+      o.scale_in_model_dtype = false;
+      o.slot_mode = spec::SlotMode::kStrict;
+      o.layers = "DS";
+      o.index_layout = spec::IndexLayout::kBlockScale;
+      o.per_head_scale = per_head;
+      o.num_kv_heads = 4;
+      o.head_dim = 128;
+      o.edge_values = false;
+      o.tokens = tokens;
+      const std::uint64_t seed = oracle::case_seed(0xD1F1DEu, i++);
+      oracle::WriteCase wc = oracle::make_write_case(seed, o);
+      std::uint64_t z = seed;
+      for (spec::LayerWrite& w : wc.writes) {
+        ASSERT_TRUE(gpu::fused_write_is_specialised(wc.config, w.kind)) << wc.describe();
+        for (std::vector<float>* scale : {&w.k_scale, &w.v_scale})
+          for (std::size_t h = 0; h < scale->size(); ++h)
+            (*scale)[h] = h % 2 == 0 ? rejected[(h / 2 + (scale == &w.v_scale)) % rejected.size()]
+                                     : 0.0123f + 0.001f * static_cast<float>(h);
+        for (spec::HostTensor* t : {&w.k, &w.v}) {
+          ASSERT_EQ(t->dtype, DType::kBF16);
+          for (std::int64_t e = 0; e < t->numel(); ++e) {
+            const std::uint64_t h = splitmix_next(z);
+            std::uint32_t b16;
+            if (h % 97 == 0) {
+              b16 = (h >> 8) % 2 == 0 ? 0x0000u : 0x0001u;  // zero, a subnormal: the fall back
+            } else {
+              const int j = h % 5 == 0 ? static_cast<int>((h >> 8) % 128)
+                                       : failing[(h >> 8) % failing.size()];
+              const auto exp =
+                  static_cast<std::uint32_t>(127 - 12 + static_cast<int>((h >> 20) % 25));
+              b16 = ((h >> 40) & 1u) << 15 | exp << 7 | static_cast<std::uint32_t>(j);
+            }
+            t->bytes[2 * e] = static_cast<std::uint8_t>(b16 & 0xFFu);
+            t->bytes[2 * e + 1] = static_cast<std::uint8_t>(b16 >> 8);
+          }
+        }
+      }
+      const std::string failure = run_write_case(wc, seed, o);
+      ASSERT_TRUE(failure.empty()) << "(inputs replaced by the test) " << failure;
+    }
+  }
+}
+
 // Page sizes 1..256, powers of two and not, 20 seeds each.
 TEST(GpuWrite, BlockSizes) {
   KVO_REQUIRE_GPU();
@@ -480,17 +656,7 @@ TEST(FastDivision, ExhaustiveAgainstFdivRn) {
     }
   }
   std::uint64_t z = 0x5EEDull;
-  for (int i = 0; i < 200; ++i) {
-    z += 0x9E3779B97F4A7C15ull;
-    std::uint64_t h = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
-    h ^= h >> 31;
-    const auto e = static_cast<std::uint32_t>(127 - 21 + static_cast<int>(h % 43));
-    const std::uint32_t bits = e << 23 | static_cast<std::uint32_t>((h >> 8) & 0x7FFFFFu);
-    float s;
-    std::memcpy(&s, &bits, 4);
-    scales.push_back(s);
-  }
+  for (int i = 0; i < 200; ++i) scales.push_back(random_scale(z, -21, 43));
   for (float s : scales) {
     std::uint32_t bits;
     std::memcpy(&bits, &s, 4);
@@ -514,6 +680,39 @@ TEST(FastDivision, BlockScaleExhaustiveAgainstFdivRn) {
 TEST(FastDivision, Bf16RangeCheckExhaustive) {
   KVO_REQUIRE_GPU();
   EXPECT_EQ(gpu::count_bf16_range_mismatches(), 0);
+}
+
+// The specialised write's check of the scales on the device (warp_recip_pair_exact, by whole and
+// partial warps whose lanes hold four scales interleaved) and its item division (divide8_bf16):
+// the check's answer for each scale is the host's (recip_pair_passes), and with it every bf16 x
+// divides exactly as __fdiv_rn, by the pair for the passing scales and by the fall back for the
+// rejected ones. A check that let a rejected scale through fails here: the pair is wrong at that
+// scale's failing significands (asserted on the host below).
+TEST(FastDivision, TheRecipPairCheckOnTheDeviceAgreesAndEveryBf16DividesExactly) {
+  KVO_REQUIRE_GPU();
+  std::vector<float> scales = scales_the_pair_check_rejects(6);
+  ASSERT_GE(scales.size(), 1u);
+  for (float s : scales) {
+    bool wrong_somewhere = false;
+    for (int j = 0; j < 128 && !wrong_somewhere; ++j) {
+      const float m = 1.0f + static_cast<float>(j) / 128.0f;
+      wrong_somewhere = bits_of(gpu::testing::divide_by_recip_pair(m, s)) != bits_of(m / s);
+    }
+    EXPECT_TRUE(wrong_somewhere) << "rejected scale " << hex(bits_of(s));
+  }
+  for (float s : {0.37f, 448.0f / 3.0f, 1.0f, 0.5f, 1e-6f, 3.1e7f, 0x1.fffffep+3f, 0.0123f})
+    scales.push_back(s);
+  std::vector<bool> passed;
+  EXPECT_EQ(gpu::count_recip_pair_mismatches(scales, &passed), 0);
+  ASSERT_EQ(passed.size(), scales.size());
+  std::size_t n_passed = 0;
+  for (std::size_t i = 0; i < scales.size(); ++i) {
+    EXPECT_EQ(passed[i], gpu::testing::recip_pair_passes(scales[i]))
+        << "scale " << hex(bits_of(scales[i]));
+    n_passed += passed[i] ? 1 : 0;
+  }
+  EXPECT_GT(n_passed, 0u);
+  EXPECT_LT(n_passed, scales.size());
 }
 
 /// The divisors of the exhaustive div.full.f32 checks: in the fast range and far outside it (tiny,

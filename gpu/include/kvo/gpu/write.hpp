@@ -24,6 +24,7 @@
 /// never here.
 
 #include <cstdint>
+#include <vector>
 
 #include "kvo/gpu/device_calls.hpp"
 #include "kvo/spec/config.hpp"
@@ -158,9 +159,18 @@ std::int64_t count_division_mismatches(float s);
 /// ten edge values (zeros, infinities, NaN, the largest and smallest floats).
 std::int64_t count_block_scale_mismatches(bool ue8m0);
 
-/// Self-check of the division's bf16 range test on raw words (bf16_words_in_range): the number of
-/// (32-bit word, position in an item) of all 2^32 x 4 where it differs from range_ok_x of the two
-/// widened values.
+/// Self-check of the division's bf16 range tests on raw words (bf16_words_in_range, and the
+/// RecipPair's exponent range): the number of (32-bit word, position in an item, test) of all
+/// 2^32 x 4 x 2 where one differs from the same test on the two widened values.
 std::int64_t count_bf16_range_mismatches();
+
+/// Self-check of the specialised write's divide mode on bf16 activations: its warp check of the
+/// scales for the two-operation division (write_decode.cuh warp_recip_pair_exact), run by whole
+/// and partial warps whose lanes hold four scales interleaved, then, for each scale, every bf16 x
+/// divided by the kernel's item division (divide8_bf16) with the check's answer. Returns the
+/// number of (lane, x) whose quotient differs from __fdiv_rn(x, s) in any bit; `passed`
+/// (optional) gets the check's answer for each of `scales` (1 to 4096).
+std::int64_t count_recip_pair_mismatches(const std::vector<float>& scales,
+                                         std::vector<bool>* passed);
 
 }  // namespace kvo::gpu

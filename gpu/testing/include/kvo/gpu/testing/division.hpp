@@ -36,3 +36,19 @@ struct DivFullCounts {
 DivFullCounts count_div_full(float s);
 
 }  // namespace kvo::gpu::testing
+
+namespace kvo::gpu::testing {
+
+/// The specialised write's two-operation division on bf16 activations (convert.cuh RecipPair),
+/// evaluated on the host by the kernel's own code: whether scale s passes the kernel's check
+/// (range_ok_s, and recip_pair_exact_at for all 128 bf16 significands)...
+bool recip_pair_passes(float s);
+/// ... whether the pair divides the significand 1 + j / 128 (j in [0, 128)) exactly ...
+bool recip_pair_exact_at(float s, int j);
+/// ... the pair's quotient fl(x * hi + fl(x * lo)) ...
+float divide_by_recip_pair(float x, float s);
+/// ... and whether x's biased exponent is in the pair's range (bf16 x; the kernel tests raw
+/// words).
+bool in_recip_pair_range(float x);
+
+}  // namespace kvo::gpu::testing
