@@ -14,7 +14,8 @@
 # 40) for the sanitizer runs; KVO_DEADLINE_S (default 550) the whole run's wall-clock budget;
 # KVO_STAGES (default all) the stages to run, comma-separated: tests, campaign (10,000 random read
 # cases, KVO_READ_CAMPAIGN_CASES per shard, each round of four shards at most
-# KVO_CAMPAIGN_ROUND_S seconds), sanitizers, bench, profile (ncu on both indexer paths), cli
+# KVO_CAMPAIGN_ROUND_S seconds), sanitizers, bench, profile (ncu on both indexer paths, the fused
+# write and the sparse decode kernels, with their instruction mixes), cli
 # (check and replay), scaling (the
 # campaign over jobs, and over GPUs: check --gpus all), tier (the GPU reference tier against the CPU's), mutants, peer (kvoracle's
 # fused write against the Triton peer, bench/bench_write_peer.py), python, example, modes.
@@ -234,19 +235,36 @@ echo "exit $?" >>"$LOGS/bench_read.txt"
 T_BENCH=$(($(date +%s) - START))
 fi
 
-# 3a. ncu on the fused indexer's kernel (--clock-control none: the clocks as the benchmarks see
-# them): duration, instruction mix, occupancy at three contexts.
+# 3a. ncu (--clock-control none: the clocks as the benchmarks see them) on the kernels of issue
+# 16's targets: duration, instruction mix (--print-details all prints the sections' tables, the
+# executed instruction mix among them), occupancy, warp stalls. The indexer at three contexts (the
+# two-launch path's score and top-k kernels, then the fused kernel), then one launch of each of
+# the fused write (divide, at 1 and 65,536 tokens) and the sparse decode kernels at batch 64.
 if want profile; then
+NCU_SECTIONS=(--section SpeedOfLight --section Occupancy --section LaunchStats
+  --section InstructionStats --section WarpStateStats --section ComputeWorkloadAnalysis)
 for shape in batch:1/context:131072 batch:16/context:16384 batch:1/context:1024; do
-  # The two-launch path's score and top-k kernels (its first call), then the fused kernel's.
   for k in 'index_score|topk_kernel' indexer_fused; do
     timeout $(budget 90) ncu --clock-control none -k "regex:$k" --launch-count 2 \
-      --section SpeedOfLight --section Occupancy --section LaunchStats --section InstructionStats \
-      --section WarpStateStats "$BIN/bench_read_gpu" --benchmark_filter="BM_IndexerTopk/$shape/" \
-      >>"$LOGS/ncu_${shape//[:\/]/_}.txt" 2>&1
+      "${NCU_SECTIONS[@]}" --print-details all --print-metric-instances details "$BIN/bench_read_gpu" \
+      --benchmark_filter="BM_IndexerTopk/$shape/" >>"$LOGS/ncu_${shape//[:\/]/_}.txt" 2>&1
     echo "exit $?" >>"$LOGS/ncu_${shape//[:\/]/_}.txt"
   done
 done
+# label, binary, benchmark filter, kernel regex, launches skipped (the write's 3D57S model: the
+# fourth launch is the first sparse layer's)
+while read -r label bin filter kernel skip; do
+  timeout $(budget 90) ncu --clock-control none -k "regex:$kernel" --launch-skip "$skip" --launch-count 1 \
+    "${NCU_SECTIONS[@]}" --print-details all --print-metric-instances details "$BIN/$bin" --benchmark_filter="$filter" \
+    >"$LOGS/ncu_$label.txt" 2>&1
+  echo "exit $?" >>"$LOGS/ncu_$label.txt"
+done <<'KERNELS'
+write_divide_1 bench_write_gpu BM_LayerWrite/flavour:1/tokens:1/ fused_write_decode_kernel 3
+write_divide_65536 bench_write_gpu BM_LayerWrite/flavour:1/tokens:65536/ fused_write_decode_kernel 3
+decode_canonical_fp8_b64 bench_read_gpu BM_SparseDecode/fp8:1/batch:64/ attention_decode_chunk_kernel 0
+decode_flash_bf16_b64 bench_read_gpu BM_SparseDecode/fp8:0/batch:64/ flash_decode_kernel 0
+decode_flash_fp8_b64 bench_read_gpu BM_SparseDecode/fp8:1/batch:64/ flash_decode_kernel 0
+KERNELS
 fi
 # 3b. The CLI campaign with every subject (CPU and CUDA), as `kvoracle check` runs it.
 if want cli; then
