@@ -1,7 +1,8 @@
 // Per-layer cache-write time on the GPU, fused (1 launch per layer) against unfused (12 launches on
 // a sparse layer, 8 on a dense one), with a model's 60 layers (3D57S) captured in ONE CUDA graph,
 // as a serving engine's decode step runs them. The same run measures an empty kernel (60 launches
-// in a graph) and a device-to-device copy, so the figures read as ratios:
+// in a graph), the floor of a slot-mapped write (slot_store_kernel: a warp's slot loads and one
+// store each, 60 launches in a graph) and a device-to-device copy, so the figures read as ratios:
 //   x_empty = fused per-layer time / empty-kernel per-launch time (target <= 2 at <= 256 tokens)
 //   speedup = unfused per-layer time / fused per-layer time (target >= 15 at <= 256)
 //   bw_frac = fused bytes (read + written) / time / copy bandwidth (target >= 0.9 at 65536)
@@ -163,6 +164,8 @@ void BM_LayerWrite(benchmark::State& state) {
         kvo::gpu::fused_write_is_specialised(st.config, LayerKind::kSparse) ? 1 : 0;
     state.counters["empty_us"] = empty * 1e6;
     state.counters["empty_pdl_us"] = empty_pdl * 1e6;
+    state.counters["slot_store_us"] = slot_store_launch_s(false) * 1e6;
+    state.counters["slot_store_pdl_us"] = slot_store_launch_s(true) * 1e6;
     state.counters["x_empty"] = fused / empty;
     state.counters["x_empty_pdl"] = fused_pdl / empty;
     state.counters["speedup"] = unfused / fused;
@@ -199,6 +202,8 @@ void BM_EmptyLaunch(benchmark::State& state) {
     for (auto _ : state) state.SetIterationTime(t);
     state.counters["empty_us"] = t * 1e6;
     state.counters["empty_pdl_us"] = empty_launch_s(true) * 1e6;
+    state.counters["slot_store_us"] = slot_store_launch_s(false) * 1e6;
+    state.counters["slot_store_pdl_us"] = slot_store_launch_s(true) * 1e6;
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }

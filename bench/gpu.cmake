@@ -1,7 +1,7 @@
 # GPU benchmarks (Google Benchmark). bench_write_gpu: fused vs unfused layer writes in one CUDA graph
 # of 60 layers, with an empty-kernel launch and a device-to-device copy measured in the same run.
 # bench_read_gpu: canonical and fast sparse decode and indexer + top-k, against the same copy and a
-# read-once kernel. Static C++ runtimes and an $ORIGIN rpath, so that gpu/run_on_device.sh can run the
+# read-once kernel; bench_alias_gpu below. Static C++ runtimes and an $ORIGIN rpath, so that gpu/run_on_device.sh can run the
 # binaries on the device machine with libbenchmark.so.1 carried next to them.
 if(KVO_HAVE_CUDA)
   foreach(bench bench_write_gpu bench_read_gpu)
@@ -14,6 +14,15 @@ if(KVO_HAVE_CUDA)
     target_link_options(${bench} PRIVATE -static-libstdc++ -static-libgcc)
     set_target_properties(${bench} PROPERTIES BUILD_RPATH "$ORIGIN")
   endforeach()
+  # bench_alias_gpu: what judging every byte of a huge subject allocation costs, plain against
+  # aliased through the driver's virtual memory calls (issue 15's write-campaign bound).
+  add_executable(bench_alias_gpu ${CMAKE_CURRENT_LIST_DIR}/bench_alias_gpu.cu)
+  kvo_project_target(bench_alias_gpu)
+  kvo_cuda_target(bench_alias_gpu)
+  target_link_libraries(bench_alias_gpu PRIVATE benchmark::benchmark CUDA::cudart_static
+                                                CUDA::cuda_driver)
+  target_link_options(bench_alias_gpu PRIVATE -static-libstdc++ -static-libgcc)
+  set_target_properties(bench_alias_gpu PROPERTIES BUILD_RPATH "$ORIGIN")
 endif()
 
 # libkvo_bench_write: the fused write and write_bench_setup.hpp behind a C ABI, loaded with ctypes

@@ -116,6 +116,74 @@ inline double empty_launch_s(bool pdl, int launches = 60) {
   return pdl ? with_pdl : plain;
 }
 
+/// The floor of any slot-mapped write: one warp loads 32 slots (int64) and 32 bf16 values, then
+/// stores each value at its slot of the layer's cache. slots: [32], values: [32], cache: [layers]
+/// blocks of kSlotStoreSpan 16-bit words, one a launch. The PDL twin waits before its first read
+/// and triggers its dependents at once, as the fused write does at small sizes.
+constexpr std::int64_t kSlotStoreSpan = std::int64_t{1} << 22;
+template <bool kPdl>
+__global__ void slot_store_kernel(const std::int64_t* slots, const std::uint16_t* values,
+                                  std::uint16_t* cache) {
+  if constexpr (kPdl) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;");
+  }
+  cache[slots[threadIdx.x]] = values[threadIdx.x];
+}
+
+/// Per-launch time of slot_store_kernel, `launches` launches in one graph, each into a cache of
+/// its own (as a model's layers), measured once per process: what a kernel that does nothing but
+/// the slot mapping's dependent load and one store costs over an empty launch.
+inline double slot_store_launch_s(bool pdl, int launches = 60) {
+  auto measure = [launches](bool with_pdl) {
+    cudaStream_t s;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+    std::int64_t* slots = nullptr;
+    std::uint16_t* values = nullptr;
+    std::uint16_t* cache = nullptr;
+    check(cudaMalloc(&slots, 32 * sizeof(std::int64_t)), "cudaMalloc(slots)");
+    check(cudaMalloc(&values, 32 * sizeof(std::uint16_t)), "cudaMalloc(values)");
+    check(cudaMalloc(&cache, launches * kSlotStoreSpan * sizeof(std::uint16_t)),
+          "cudaMalloc(cache)");
+    std::vector<std::int64_t> host_slots(32);
+    for (int i = 0; i < 32; ++i) host_slots[i] = (i * 2654435761LL) % kSlotStoreSpan;
+    check(cudaMemcpy(slots, host_slots.data(), 32 * sizeof(std::int64_t), cudaMemcpyHostToDevice),
+          "upload slots");
+    check(cudaMemset(values, 0x3f, 32 * sizeof(std::uint16_t)), "values");
+    cudaGraph_t g;
+    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+    cudaLaunchAttribute pdl_attr{};
+    pdl_attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl_attr.val.programmaticStreamSerializationAllowed = 1;
+    const cudaLaunchConfig_t pdl_cfg{dim3(1), dim3(32), 0, s, &pdl_attr, 1};
+    for (int l = 0; l < launches; ++l) {
+      std::uint16_t* layer = cache + l * kSlotStoreSpan;
+      if (with_pdl) {
+        check(cudaLaunchKernelEx(&pdl_cfg, slot_store_kernel<true>,
+                                 static_cast<const std::int64_t*>(slots),
+                                 static_cast<const std::uint16_t*>(values), layer),
+              "slot store pdl launch");
+      } else {
+        slot_store_kernel<false><<<1, 32, 0, s>>>(slots, values, layer);
+      }
+    }
+    check(cudaStreamEndCapture(s, &g), "end capture");
+    cudaGraphExec_t exec;
+    check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
+    const double t = median_replay_s(exec, s, 200) / launches;
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+    cudaFree(slots);
+    cudaFree(values);
+    cudaFree(cache);
+    return t;
+  };
+  static const double plain = measure(false);
+  static const double with_pdl = measure(true);
+  return pdl ? with_pdl : plain;
+}
+
 /// Device-to-device copy bandwidth (bytes read + written per second) over 2 GiB: the better of
 /// cudaMemcpyAsync and a streaming copy kernel, each the median of 20 graph replays.
 struct CopyBandwidth {

@@ -21,6 +21,7 @@
 # fused write against the Triton peer, bench/bench_write_peer.py), python, example, modes.
 # KVO_TEST_FILTER and KVO_SAN_FILTER narrow the tests and sanitizer stages (gtest filters);
 # KVO_TIER_PARTS the tier stage's parts (writes, write-campaign, replay, prod, reads; default all);
+# --stage with KVO_STAGE_BENCH=1 stages only what the bench, profile and peer stages use;
 # --stage with KVO_STAGE_LEAN=1 leaves out the example stage's binaries and puts what only the
 # python and peer stages use into .device/py.tar.xz, to be carried alone (KVO_STAGES=python,peer).
 # Everything takes about 1500 s, past one device call (600 s): run it as three calls,
@@ -38,10 +39,11 @@ if [[ "${1:-}" == "--stage" ]]; then
   bash "$ROOT/scripts/venv.sh"
   cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVO_BUILD_PYTHON=ON \
     -DPython_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
-  ninja -C "$B" test_gpu_write test_traces bench_write_gpu bench_read_gpu kvoracle _core kvo_bench_write
+  ninja -C "$B" test_gpu_write test_traces bench_write_gpu bench_read_gpu bench_alias_gpu kvoracle _core \
+    kvo_bench_write
   mkdir -p "$BIN/fallback" "$BIN/pylibs"
   cp "$B/tests/gpu/test_gpu_write" "$B/tests/traces/test_traces" "$B/bench/bench_write_gpu" \
-     "$B/bench/bench_read_gpu" "$B/cli/kvoracle" "$B/bench/libkvo_bench_write.so" "$BIN/"
+     "$B/bench/bench_read_gpu" "$B/bench/bench_alias_gpu" "$B/cli/kvoracle" "$B/bench/libkvo_bench_write.so" "$BIN/"
   # The Python extension is built on the device for its Python (python/prebuilt) against these.
   # The libraries of the build itself: not the copies installed or kept by the package tests
   # (tests/package/example_run/prefix), which may be older and would overwrite them here.
@@ -61,14 +63,20 @@ if [[ "${1:-}" == "--stage" ]]; then
   ls -la "$BIN" "$BIN/pylibs"
   # The device tool carries at most 64 MiB: the stripped binaries travel as one xz archive.
   strip "$BIN"/kvoracle "$BIN"/test_gpu_write "$BIN"/test_traces "$BIN"/bench_write_gpu \
-    "$BIN"/bench_read_gpu "$BIN"/test_my_cuda_kernels "$BIN"/test_my_kernels
+    "$BIN"/bench_read_gpu "$BIN"/bench_alias_gpu "$BIN"/test_my_cuda_kernels "$BIN"/test_my_kernels
   strip --strip-unneeded "$BIN"/libkvo_bench_write.so
   # KVO_STAGE_LEAN=1: without what only the python, peer and example stages use (the device tool
   # carries 64 MiB with the tree; the whole set is past it). The python and peer stages' part goes
   # to .device/py.tar.xz instead (the static libraries the extension is built from, the benchmark
   # library): carry it alone for KVO_STAGES=python,peer.
   rm -f "$ROOT/.device/py.tar.xz"
-  if [[ ${KVO_STAGE_LEAN:-0} == 1 ]]; then
+  if [[ ${KVO_STAGE_BENCH:-0} == 1 ]]; then
+    # KVO_STAGE_BENCH=1: what the bench, profile and peer stages use, in one archive under the
+    # device tool's limit, so that kvoracle, the Triton peer, copy and an empty launch are timed in
+    # one call (KVO_STAGES=bench,peer,profile).
+    rm -f "$BIN"/kvoracle "$BIN"/test_gpu_write "$BIN"/test_traces "$BIN"/test_my_cuda_kernels \
+      "$BIN"/test_my_kernels
+  elif [[ ${KVO_STAGE_LEAN:-0} == 1 ]]; then
     mkdir -p "$ROOT/.device/py/bin"
     mv "$BIN/pylibs" "$ROOT/.device/py/bin/"
     cp "$BIN/libkvo_bench_write.so" "$BIN/libbenchmark.so.1debian" "$ROOT/.device/py/bin/"
@@ -122,7 +130,8 @@ python_side_only() {
   local st
   for st in ${STAGES//,/ }; do [[ $st == python || $st == peer ]] || return 1; done
 }
-if [[ ! -x "$BIN/test_gpu_write" ]] && ! python_side_only; then
+# A staged archive's binaries are used as they are (a bench-only one has no test binaries).
+if [[ ! -x "$BIN/test_gpu_write" && ! -x "$BIN/bench_write_gpu" ]] && ! python_side_only; then
   echo "no staged binaries: building on the device" | tee "$LOGS/build.txt"
   cmake -S "$ROOT" -B "$ROOT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release >>"$LOGS/build.txt" 2>&1 &&
     ninja -C "$ROOT/build-gpu" test_gpu_write bench_write_gpu bench_read_gpu >>"$LOGS/build.txt" 2>&1 &&
@@ -134,7 +143,9 @@ if ! "$BIN/bench_write_gpu" --benchmark_list_tests >/dev/null 2>&1; then
   export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$BIN/fallback"
   echo "using the carried libstdc++ (fallback)" >>"$LOGS/machine.txt"
 fi
-"$BIN/test_gpu_write" --gtest_list_tests >"$LOGS/test_list.txt" 2>&1 || echo "test binary does not start" | tee -a "$LOGS/machine.txt"
+if [[ -x "$BIN/test_gpu_write" ]]; then
+  "$BIN/test_gpu_write" --gtest_list_tests >"$LOGS/test_list.txt" 2>&1 || echo "test binary does not start" | tee -a "$LOGS/machine.txt"
+fi
 
 # 0b. The Python extension for this machine's Python (torch's), built in the background while the
 # GPU tests run: the module source against the staged static libraries (python/prebuilt).
@@ -232,6 +243,9 @@ echo "exit $?" >>"$LOGS/bench.txt"
 timeout $(budget 200) "$BIN/bench_read_gpu" --benchmark_out="$OUT/bench_read.json" --benchmark_out_format=json \
   >"$LOGS/bench_read.txt" 2>&1
 echo "exit $?" >>"$LOGS/bench_read.txt"
+timeout $(budget 120) "$BIN/bench_alias_gpu" --benchmark_out="$OUT/bench_alias.json" \
+  --benchmark_out_format=json >"$LOGS/bench_alias.txt" 2>&1
+echo "exit $?" >>"$LOGS/bench_alias.txt"
 T_BENCH=$(($(date +%s) - START))
 fi
 
@@ -517,6 +531,20 @@ T_MODES=$(($(date +%s) - START))
     echo "kvoracle's fused write vs the Triton peer (bench/bench_write_peer.py):"
     grep -vE '^\s*$' "$LOGS/bench_peer.txt" | tail -45
   fi
+  want bench && python3 - "$OUT/bench_alias.json" <<'PY'
+import json, sys
+try:
+    runs = json.load(open(sys.argv[1]))["benchmarks"]
+except Exception as e:
+    print("bench_alias: no results (%s)" % e); sys.exit(0)
+print("judging every byte of a huge subject allocation a case (bench_alias_gpu; ms a case, medians; aliased: touched granules remapped to their own, the rest one shared poisoned granule):")
+print("%4s %7s %6s %9s %8s %9s %9s %9s %8s %8s %7s %8s %s" % ("GiB", "touched", "granMB", "plain_ms", "plainTB", "alias_ms", "remap_ms", "judge_ms", "remaps", "setup_ms", "x_plain", "strays", "partial/offset maps"))
+for r in runs:
+    if r.get("error_occurred"):
+        print("bench_alias error:", r["name"], r.get("error_message")); continue
+    arg = lambda k: r["name"].split(k + ":")[1].split("/")[0]
+    print("%4s %7s %6.0f %9.2f %8.2f %9.3f %9.3f %9.3f %8.0f %8.1f %7.3f %5d/%-2d %d/%d" % (arg("GiB"), arg("touched"), r["granule_MiB"], r["plain_ms"], r["plain_TBps"], r["aliased_ms"], r["remap_ms"], r["judge_ms"], r["remaps_per_case"], r["setup_ms"], r["x_plain"], r["strays_seen"], r["strays_planted"], r["partial_map_ok"], r["offset_map_ok"]))
+PY
   want bench && python3 - "$OUT/bench_read.json" <<'PY'
 import json, sys
 try:
@@ -554,6 +582,8 @@ def first(key):
     return next((r[key] for r in runs if key in r), float("nan"))
 print("bench: empty launch %.3f us (PDL twin %.3f us), 60 in a graph; D2D copy %.0f GB/s read+write (memcpy %.0f, copy kernel %.0f)" % (
     first("empty_us"), first("empty_pdl_us"), first("copy_GBps"), first("memcpy_GBps"), first("copy_kernel_GBps")))
+print("bench: a slot-mapped store alone (a warp's 32 slot loads, one store each; gpu_bench.cuh) %.3f us = %.2fx an empty launch (PDL %.3f us = %.2fx), the floor under the 2x target" % (
+    first("slot_store_us"), first("slot_store_us") / first("empty_us"), first("slot_store_pdl_us"), first("slot_store_pdl_us") / first("empty_us")))
 print("%-13s %6s %8s %8s %8s %8s %7s %7s %7s %7s %7s %7s %8s  %s" % ("flavour", "tokens", "fused", "fusedPDL", "generic", "unfused", "xEmpty", "xE_PDL", "speedup", "spd_PDL", "bwFrac", "bwF_PDL", "hot/PDL", "targets (plain | PDL)"))
 for name, r in row.items():
     if not name.startswith("BM_LayerWrite"): continue
@@ -565,7 +595,8 @@ for name, r in row.items():
         notes.append("xEmpty<=2 %s|%s" % (ok(r["x_empty"] <= 2), ok(r["x_empty_pdl"] <= 2)))
         notes.append("speedup>=15 %s|%s" % (ok(r["speedup"] >= 15), ok(r["speedup_pdl"] >= 15)))
     if t >= 65536:
-        notes.append("bw>=0.90 %s|%s" % (ok(r["bw_frac"] >= 0.9), ok(r["bw_frac_pdl"] >= 0.9)))
+        floor = 0.8 if "divide" in kind else 0.9  # issue 16: 0.80 of copy for exact division
+        notes.append("bw>=%.2f %s|%s" % (floor, ok(r["bw_frac"] >= floor), ok(r["bw_frac_pdl"] >= floor)))
     hot = "%.2f/%.2f" % (r["fused_hot_us"], r["fused_hot_pdl_us"]) if "fused_hot_us" in r else "-"
     print("%-13s %6d %8.3f %8.3f %8.3f %8.3f %7.2f %7.2f %7.1f %7.1f %7.3f %7.3f %8s  %s" % (
         kind, t, r["fused_us"], r["fused_pdl_us"], r["generic_us"], r["unfused_us"], r["x_empty"],
@@ -575,7 +606,7 @@ PY
   if want profile; then
     for f in "$LOGS"/ncu_*.txt; do
       echo "ncu $(basename "$f" .txt):"
-      grep -E '^  [a-z_]+.*\(|^ +(Duration|Executed Ipc Active|SM Busy|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Grid Size|Block Size|Executed Instructions |Warp Cycles Per Issued)' "$f" | head -48
+      python3 "$ROOT/gpu/ncu_summary.py" "$f" | sed "s#^$LOGS/##"
       grep '^exit' "$f" | tr '\n' ' '; echo
     done
   fi
