@@ -159,6 +159,8 @@ struct WholeSegment {
   std::int32_t poisoned;
 };
 
+constexpr int kCompareWords = 4;
+
 /// The differing bytes of [begin, end) (offsets of px and py) noted by the block's threads: 8-byte
 /// words where both sides are aligned alike (the mirrors place buffers alike), bytes at the ends.
 template <typename Note>
@@ -169,12 +171,25 @@ __device__ void compare_bytes(const std::uint8_t* px, const std::uint8_t* py, st
   for (std::int64_t i = begin + threadIdx.x; i < head; i += blockDim.x) {
     if (px[i] != py[i]) note(i);
   }
-  for (std::int64_t w = head / 8 + threadIdx.x; w < tail / 8; w += blockDim.x) {
-    const std::uint64_t d = reinterpret_cast<const std::uint64_t*>(px)[w] ^
-                            reinterpret_cast<const std::uint64_t*>(py)[w];
-    if (d == 0) continue;
-    for (int k = 0; k < 8; ++k) {
-      if ((d >> (8 * k)) & 0xFF) note(8 * w + k);
+  // kCompareWords words a thread loaded before any is compared: the loads in flight are what a
+  // whole comparison of a huge copy is bound by.
+  const auto* wx = reinterpret_cast<const std::uint64_t*>(px);
+  const auto* wy = reinterpret_cast<const std::uint64_t*>(py);
+  for (std::int64_t w0 = head / 8 + threadIdx.x; w0 < tail / 8;
+       w0 += kCompareWords * static_cast<std::int64_t>(blockDim.x)) {
+    std::uint64_t d[kCompareWords];
+#pragma unroll
+    for (int u = 0; u < kCompareWords; ++u) {
+      const std::int64_t w = w0 + u * static_cast<std::int64_t>(blockDim.x);
+      d[u] = w < tail / 8 ? __ldcs(wx + w) ^ __ldcs(wy + w) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kCompareWords; ++u) {
+      if (d[u] == 0) continue;
+      const std::int64_t w = w0 + u * static_cast<std::int64_t>(blockDim.x);
+      for (int k = 0; k < 8; ++k) {
+        if ((d[u] >> (8 * k)) & 0xFF) note(8 * w + k);
+      }
     }
   }
   for (std::int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
@@ -194,13 +209,24 @@ __device__ void compare_poison(const std::uint8_t* px, std::int64_t begin, std::
   for (std::int64_t i = begin + threadIdx.x; i < head; i += blockDim.x) {
     if (px[i] != spec::poison_byte(salt, static_cast<std::uint64_t>(i + shift))) note(i);
   }
-  for (std::int64_t w = (head + shift) / 8 + threadIdx.x; w < (tail + shift) / 8; w += blockDim.x) {
-    const std::int64_t at = 8 * w - shift;
-    const std::uint64_t d = *reinterpret_cast<const std::uint64_t*>(px + at) ^
-                            spec::poison_word(salt, static_cast<std::uint64_t>(w));
-    if (d == 0) continue;
-    for (int k = 0; k < 8; ++k) {
-      if ((d >> (8 * k)) & 0xFF) note(at + k);
+  const std::int64_t words_end = (tail + shift) / 8;
+  for (std::int64_t w0 = (head + shift) / 8 + threadIdx.x; w0 < words_end;
+       w0 += kCompareWords * static_cast<std::int64_t>(blockDim.x)) {
+    std::uint64_t v[kCompareWords];  // loaded first, as compare_bytes
+#pragma unroll
+    for (int u = 0; u < kCompareWords; ++u) {
+      const std::int64_t w = w0 + u * static_cast<std::int64_t>(blockDim.x);
+      v[u] = w < words_end ? __ldcs(reinterpret_cast<const std::uint64_t*>(px + 8 * w - shift)) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kCompareWords; ++u) {
+      const std::int64_t w = w0 + u * static_cast<std::int64_t>(blockDim.x);
+      if (w >= words_end) break;
+      const std::uint64_t d = v[u] ^ spec::poison_word(salt, static_cast<std::uint64_t>(w));
+      if (d == 0) continue;
+      for (int k = 0; k < 8; ++k) {
+        if ((d >> (8 * k)) & 0xFF) note(8 * w - shift + k);
+      }
     }
   }
   for (std::int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
@@ -212,10 +238,12 @@ __device__ void compare_poison(const std::uint8_t* px, std::int64_t begin, std::
 /// `tiles` null: tile i is [i, i + 1) * kTileBytes of the whole allocation (a whole comparison),
 /// read through the layer's pieces when `segments` is given (`segment_first` [layers + 1]: layer
 /// l's are segments[segment_first[l] .. segment_first[l + 1])): copy b against copy a or against
-/// the poison, piece by piece.
-__global__ void compare_kernel(const CopyPointers* a, const CopyPointers* b,
-                               const CompareTile* tiles, const WholeSegment* segments,
-                               const std::int32_t* segment_first, CompareResult* out) {
+/// the poison, piece by piece. Eight blocks an SM (32 registers): a huge copy's comparison is
+/// bound by the loads in flight and the poison's hash, not by one block's work.
+__global__ void __launch_bounds__(256, 8)
+    compare_kernel(const CopyPointers* a, const CopyPointers* b, const CompareTile* tiles,
+                   const WholeSegment* segments, const std::int32_t* segment_first,
+                   CompareResult* out) {
   const CompareTile t =
       tiles != nullptr
           ? tiles[blockIdx.x]
