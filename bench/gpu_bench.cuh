@@ -82,34 +82,42 @@ __global__ void empty_pdl_kernel() {
   asm volatile("griddepcontrol.launch_dependents;");
 }
 
+/// Per-launch time of `launches` one-warp launches captured in one graph (a model's layers) and
+/// replayed: launch(l, stream, config) launches layer l, plainly or, where `pdl`, through
+/// `config` (programmatic stream serialization, one block of one warp).
+template <typename Launch>
+double one_warp_launches_s(bool pdl, int launches, Launch&& launch) {
+  cudaStream_t s;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  cudaLaunchAttribute pdl_attr{};
+  pdl_attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl_attr.val.programmaticStreamSerializationAllowed = 1;
+  const cudaLaunchConfig_t pdl_cfg{dim3(1), dim3(32), 0, s, &pdl_attr, 1};
+  cudaGraph_t g;
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int l = 0; l < launches; ++l) launch(l, s, pdl ? &pdl_cfg : nullptr);
+  check(cudaStreamEndCapture(s, &g), "end capture");
+  cudaGraphExec_t exec;
+  check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
+  const double t = median_replay_s(exec, s, 200) / launches;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+  return t;
+}
+
 /// Per-launch time of an empty kernel, `launches` launches in one graph (a model's layers); with
 /// `pdl`, the PDL twin launched with programmatic stream serialization. Measured once per process.
 inline double empty_launch_s(bool pdl, int launches = 60) {
   auto measure = [launches](bool with_pdl) {
-    cudaStream_t s;
-    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
-    cudaGraph_t g;
-    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
-    // The PDL twin's launch: programmatic stream serialization, one block of one warp.
-    cudaLaunchAttribute pdl_attr{};
-    pdl_attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl_attr.val.programmaticStreamSerializationAllowed = 1;
-    const cudaLaunchConfig_t pdl_cfg{dim3(1), dim3(32), 0, s, &pdl_attr, 1};
-    for (int l = 0; l < launches; ++l) {
-      if (with_pdl) {
-        check(cudaLaunchKernelEx(&pdl_cfg, empty_pdl_kernel), "empty pdl launch");
-      } else {
-        empty_kernel<<<1, 32, 0, s>>>();
-      }
-    }
-    check(cudaStreamEndCapture(s, &g), "end capture");
-    cudaGraphExec_t exec;
-    check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
-    const double t = median_replay_s(exec, s, 200) / launches;
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(g);
-    cudaStreamDestroy(s);
-    return t;
+    return one_warp_launches_s(
+        with_pdl, launches, [](int, cudaStream_t s, const cudaLaunchConfig_t* pdl_cfg) {
+          if (pdl_cfg != nullptr) {
+            check(cudaLaunchKernelEx(pdl_cfg, empty_pdl_kernel), "empty pdl launch");
+          } else {
+            empty_kernel<<<1, 32, 0, s>>>();
+          }
+        });
   };
   static const double plain = measure(false);
   static const double with_pdl = measure(true);
@@ -136,8 +144,6 @@ __global__ void slot_store_kernel(const std::int64_t* slots, const std::uint16_t
 /// the slot mapping's dependent load and one store costs over an empty launch.
 inline double slot_store_launch_s(bool pdl, int launches = 60) {
   auto measure = [launches](bool with_pdl) {
-    cudaStream_t s;
-    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
     std::int64_t* slots = nullptr;
     std::uint16_t* values = nullptr;
     std::uint16_t* cache = nullptr;
@@ -150,30 +156,18 @@ inline double slot_store_launch_s(bool pdl, int launches = 60) {
     check(cudaMemcpy(slots, host_slots.data(), 32 * sizeof(std::int64_t), cudaMemcpyHostToDevice),
           "upload slots");
     check(cudaMemset(values, 0x3f, 32 * sizeof(std::uint16_t)), "values");
-    cudaGraph_t g;
-    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
-    cudaLaunchAttribute pdl_attr{};
-    pdl_attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl_attr.val.programmaticStreamSerializationAllowed = 1;
-    const cudaLaunchConfig_t pdl_cfg{dim3(1), dim3(32), 0, s, &pdl_attr, 1};
-    for (int l = 0; l < launches; ++l) {
-      std::uint16_t* layer = cache + l * kSlotStoreSpan;
-      if (with_pdl) {
-        check(cudaLaunchKernelEx(&pdl_cfg, slot_store_kernel<true>,
-                                 static_cast<const std::int64_t*>(slots),
-                                 static_cast<const std::uint16_t*>(values), layer),
-              "slot store pdl launch");
-      } else {
-        slot_store_kernel<false><<<1, 32, 0, s>>>(slots, values, layer);
-      }
-    }
-    check(cudaStreamEndCapture(s, &g), "end capture");
-    cudaGraphExec_t exec;
-    check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
-    const double t = median_replay_s(exec, s, 200) / launches;
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(g);
-    cudaStreamDestroy(s);
+    const std::int64_t* slots_in = slots;
+    const std::uint16_t* values_in = values;
+    const double t = one_warp_launches_s(
+        with_pdl, launches, [&](int l, cudaStream_t s, const cudaLaunchConfig_t* pdl_cfg) {
+          std::uint16_t* layer = cache + l * kSlotStoreSpan;
+          if (pdl_cfg != nullptr) {
+            check(cudaLaunchKernelEx(pdl_cfg, slot_store_kernel<true>, slots_in, values_in, layer),
+                  "slot store pdl launch");
+          } else {
+            slot_store_kernel<false><<<1, 32, 0, s>>>(slots_in, values_in, layer);
+          }
+        });
     cudaFree(slots);
     cudaFree(values);
     cudaFree(cache);
