@@ -43,7 +43,8 @@ if [[ "${1:-}" == "--stage" ]]; then
     kvo_bench_write
   mkdir -p "$BIN/fallback" "$BIN/pylibs"
   cp "$B/tests/gpu/test_gpu_write" "$B/tests/traces/test_traces" "$B/bench/bench_write_gpu" \
-     "$B/bench/bench_read_gpu" "$B/bench/bench_alias_gpu" "$B/cli/kvoracle" "$B/bench/libkvo_bench_write.so" "$BIN/"
+     "$B/bench/bench_read_gpu" "$B/bench/bench_alias_gpu" "$B/cli/kvoracle" \
+     "$B/bench/libkvo_bench_write.so" "$BIN/"
   # The Python extension is built on the device for its Python (python/prebuilt) against these.
   # The libraries of the build itself: not the copies installed or kept by the package tests
   # (tests/package/example_run/prefix), which may be older and would overwrite them here.
