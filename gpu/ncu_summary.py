@@ -21,21 +21,34 @@ WANTED = ("Duration", "DRAM Throughput", "Issue Slots Busy", "Executed Ipc Activ
 
 
 def value_block(lines, i):
-    """The text of a metric whose value wraps over lines, up to its closing parenthesis."""
+    """The text of a metric whose value wraps over lines, inside its parentheses (to the end of
+    the log where it was cut short)."""
     text = lines[i]
     while ")" not in text and i + 1 < len(lines):
         i += 1
         text += " " + lines[i].strip()
-    return text[text.index("(") + 1:text.rindex(")")] if "(" in text else ""
+    if "(" not in text:
+        return ""
+    inside = text[text.index("(") + 1:]
+    return inside[:inside.rindex(")")] if ")" in inside else inside
 
 
 def counts(text):
-    return [(k, int(v.replace(",", ""))) for k, v in re.findall(r"([A-Za-z0-9_./ ]+?): ([\d,]+)",
-                                                                 text)]
+    """[(name, count)] of "IMAD: 20,424; FFMA: 16,384; ..." (names as ncu prints them)."""
+    return [(k.strip(), int(v.replace(",", "")))
+            for k, v in re.findall(r"([A-Za-z0-9_./ ]+?): ([\d,]+)", text)]
 
 
 def launches(path):
-    lines = open(path, errors="replace").read().splitlines()
+    with open(path, errors="replace") as f:
+        return parse(f.read())
+
+
+def parse(text):
+    """The profiled launches of an ncu text log, in order: name, grid, block, and what was found
+    of registers, metrics (WANTED), pipes, categories and opcodes (opcodes_short: the opcodes
+    listed do not add up to the instructions stated)."""
+    lines = text.splitlines()
     out, cur = [], None
     for i, line in enumerate(lines):
         m = LAUNCH.match(line)
@@ -66,7 +79,10 @@ def launches(path):
         elif CATEGORIES in line:
             cur["categories"] = counts(value_block(lines, i))
         elif line.strip().startswith("Registers Per Thread") and "registers" not in cur:
-            cur["registers"] = line.split()[-3] if "(" in line else line.split()[-1]
+            # "Registers Per Thread   register/thread   58 (0: 58)": the first count after the unit
+            r = re.search(r"register/thread\s+(\d+)", line)
+            if r:
+                cur["registers"] = r.group(1)
         else:
             s = SCALAR.match(line)
             if s and s.group(1) in WANTED and s.group(1) not in cur["metrics"]:
@@ -80,7 +96,11 @@ def main():
     ap.add_argument("--top", type=int, default=12, help="opcodes listed per launch")
     a = ap.parse_args()
     for path in a.logs:
-        found = launches(path)
+        try:
+            found = launches(path)
+        except OSError as e:
+            print(f"ncu_summary: cannot read {path}: {e.strerror}", file=sys.stderr)
+            return 2
         if not found:
             print(f"{path}: no profiled launch")
             continue
@@ -104,7 +124,7 @@ def main():
                 total = sum(v for _, v in rows)
                 if total:
                     print(f"   {label}: " + ", ".join(
-                        f"{op.strip()} {100.0 * v / total:.1f}%"
+                        f"{op} {100.0 * v / total:.1f}%"
                         for op, v in sorted(rows, key=lambda r: -r[1])[:n]))
     return 0
 
