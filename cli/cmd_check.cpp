@@ -228,6 +228,11 @@ void add_check(CLI::App& app, int& status) {
       "the GPU tier stages every case through the host (default: an op whose subjects "
       "all write on the device, as the tier's answerer does, is generated, written and "
       "compared on the device)");
+  cmd->add_option("--device-lanes", flags->options.device_lanes,
+                  "host threads judging the GPU tier's resident cases at once, each on its own "
+                  "stream (1-16; where every device subject launches statelessly); the report is "
+                  "the same for any number")
+      ->capture_default_str();
   cmd->add_option("--gpus", flags->gpus,
                   "all or N: the campaign as one shard process per GPU (CUDA_VISIBLE_DEVICES), "
                   "their reports merged into one verdict");

@@ -69,6 +69,7 @@ namespace {
 [[noreturn]] void no_cuda() { throw spec::FailedToRun("kvoracle was built without CUDA"); }
 }  // namespace
 
+void release_idle_blocks() {}
 KeepLargeBlocks::KeepLargeBlocks(std::size_t) : before_(0) {}
 KeepLargeBlocks::~KeepLargeBlocks() = default;
 LargeBlockUse KeepLargeBlocks::use() const { return {}; }

@@ -71,10 +71,7 @@ class Pool {
     if (cudaMalloc(&p, block) != cudaSuccess) {
       // Give the cached blocks back and try once more before reporting.
       (void)cudaGetLastError();
-      for (const auto& [size, q] : free_) cudaFree(q);
-      free_.clear();
-      cached_ = 0;
-      trim_large(0);
+      release_idle();
       check_cuda(cudaMalloc(&p, block), "cudaMalloc");
     }
     return p;
@@ -91,6 +88,13 @@ class Pool {
     }
     free_.emplace_back(block, p);
     cached_ += block;
+  }
+  /// Frees every idle block.
+  void release_idle() {
+    for (const auto& [size, p] : free_) cudaFree(p);
+    free_.clear();
+    cached_ = 0;
+    trim_large(0);
   }
   std::size_t large_kept() const { return large_kept_; }
   std::size_t idle_bytes() const {
@@ -137,6 +141,8 @@ std::size_t pool_idle_bytes() { return pool().idle_bytes(); }
 }  // namespace kvo::gpu::detail
 
 namespace kvo::gpu {
+
+void release_idle_blocks() { detail::pool().release_idle(); }
 
 // Nested scopes: the outer one's count and rule come back when the inner one ends.
 KeepLargeBlocks::KeepLargeBlocks(std::size_t blocks)

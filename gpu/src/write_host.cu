@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <unordered_set>
 #include <vector>
@@ -241,17 +242,21 @@ DeviceWriteFunction device_write_function(WritePath path) {
     case WritePath::kUnfused:
       break;
   }
-  auto workspace = std::make_shared<detail::DeviceBuffer>();
   return [=](const DeviceWriteCall& call) {
+    // One workspace per host thread and stream, so that threads writing on streams of their own
+    // at once (a campaign's device lanes: Subject::device_concurrent) never share one; the calls
+    // on one stream share it in stream order.
+    thread_local std::map<void*, detail::DeviceBuffer> workspaces;
+    detail::DeviceBuffer& workspace = workspaces[call.stream];
     const DeviceWriteInputs in = inputs(call);
     const auto bytes = static_cast<std::size_t>(UnfusedWorkspace::bytes_for(in.num_tokens));
-    if (workspace->size() < bytes) {
+    if (workspace.size() < bytes) {
       // The kernels of earlier calls may still read the old workspace.
       detail::check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(call.stream)),
                          "the unfused write's stream");
-      *workspace = detail::DeviceBuffer(bytes);
+      workspace = detail::DeviceBuffer(bytes);
     }
-    UnfusedWorkspace ws(in.num_tokens, workspace->data());
+    UnfusedWorkspace ws(in.num_tokens, workspace.data());
     launch_unfused_write(*call.config, call.kind, in, caches(call), ws, call.stream);
   };
 }

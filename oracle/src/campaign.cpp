@@ -36,6 +36,20 @@ using spec::Outcome;
 constexpr int kJudgingThreads = 4;
 /// Cases judged on the main thread and not yet settled at most (their copies and verdicts held).
 constexpr std::size_t kMostUnsettled = 64;
+/// Cases handed to the device lanes and not yet completed at most, per lane: enough that the
+/// light lanes go on while the heavy one judges a huge case (8-9 ms, ~60 light cases' worth).
+constexpr std::size_t kMostInLanePerLane = 32;
+
+/// Device lane `i` (CheckOptions::device_lanes): a thread kept for the process, as the read
+/// path's side threads are (its CUDA stream, memory pool and staging block serve case after case
+/// and campaign after campaign; CUDA may be gone by the time static objects are destroyed).
+OneThread& device_lane(std::size_t i) {
+  static std::mutex mu;
+  static std::array<OneThread*, kMostDeviceLanes> lanes{};
+  const std::lock_guard<std::mutex> lock(mu);
+  if (lanes.at(i) == nullptr) lanes.at(i) = new OneThread;
+  return *lanes.at(i);
+}
 
 std::string hex64(std::uint64_t v) {
   char buf[24];
@@ -219,9 +233,12 @@ std::string CheckReport::summary() const {
     std::snprintf(
         line2, sizeof line2,
         "resident: %lld cases judged on the device and %lld sampled device answers "
-        "checked against the CPU reference in %.2f s (%.0f us a case)",
+        "checked against the CPU reference in %.2f s%s (%.0f us a case)",
         static_cast<long long>(resident_cases), static_cast<long long>(resident_checks),
         resident_seconds,
+        resident_lanes > 1
+            ? (" of " + std::to_string(resident_lanes) + " device lanes' time").c_str()
+            : "",
         1e6 * resident_seconds /
             static_cast<double>(std::max<std::int64_t>(1, resident_cases + resident_checks)));
     s << line2;
@@ -334,6 +351,10 @@ Campaign::Campaign(CheckOptions options, SubjectList& subjects) : o_(std::move(o
         "must be in [0, total_shards = " + std::to_string(o_.total_shards) + ")");
   }
   check_tier_sample(o_.tier_sample_first, o_.tier_sample_every);
+  if (o_.device_lanes < 1 || o_.device_lanes > kMostDeviceLanes) {
+    throw spec::InvalidInput("device_lanes", -1, std::to_string(o_.device_lanes),
+                             "must be in [1, " + std::to_string(kMostDeviceLanes) + "]");
+  }
   report_.seed = o_.seed;
   report_.total_shards = o_.total_shards;
   report_.shard_index = o_.shard_index;
@@ -495,8 +516,41 @@ CheckReport Campaign::run(const Progress& progress) {
   // for a huge cache) reused case after case by this thread's device memory pool, not allocated
   // and freed. Room for as many as a case holds at once (a huge write case: every writer's copy
   // of each of its layers); the pool never keeps more than it held at once.
-  std::optional<gpu::KeepLargeBlocks> keep_copies;
-  if (!resident_kinds.empty()) keep_copies.emplace((rows_.size() + 1) * kHugeCacheMostLayers);
+  //
+  // Device lanes (CheckOptions::device_lanes): where every subject and answerer of the resident
+  // kinds launches statelessly on the stream it is handed, the cases' device work runs on several
+  // threads at once, each with its own stream and pool: a case of gigabytes (device_heavy) on lane
+  // 0, whose pool keeps the copies, the others on lanes 1.. in turn.
+  const bool lanes_apply =
+      !resident_kinds.empty() && o_.device_lanes > 1 &&
+      std::all_of(rows_.begin(), rows_.end(), [&](const Row& r) {
+        if (!resident_kinds.contains(driver_of(r.op).case_kind())) return true;
+        return r.subject->device_concurrent() && tier_.of(r.op)->device_concurrent();
+      });
+  const std::size_t lanes = lanes_apply ? static_cast<std::size_t>(o_.device_lanes) : 1;
+  report_.resident_lanes = static_cast<std::int64_t>(lanes);
+  // The copies kept on the thread that judges the heavy cases (lane 0, or this one), made and
+  // ended there (gpu::KeepLargeBlocks belongs to its thread's pool).
+  struct KeptCopies {
+    OneThread* on = nullptr;
+    std::optional<gpu::KeepLargeBlocks> keep;
+    gpu::LargeBlockUse use;
+    void run(const std::function<void()>& fn) {
+      if (on != nullptr) {
+        on->post(fn).get();
+      } else {
+        fn();
+      }
+    }
+    void end() {
+      if (keep) run([this] { use = keep->use(), keep.reset(); });
+    }
+    ~KeptCopies() { end(); }
+  } keep_copies;
+  if (!resident_kinds.empty()) {
+    keep_copies.on = lanes > 1 ? &device_lane(0) : nullptr;
+    keep_copies.run([&] { keep_copies.keep.emplace((rows_.size() + 1) * kHugeCacheMostLayers); });
+  }
   // Coverage: per op group (the rows of report_.coverage that one driver's flags fill), the
   // conditions a case reached, added in case order. A case judged on the device has the
   // conditions that read its answer (OpDriver::conditions_before_device) found after it, on a
@@ -671,6 +725,15 @@ CheckReport Campaign::run(const Progress& progress) {
   };
   // A case judged and not yet settled: its verdicts, some still finishing on the judging threads
   // (Verdict::finish, the admissible-set diff of a copy downloaded from the device).
+  // What a case's device part adds to the report, added when the case is settled (a case dropped
+  // by a stop adds nothing, however many of them the device lanes had judged).
+  struct DeviceCounts {
+    std::int64_t checks = 0;     // sampled device answers checked (resident_checks)
+    std::int64_t cases = 0;      // case kinds judged there (resident_cases)
+    std::int64_t fallbacks = 0;  // case kinds the device did not take (resident_fallbacks)
+    std::string first_fallback;  // the first of them: "case i seed s: what it threw"
+    double seconds = 0.0;
+  };
   struct Unsettled {
     std::int64_t i = 0;
     std::uint64_t seed = 0;
@@ -678,6 +741,7 @@ CheckReport Campaign::run(const Progress& progress) {
     std::vector<Verdict> verdicts;
     std::set<std::string_view> on_device;         // the case kinds judged on the device
     std::vector<std::future<Verdict>> finishing;  // per row: valid while its verdict finishes
+    DeviceCounts device;
   };
   std::deque<Unsettled> unsettled;
   // Before the judging threads: they are joined (their tasks done) before the cases go.
@@ -702,6 +766,12 @@ CheckReport Campaign::run(const Progress& progress) {
     const std::uint64_t seed = u.seed;
     CaseWork& w = u.w;
     std::vector<Verdict>& verdicts = u.verdicts;
+    report_.resident_checks += u.device.checks;
+    report_.resident_cases += u.device.cases;
+    report_.resident_seconds += u.device.seconds;
+    if (u.device.fallbacks > 0 && report_.resident_fallbacks == 0)
+      report_.resident_first_fallback = u.device.first_fallback;
+    report_.resident_fallbacks += u.device.fallbacks;
     // A subject failing against the tier's answer is judged again against the CPU reference's,
     // and the tier checked on that case: the verdict recorded is the CPU reference's.
     std::map<std::string_view, std::unique_ptr<PreparedCase>> cpu_cases;
@@ -781,6 +851,138 @@ CheckReport Campaign::run(const Progress& progress) {
     }
     return true;
   };
+  // The device part of a case: on a sampled case, the answerer's device run of each resident kind
+  // checked against the CPU reference's answer (the resident path's trust chain); every case kind
+  // drawn for the device judged there (one verdict per row of the kind, in row order). It owns
+  // the case while it runs and reads the campaign's fixed tables, never report_ (it runs on a
+  // device lane): what it counted comes back, added when the case is settled, in case order.
+  struct DeviceJudged {
+    DeviceCounts counts;
+    std::map<std::string_view, std::vector<Verdict>> verdicts;  // per case kind judged there
+  };
+  // A kind the device does not take is answered on the host here too (answer_on_host), so that a
+  // huge case's host answer runs while its lane, whose pool holds the huge copies, waits.
+  const auto judge_device = [this, &resident_kinds, &answer_on_host](
+                                std::int64_t i, std::uint64_t seed, CaseWork& w) {
+    DeviceJudged d;
+    if (!w.sampled && w.on_device.empty()) return d;
+    const auto from = std::chrono::steady_clock::now();
+    if (w.sampled) {
+      for (const auto& [kind, op] : resident_kinds) {
+        const OpDriver& driver = driver_of(op);
+        ++d.counts.checks;
+        PreparedCase& c = *w.cases.at(driver.case_kind());
+        std::string problem;
+        try {
+          problem = driver.check_on_device(c, *tier_.of(op));
+        } catch (const std::exception& e) {
+          problem = "the " + std::string(spec::name_of(op)) + " answerer " + tier_.of(op)->name() +
+                    " failed on the device on " + c.describe() + ": " + e.what();
+        }
+        if (!problem.empty() && w.tier_problem.empty()) w.tier_problem = std::move(problem);
+      }
+    }
+    for (const std::string_view kind : std::set<std::string_view>(w.on_device)) {
+      const auto first = std::find_if(rows_.begin(), rows_.end(), [&](const Row& r) {
+        return driver_of(r.op).case_kind() == kind;
+      });
+      const OpDriver& driver = driver_of(first->op);
+      std::vector<OpDriver::DeviceRow> device_rows;
+      for (const Row& r : rows_) {
+        if (driver_of(r.op).case_kind() == kind) device_rows.push_back({r.op, r.subject});
+      }
+      try {
+        d.verdicts[kind] =
+            driver.judge_on_device(*w.cases.at(kind), *tier_.of(first->op), device_rows);
+        ++d.counts.cases;
+      } catch (const std::exception& e) {
+        // Not taken there (spec::Unsupported), or a writer that threw or faulted: the host path
+        // judges each writer on its own and says which.
+        if (d.counts.fallbacks++ == 0) {
+          d.counts.first_fallback =
+              "case " + std::to_string(i) + " seed " + hex64(seed) + ": " + e.what();
+        }
+        // A case that did not fit leaves this thread's pool holding its partial copies (kept for
+        // the next huge case): the host answer, on the answerer's thread, needs that memory.
+        gpu::release_idle_blocks();
+        answer_on_host(driver, seed, tier_.of(first->op), w);
+      }
+    }
+    d.counts.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
+    return d;
+  };
+  // Case i after its device part, in case order: the rows not judged on the device or a worker
+  // judged here, the verdicts handed on to settle. False when the campaign stops.
+  const auto complete = [&](std::int64_t i, std::uint64_t seed, CaseWork&& w, DeviceJudged&& d) {
+    std::vector<Verdict> verdicts;
+    std::map<std::string_view, std::size_t> device_next;
+    for (std::size_t r = 0; r < rows_.size(); ++r) {
+      const Row& row = rows_[r];
+      const OpDriver& driver = driver_of(row.op);
+      PreparedCase& c = *w.cases.at(driver.case_kind());
+      if (const auto it = d.verdicts.find(driver.case_kind()); it != d.verdicts.end()) {
+        verdicts.push_back(std::move(it->second.at(device_next[driver.case_kind()]++)));
+        continue;
+      }
+      verdicts.push_back(w.judged[r] ? std::move(*w.judged[r]) : driver.judge(*row.subject, c));
+    }
+    // The verdicts whose judging needs no device (Verdict::finish) finish on the judging
+    // threads while this thread goes on with the next cases; the case is settled (judged again
+    // where a subject failed, recorded, covered) in case order once they have.
+    Unsettled u{i, seed, std::move(w), std::move(verdicts), {}, {}, std::move(d.counts)};
+    for (const auto& [kind, verdicts_of_kind] : d.verdicts) u.on_device.insert(kind);
+    u.finishing.resize(rows_.size());
+    for (std::size_t r = 0; r < rows_.size(); ++r) {
+      if (!u.verdicts[r].finish) continue;
+      std::function<Verdict()> fn = std::move(u.verdicts[r].finish);
+      u.verdicts[r].finish = nullptr;
+      if (judges.empty()) {
+        u.verdicts[r] = fn();
+      } else {
+        u.finishing[r] = judges[next_judge++ % judges.size()]->post(std::move(fn));
+      }
+    }
+    unsettled.push_back(std::move(u));
+    return settle_ready(false);
+  };
+  // The cases handed to the lanes, in case order, each with its device part (none: nothing of it
+  // runs on the device); completed in that order as the lanes finish them.
+  struct InLane {
+    std::int64_t i = 0;
+    std::uint64_t seed = 0;
+    std::shared_ptr<CaseWork> w;
+    std::future<DeviceJudged> judged;  // valid: posted to a lane
+  };
+  std::deque<InLane> in_lanes;
+  std::size_t next_light_lane = 0;
+  bool stopped = false;  // a case's completion stopped the campaign: the later ones are dropped
+  // Completes the front cases while their device parts are done (`all`: waiting for each; past
+  // kMostInLanePerLane a lane, waiting for the oldest). False when the campaign stops.
+  const auto complete_ready = [&](bool all) {
+    while (!stopped && !in_lanes.empty()) {
+      InLane& f = in_lanes.front();
+      const bool must = all || in_lanes.size() > kMostInLanePerLane * lanes;
+      if (!must && f.judged.valid() &&
+          f.judged.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+        return true;
+      DeviceJudged d = f.judged.valid() ? f.judged.get() : DeviceJudged{};
+      const std::int64_t i = f.i;
+      const std::uint64_t seed = f.seed;
+      std::shared_ptr<CaseWork> w = std::move(f.w);
+      in_lanes.pop_front();
+      stopped = !complete(i, seed, std::move(*w), std::move(d));
+    }
+    return !stopped;
+  };
+  // Waits for every device part still running (they read the cases and this frame), then drops
+  // the cases: before the campaign stops or throws.
+  const auto drop_in_lanes = [&] {
+    for (InLane& f : in_lanes) {
+      if (f.judged.valid()) f.judged.wait();
+    }
+    in_lanes.clear();
+  };
   try {
     for (std::int64_t i = next_index(0); i < total; i = next_index(i + 1)) {
       if (o_.time_budget_s > 0.0 && report_.cases_run > 0 && elapsed() > o_.time_budget_s) break;
@@ -799,89 +1001,33 @@ CheckReport Campaign::run(const Progress& progress) {
       changed.notify_all();
       if (std::holds_alternative<std::exception_ptr>(result))
         std::rethrow_exception(std::get<std::exception_ptr>(result));
-      CaseWork& w = std::get<CaseWork>(result);
       const std::uint64_t seed = seed_of(i);
-      // The cases drawn for the device, judged there (one verdict per row of the case kind, in
-      // row order); one the device does not take is answered on the host.
-      std::map<std::string_view, std::vector<Verdict>> on_device;
-      const auto device_start = std::chrono::steady_clock::now();
-      // On a sampled case of a resident op, the answerer's device run (inputs generated there)
-      // is checked against the CPU reference's answer too: the resident path's trust chain.
-      if (w.sampled) {
+      if (lanes == 1) {
+        CaseWork& w = std::get<CaseWork>(result);
+        DeviceJudged d = judge_device(i, seed, w);
+        if (!complete(i, seed, std::move(w), std::move(d))) break;
+        continue;
+      }
+      auto held = std::make_shared<CaseWork>(std::move(std::get<CaseWork>(result)));
+      InLane f{i, seed, held, {}};
+      if ((held->sampled && !resident_kinds.empty()) || !held->on_device.empty()) {
+        bool heavy = false;
         for (const auto& [kind, op] : resident_kinds) {
-          const OpDriver& driver = driver_of(op);
-          ++report_.resident_checks;
-          PreparedCase& c = *w.cases.at(driver.case_kind());
-          std::string problem;
-          try {
-            problem = driver.check_on_device(c, *tier_.of(op));
-          } catch (const std::exception& e) {
-            problem = "the " + std::string(spec::name_of(op)) + " answerer " +
-                      tier_.of(op)->name() + " failed on the device on " + c.describe() + ": " +
-                      e.what();
-          }
-          if (!problem.empty() && w.tier_problem.empty()) w.tier_problem = std::move(problem);
+          const auto c = held->cases.find(kind);
+          heavy = heavy || (c != held->cases.end() && driver_of(op).device_heavy(*c->second));
         }
+        OneThread& lane = device_lane(heavy ? 0 : 1 + next_light_lane++ % (lanes - 1));
+        f.judged =
+            lane.post([i, seed, held, &judge_device] { return judge_device(i, seed, *held); });
       }
-      for (const std::string_view kind : std::set<std::string_view>(w.on_device)) {
-        const auto first = std::find_if(rows_.begin(), rows_.end(), [&](const Row& r) {
-          return driver_of(r.op).case_kind() == kind;
-        });
-        const OpDriver& driver = driver_of(first->op);
-        Subject* answerer = tier_.of(first->op);
-        std::vector<OpDriver::DeviceRow> device_rows;
-        for (const Row& r : rows_) {
-          if (driver_of(r.op).case_kind() == kind) device_rows.push_back({r.op, r.subject});
-        }
-        try {
-          on_device[kind] = driver.judge_on_device(*w.cases.at(kind), *answerer, device_rows);
-          ++report_.resident_cases;
-        } catch (const std::exception& e) {
-          // Not taken there (spec::Unsupported), or a writer that threw or faulted: the host path
-          // judges each writer on its own and says which.
-          if (report_.resident_fallbacks++ == 0) {
-            report_.resident_first_fallback =
-                "case " + std::to_string(i) + " seed " + hex64(seed) + ": " + e.what();
-          }
-          answer_on_host(driver, seed, answerer, w);
-        }
-      }
-      report_.resident_seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - device_start).count();
-      std::vector<Verdict> verdicts;
-      std::map<std::string_view, std::size_t> device_next;
-      for (std::size_t r = 0; r < rows_.size(); ++r) {
-        const Row& row = rows_[r];
-        const OpDriver& driver = driver_of(row.op);
-        PreparedCase& c = *w.cases.at(driver.case_kind());
-        if (const auto it = on_device.find(driver.case_kind()); it != on_device.end()) {
-          verdicts.push_back(std::move(it->second.at(device_next[driver.case_kind()]++)));
-          continue;
-        }
-        verdicts.push_back(w.judged[r] ? std::move(*w.judged[r]) : driver.judge(*row.subject, c));
-      }
-      // The verdicts whose judging needs no device (Verdict::finish) finish on the judging
-      // threads while this thread goes on with the next cases; the case is settled (judged again
-      // where a subject failed, recorded, covered) in case order once they have.
-      Unsettled u{i, seed, std::move(w), std::move(verdicts), {}, {}};
-      for (const auto& [kind, verdicts_of_kind] : on_device) u.on_device.insert(kind);
-      u.finishing.resize(rows_.size());
-      for (std::size_t r = 0; r < rows_.size(); ++r) {
-        if (!u.verdicts[r].finish) continue;
-        std::function<Verdict()> fn = std::move(u.verdicts[r].finish);
-        u.verdicts[r].finish = nullptr;
-        if (judges.empty()) {
-          u.verdicts[r] = fn();
-        } else {
-          u.finishing[r] = judges[next_judge++ % judges.size()]->post(std::move(fn));
-        }
-      }
-      unsettled.push_back(std::move(u));
-      if (!settle_ready(false)) break;
+      in_lanes.push_back(std::move(f));
+      if (!complete_ready(false)) break;
     }
-    settle_ready(true);
+    if (complete_ready(true)) settle_ready(true);
+    drop_in_lanes();
     add_pending(true);
   } catch (...) {
+    drop_in_lanes();
     wait_finishing();
     finish();
     throw;
@@ -889,11 +1035,9 @@ CheckReport Campaign::run(const Progress& progress) {
   finish();
   report_.seconds = elapsed();
   report_.tier_busy_seconds = tier_.busy_seconds();
-  if (keep_copies) {
-    const gpu::LargeBlockUse use = keep_copies->use();
-    report_.resident_large_requests = use.requests;
-    report_.resident_large_reused = use.reused;
-  }
+  keep_copies.end();
+  report_.resident_large_requests = keep_copies.use.requests;
+  report_.resident_large_reused = keep_copies.use.reused;
   return report_;
 }
 

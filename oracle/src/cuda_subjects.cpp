@@ -37,6 +37,9 @@ class CudaWriteSubject final : public Subject {
   std::string unavailable_reason() const override { return no_device_reason(); }
   bool implements(spec::Op op) const override { return op == spec::Op::kWrite; }
   DeviceWriteFn device_write() const override { return device_write_; }
+  /// Launchers on the call's stream whose one piece of state, the unfused path's workspace, is
+  /// per host thread and stream (kvo/gpu/write.hpp).
+  bool device_concurrent() const override { return true; }
   void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& write,
                    spec::LayerCaches& caches) override {
     if (fault_.has_value()) {
@@ -84,6 +87,8 @@ class CudaReadSubject final : public Subject {
   TopkForm topk_form() const override { return declared_; }
   /// The canonical family's reads on device memory (the resident read path judges canonical
   /// subjects only); none with a planted fault.
+  /// Stateless launchers on the call's stream; their scratch is the stream's (cudaMallocAsync).
+  bool device_concurrent() const override { return true; }
   DeviceIndexerFn device_indexer() const override {
     if (!has_device_reads()) return {};
     return gpu::device_indexer_function(kernel_);

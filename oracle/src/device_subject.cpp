@@ -68,11 +68,13 @@ std::unique_ptr<Subject> make_device_subject(std::string name, DeviceSubjectFunc
   DeviceWriteFn device_write = d.write;
   DeviceIndexerFn device_indexer = d.indexer;
   DeviceAttentionFn device_attention = d.attention;
+  const bool device_concurrent = d.device_concurrent;
   SubjectFunctions f = call_functions(std::move(d), kDeviceRunners);
   f.device_write = std::move(device_write);
   f.device_indexer = std::move(device_indexer);
   f.device_attention = std::move(device_attention);
   f.unavailable_reason = device_unavailable_reason;
+  f.device_concurrent = device_concurrent;
   return make_function_subject(std::move(name), std::move(f));
 }
 

@@ -518,6 +518,10 @@ class ReadDriver final : public OpDriver {
   bool runs_on_device(const Subject& subject) const override {
     return ResidentRead::unavailable(subject, op_).empty();
   }
+  bool device_heavy(const PreparedCase& pc) const override {
+    const auto& rp = static_cast<const ReadPrepared&>(pc);
+    return !(rp.plan ? rp.plan->whole : ResidentRead::plan(rp.rc).whole);
+  }
   std::unique_ptr<PreparedCase> prepare_for_device(std::uint64_t seed,
                                                    const Overrides& o) const override {
     const ReadOverrides r = effective_read(o);

@@ -255,6 +255,10 @@ class WriteDriver final : public OpDriver {
     return static_cast<bool>(subject.device_write());
   }
 
+  bool device_heavy(const PreparedCase& pc) const override {
+    return huge_copies(static_cast<const WritePrepared&>(pc));
+  }
+
   std::vector<Verdict> judge_on_device(PreparedCase& pc, Subject& answerer,
                                        const std::vector<DeviceRow>& rows) const override {
     auto& c = static_cast<WritePrepared&>(pc);

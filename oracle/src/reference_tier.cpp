@@ -30,6 +30,7 @@ class OneThreadSubject final : public Subject {
   spec::Ordering ordering() const override { return inner_.ordering(); }
   /// Called on the caller's thread: a replay resident on the device calls it from its one thread.
   DeviceWriteFn device_write() const override { return inner_.device_write(); }
+  bool device_concurrent() const override { return inner_.device_concurrent(); }
   DeviceIndexerFn device_indexer() const override { return inner_.device_indexer(); }
   DeviceAttentionFn device_attention() const override { return inner_.device_attention(); }
   void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& write,

@@ -164,9 +164,11 @@ void ResidentRead::download(std::span<const BufferBytes>, spec::LayerCaches&) {}
 ResidentRead::~ResidentRead() = default;
 
 OneThread& ResidentRead::side_thread() {
-  // Never destroyed: its thread's CUDA stream, pool and staging block live as long as the process
-  // (CUDA may be gone by the time static objects are destroyed).
-  static OneThread* const side = new OneThread;
+  // One per calling thread (the main thread, each device lane), so that the lanes' cases never
+  // wait for each other's side reads. Never destroyed: its thread's CUDA stream, pool and staging
+  // block live as long as the process (CUDA may be gone by the time static objects are destroyed);
+  // the threads that call this live as long (the campaign's lanes are the process's too).
+  thread_local OneThread* const side = new OneThread;
   return *side;
 }
 

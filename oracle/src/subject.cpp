@@ -38,6 +38,7 @@ class FunctionSubject final : public Subject {
   TopkForm topk_form() const override { return fns_.topk_form; }
   spec::AttentionProfile attention_profile() const override { return fns_.attention_profile; }
   bool concurrent() const override { return fns_.concurrent; }
+  bool device_concurrent() const override { return fns_.device_concurrent; }
   DeviceWriteFn device_write() const override { return fns_.device_write; }
   DeviceIndexerFn device_indexer() const override { return fns_.device_indexer; }
   DeviceAttentionFn device_attention() const override { return fns_.device_attention; }

@@ -49,6 +49,7 @@ CheckOptions tier_options(std::int64_t cases, std::int64_t first, std::int64_t e
   o.tier = ReferenceTier::kGpu;
   o.tier_sample_first = first;
   o.tier_sample_every = every;
+  o.device_lanes = kTestDeviceLanes;
   return o;
 }
 
@@ -178,6 +179,16 @@ TEST(ReferenceTier, BadTierSettingsAreNamed) {
   EXPECT_EQ(parse_tier("auto", false), ReferenceTier::kCpu);
   EXPECT_EQ(parse_tier("auto", true), ReferenceTier::kGpu);
   EXPECT_THROW(parse_tier("tpu", true), spec::InvalidInput);
+  for (const std::int64_t lanes : {std::int64_t{0}, kMostDeviceLanes + 1}) {
+    o = tier_options(5, 1, 4);
+    o.device_lanes = lanes;
+    try {
+      run_check(o, subjects);
+      ADD_FAILURE() << "expected InvalidInput for device_lanes " << lanes;
+    } catch (const spec::InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find("device_lanes"), std::string::npos) << e.what();
+    }
+  }
 }
 
 /// The GPU tier itself: the canonical CUDA write and dense insert answer, agree with the CPU
@@ -240,6 +251,13 @@ TEST(ReferenceTier, TheResidentPathJudgesWriteCasesOnTheDevice) {
   // every case would check the tier once more).
   EXPECT_EQ(r.tier_checks, 4) << r.summary();
   EXPECT_NE(r.summary().find("of them on the device"), std::string::npos) << r.summary();
+  // On the device lanes (cuda-unfused and cuda-fused launch statelessly), the verdicts of one.
+  EXPECT_EQ(r.resident_lanes, kTestDeviceLanes) << r.summary();
+  CheckOptions one_lane = o;
+  one_lane.device_lanes = 1;
+  const CheckReport r1 = run_check(one_lane, subjects);
+  EXPECT_EQ(r1.resident_lanes, 1);
+  expect_same_verdicts(r, r1);
   CheckOptions staged = o;
   staged.tier_resident = false;
   const CheckReport s = run_check(staged, subjects);
@@ -249,12 +267,16 @@ TEST(ReferenceTier, TheResidentPathJudgesWriteCasesOnTheDevice) {
 
   // A subject's fault: found on the device, reported from the host (its host path runs the same
   // function on a staged call), as the staged campaign reports it.
+  // Judged on the device lanes (its author says it launches statelessly) and on one.
   DeviceSubjectFunctions faulty;
   faulty.write = swapped_kv(unfused.device_write(), /*sparse_only=*/true);
+  faulty.device_concurrent = true;
   subjects.push_back(make_device_subject("swapped-kv", faulty));
-  o.subjects = staged.subjects = {"swapped-kv"};
+  o.subjects = staged.subjects = one_lane.subjects = {"swapped-kv"};
   const CheckReport bad = run_check(o, subjects);
   const CheckReport bad_staged = run_check(staged, subjects);
+  EXPECT_EQ(bad.resident_lanes, kTestDeviceLanes) << bad.summary();
+  expect_same_verdicts(bad, run_check(one_lane, subjects));
   EXPECT_EQ(bad.worst, spec::Outcome::kMismatch) << bad.summary();
   EXPECT_TRUE(bad.tier_disagreement.empty()) << bad.tier_disagreement;
   EXPECT_GT(bad.resident_cases, 80);
@@ -269,12 +291,14 @@ TEST(ReferenceTier, TheResidentPathJudgesWriteCasesOnTheDevice) {
   two_faced.write = [](const spec::ModelConfig& c, const spec::LayerWrite& w,
                        spec::LayerCaches& caches) { reference::write_layer(c, w, caches); };
   two_faced.device_write = swapped_kv(unfused.device_write(), /*sparse_only=*/false);
+  two_faced.device_concurrent = true;  // on the lanes: the stop drops every case after it
   const std::unique_ptr<Subject> tier = make_function_subject("two-faced-tier", two_faced);
   o.subjects = {"cuda-unfused"};
   o.tier_answerers[spec::Op::kWrite] = tier.get();
   const CheckReport sampled = run_check(o, subjects);
   EXPECT_EQ(sampled.worst, spec::Outcome::kFailedToRun) << sampled.summary();
   EXPECT_EQ(sampled.cases_run, 0) << sampled.summary();
+  EXPECT_EQ(sampled.resident_lanes, kTestDeviceLanes) << sampled.summary();
   EXPECT_NE(sampled.tier_disagreement.find("case 1 seed"), std::string::npos)
       << sampled.tier_disagreement;
   EXPECT_NE(sampled.tier_disagreement.find("the write answerer two-faced-tier writing on the "
@@ -288,6 +312,9 @@ TEST(ReferenceTier, TheResidentPathJudgesWriteCasesOnTheDevice) {
   o.tier_sample_every = 1000;
   const CheckReport unsampled = run_check(o, subjects);
   EXPECT_EQ(unsampled.worst, spec::Outcome::kFailedToRun) << unsampled.summary();
+  one_lane = o;
+  one_lane.device_lanes = 1;
+  expect_same_verdicts(unsampled, run_check(one_lane, subjects));
   EXPECT_EQ(unsampled.resident_checks, 0);
   EXPECT_NE(unsampled.tier_disagreement.find("resident path disagrees with the host: cuda-unfused, "
                                              "on the device: layer"),
@@ -305,6 +332,7 @@ TEST(ReferenceTier, AResidentCampaignStopsAtTheFirstFailureAStagedOneStopsAt) {
   if (!unfused.unavailable_reason().empty()) GTEST_SKIP() << unfused.unavailable_reason();
   DeviceSubjectFunctions faulty;
   faulty.write = swapped_kv(unfused.device_write(), /*sparse_only=*/true);
+  faulty.device_concurrent = true;  // judged on the device lanes, cases in flight past the stop
   subjects.push_back(make_device_subject("swapped-kv", faulty));
   // No case of the odd shard sampled (only case 0 is): the first failure is a resident case's.
   CheckOptions o = tier_options(200, 0, 1000);
@@ -321,6 +349,10 @@ TEST(ReferenceTier, AResidentCampaignStopsAtTheFirstFailureAStagedOneStopsAt) {
   EXPECT_EQ(r.cases_run, s.cases_run);
   EXPECT_EQ(r.subjects[0].count(spec::Outcome::kMismatch), 1) << r.summary();
   EXPECT_EQ(r.subjects[0].first_failure, s.subjects[0].first_failure);
+  EXPECT_EQ(r.resident_lanes, kTestDeviceLanes) << r.summary();
+  CheckOptions one_lane = o;
+  one_lane.device_lanes = 1;
+  expect_same_verdicts(r, run_check(one_lane, subjects));
 }
 
 #ifdef KVO_HAVE_CUDA
@@ -340,6 +372,10 @@ TEST(ReferenceTier, AHugeCasesStrayWriteFarFromItsPagesIsCaughtOnTheDevice) {
   const CheckReport r = run_check(o, subjects);
   EXPECT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
   EXPECT_EQ(r.resident_cases, 2) << r.summary();
+  // Both on the heavy lane, whose pool keeps the first case's copies for the second.
+  EXPECT_EQ(r.resident_lanes, kTestDeviceLanes) << r.summary();
+  EXPECT_GT(r.resident_large_requests, 0) << r.summary();
+  EXPECT_GT(r.resident_large_reused, 0) << r.summary();
 
   DeviceSubjectFunctions stray;
   stray.write = [fn = unfused.device_write()](const gpu::DeviceWriteCall& call) {
@@ -350,6 +386,7 @@ TEST(ReferenceTier, AHugeCasesStrayWriteFarFromItsPagesIsCaughtOnTheDevice) {
     ASSERT_EQ(cudaMemsetAsync(k + 3 * 4096 + 1, 0xA5, 8, static_cast<cudaStream_t>(call.stream)),
               cudaSuccess);
   };
+  stray.device_concurrent = true;  // the huge cases on the heavy lane
   subjects.push_back(make_device_subject("stray-far", stray));
   o.subjects = {"stray-far"};
   const CheckReport bad = run_check(o, subjects);
@@ -357,6 +394,7 @@ TEST(ReferenceTier, AHugeCasesStrayWriteFarFromItsPagesIsCaughtOnTheDevice) {
   EXPECT_TRUE(bad.tier_disagreement.empty()) << bad.tier_disagreement;
   EXPECT_EQ(bad.resident_cases, 2) << bad.summary();
   EXPECT_EQ(bad.subjects[0].count(spec::Outcome::kMismatch), 2) << bad.summary();
+  EXPECT_EQ(bad.resident_lanes, kTestDeviceLanes) << bad.summary();
 }
 #endif  // KVO_HAVE_CUDA
 

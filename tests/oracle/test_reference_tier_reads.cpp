@@ -98,6 +98,7 @@ CheckOptions read_tier_options(std::int64_t cases, std::int64_t first, std::int6
   o.tier = ReferenceTier::kGpu;
   o.tier_sample_first = first;
   o.tier_sample_every = every;
+  o.device_lanes = kTestDeviceLanes;
   return o;
 }
 
@@ -290,6 +291,7 @@ std::unique_ptr<Subject> device_reads(const std::string& name, ReadDamage damage
   DeviceSubjectFunctions f;
   f.indexer = gpu::device_indexer_function(gpu::ReadKernel::kCanonical);
   f.attention = gpu::device_attention_function(gpu::ReadKernel::kCanonical);
+  f.device_concurrent = true;  // stateless launches on the call's stream, damage included
 #ifdef KVO_HAVE_CUDA
   if (damage == ReadDamage::kOutput) {
     f.attention = [good = f.attention](const gpu::DeviceAttentionCall& call) {
@@ -329,6 +331,10 @@ TEST(ReferenceTierReads, TheResidentPathJudgesReadCasesOnTheDevice) {
   EXPECT_EQ(r.tier_cases, odd - sampled);
   EXPECT_EQ(r.resident_cases, odd - sampled) << r.summary();
   EXPECT_EQ(r.resident_checks, sampled) << r.summary();
+  EXPECT_EQ(r.resident_lanes, kTestDeviceLanes) << r.summary();
+  CheckOptions one_lane = o;
+  one_lane.device_lanes = 1;
+  expect_same_verdicts(r, run_check(one_lane, subjects));
   const CheckReport c = cpu_tier_passes_alike(o, subjects, r);
   ASSERT_EQ(c.coverage.size(), r.coverage.size());
   for (std::size_t i = 0; i < c.coverage.size(); ++i) {
@@ -341,6 +347,9 @@ TEST(ReferenceTierReads, TheResidentPathJudgesReadCasesOnTheDevice) {
   bad.subjects = {"device-reads-bad-output", "device-reads-write-caches"};
   const CheckReport b = run_check(bad, subjects);
   EXPECT_GT(b.resident_cases, 0) << b.summary();
+  one_lane = bad;
+  one_lane.device_lanes = 1;
+  expect_same_verdicts(b, run_check(one_lane, subjects));
   ASSERT_EQ(b.subjects.size(), 4u) << b.summary();
   EXPECT_TRUE(b.tier_disagreement.empty()) << b.tier_disagreement;
   for (const auto& s : b.subjects) {

@@ -15,6 +15,11 @@ struct LargeBlockUse {
   std::int64_t reused = 0;
 };
 
+/// Frees every block the calling thread's pool holds idle (cached small blocks, kept large ones):
+/// before a host path that needs the device's memory answers a case the resident path could not
+/// fit (another thread's pool would otherwise find it held). Built without CUDA: does nothing.
+void release_idle_blocks();
+
 /// While one lives on a host thread, that thread's device memory pool keeps up to `blocks` freed
 /// allocations past 1 GiB and serves a large request from the smallest kept block that holds it,
 /// however much larger, instead of keeping the last one for requests within a quarter of it: a

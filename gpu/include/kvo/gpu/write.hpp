@@ -117,9 +117,10 @@ int launch_unfused_write(const spec::ModelConfig& config, spec::LayerKind kind,
 
 /// The write of `path` as a DeviceWriteFunction (device_calls.hpp): one call's tensors handed to
 /// launch_fused_write, launch_fused_write_generic or launch_unfused_write on the call's stream, no
-/// synchronisation (the unfused path's workspace is the function's own, grown to the largest call
-/// so far; call it from one thread). Slot values are the caller's to check (the device API's
-/// contract), and a legacy_wrap mapping whose tokens collide is not resolved.
+/// synchronisation (the unfused path's workspace is one per host thread and stream, grown to the
+/// largest call so far: threads may call it at once, each on its own stream). Slot values are the
+/// caller's to check (the device API's contract), and a legacy_wrap mapping whose tokens collide is
+/// not resolved.
 DeviceWriteFunction device_write_function(WritePath path);
 
 /// The host-memory convenience: validates, copies to the device, writes, copies `caches` (guards

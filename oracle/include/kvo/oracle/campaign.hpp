@@ -25,6 +25,9 @@
 
 namespace kvo::oracle {
 
+/// The most device lanes a campaign takes (CheckOptions::device_lanes).
+inline constexpr std::int64_t kMostDeviceLanes = 16;
+
 struct CheckOptions {
   std::uint64_t seed = 0x6B766F72ull;      ///< campaign seed
   std::int64_t cases = 200;                ///< random cases
@@ -51,6 +54,13 @@ struct CheckOptions {
   /// on the device, as its answerer does, has its cases generated, written and compared on the
   /// device; false (`kvoracle check --staged`) stages every case through the host.
   bool tier_resident = true;
+  /// Host threads that judge the resident path's cases at once, each with its own CUDA stream and
+  /// memory pool (a case is a chain of small launches and waits that leaves the GPU mostly idle):
+  /// the cases of gigabytes (OpDriver::device_heavy) on the first, the others on the rest in
+  /// turn; verdicts recorded in case order, so the report is the same for any number. Used only
+  /// where every device subject and answerer is Subject::device_concurrent; 1: the main thread
+  /// judges them, one after another. At most kMostDeviceLanes.
+  std::int64_t device_lanes = 8;
   /// The tier's answerers by op, in place of kGpuTierAnswerers' subjects (a test plants a
   /// divergent one); each must implement its op and be available.
   std::map<spec::Op, Subject*> tier_answerers;
@@ -150,6 +160,9 @@ struct CheckReport {
   /// (OpDriver::check_on_device); the seconds both took (the summary says them).
   std::int64_t resident_cases = 0, resident_checks = 0;
   double resident_seconds = 0.0;
+  /// The device lanes that judged them (CheckOptions::device_lanes where it applied, else 1); with
+  /// several, resident_seconds adds up the lanes' busy time. Summary only.
+  std::int64_t resident_lanes = 1;
   /// The device allocations past 1 GiB the resident cases asked for (a huge cache's copies), and
   /// how many a block kept from an earlier case served (gpu::KeepLargeBlocks). Summary only.
   std::int64_t resident_large_requests = 0, resident_large_reused = 0;

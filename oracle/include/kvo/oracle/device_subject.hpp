@@ -32,6 +32,10 @@ struct DeviceSubjectFunctions {
   spec::Ordering ordering = spec::Ordering::kCanonical;
   TopkForm topk_form;
   spec::AttentionProfile attention_profile = spec::AttentionProfile::kFp32;
+  /// The functions keep no state between calls and launch only on the call's stream: a resident
+  /// campaign may then call them from several host threads at once (Subject::device_concurrent,
+  /// CheckOptions::device_lanes). Off unless the kernel's author says so.
+  bool device_concurrent = false;
 };
 
 /// The ops it implements are the functions given.

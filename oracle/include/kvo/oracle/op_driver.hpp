@@ -158,6 +158,10 @@ class OpDriver {
   /// differing from the answerer on the device is judged on the host by the admissible sets, and
   /// its passing there is no disagreement.
   virtual bool device_answer_exact(const PreparedCase& /*c*/) const { return true; }
+  /// Whether judging case `c` on the device takes copies of gigabytes (a huge cache): the
+  /// campaign judges every such case on one device lane, whose memory pool keeps their
+  /// allocations case after case, so that two never hold the device's memory at once.
+  virtual bool device_heavy(const PreparedCase& /*c*/) const { return false; }
   /// The trust chain of the resident path: `answerer` runs a case the CPU reference answered
   /// (prepare(seed, overrides)) on the device, its inputs generated there as judge_on_device
   /// generates them, and its caches are diffed against the reference's (as judge does): empty

@@ -64,8 +64,8 @@ class ResidentRead {
   /// Waits for the copies' writes (before another thread reads them).
   void synchronize();
   /// The host thread the tier's reads of copy 0 run on beside the subjects' reads of copy 1 (two
-  /// streams, so the device runs both at once): one for the process, its device memory pool and
-  /// staging block kept from case to case.
+  /// streams, so the device runs both at once): one per calling thread (the campaign's main thread
+  /// or a device lane), kept for the process with its device memory pool and staging block.
   static OneThread& side_thread();
   /// Copy 1 against copy 0 (count 0: equal).
   LayerDifference compare();

@@ -56,6 +56,11 @@ class Subject {
   /// function of its arguments). A GPU, device or Python subject is not: the campaign calls it
   /// from one thread, one case after another.
   virtual bool concurrent() const { return false; }
+  /// Whether its device functions (device_write, device_indexer, device_attention) may run on
+  /// several host threads at once, each call on the stream it is handed (a stateless launcher):
+  /// the resident campaign then judges cases on several device lanes (CheckOptions::device_lanes).
+  /// A subject that keeps state between calls (a user's device subject, Python) is not.
+  virtual bool device_concurrent() const { return false; }
 
   // One signature per op. Each throws spec::InvalidInput on rejected input, spec::FailedToRun on a
   // runtime error and spec::Unsupported for a configuration it does not implement; the default
@@ -117,6 +122,9 @@ struct SubjectFunctions {
   DeviceAttentionFn device_attention;               ///< Subject::device_attention (empty: none)
   std::function<std::string()> unavailable_reason;  ///< empty: always available
   bool concurrent = false;  ///< Subject::concurrent: the functions are pure and thread-safe
+  /// Subject::device_concurrent: the device functions launch on the stream they are handed and
+  /// keep no state, so several threads may call them at once.
+  bool device_concurrent = false;
 };
 std::unique_ptr<Subject> make_function_subject(std::string name, SubjectFunctions functions);
 /// A write-only subject (a user's kernel wrapper, or a test's planted bug); `concurrent` when
