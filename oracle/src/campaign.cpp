@@ -543,7 +543,11 @@ CheckReport Campaign::run(const Progress& progress) {
       }
     }
     void end() {
-      if (keep) run([this] { use = keep->use(), keep.reset(); });
+      if (!keep) return;
+      run([this] {
+        use = keep->use();
+        keep.reset();
+      });
     }
     ~KeptCopies() { end(); }
   } keep_copies;
@@ -723,8 +727,6 @@ CheckReport Campaign::run(const Progress& progress) {
     changed.notify_all();
     for (std::thread& t : pool) t.join();
   };
-  // A case judged and not yet settled: its verdicts, some still finishing on the judging threads
-  // (Verdict::finish, the admissible-set diff of a copy downloaded from the device).
   // What a case's device part adds to the report, added when the case is settled (a case dropped
   // by a stop adds nothing, however many of them the device lanes had judged).
   struct DeviceCounts {
@@ -734,6 +736,8 @@ CheckReport Campaign::run(const Progress& progress) {
     std::string first_fallback;  // the first of them: "case i seed s: what it threw"
     double seconds = 0.0;
   };
+  // A case judged and not yet settled: its verdicts, some still finishing on the judging threads
+  // (Verdict::finish, the admissible-set diff of a copy downloaded from the device).
   struct Unsettled {
     std::int64_t i = 0;
     std::uint64_t seed = 0;
