@@ -245,7 +245,10 @@ DeviceWriteFunction device_write_function(WritePath path) {
   return [=](const DeviceWriteCall& call) {
     // One workspace per host thread and stream, so that threads writing on streams of their own
     // at once (a campaign's device lanes: Subject::device_concurrent) never share one; the calls
-    // on one stream share it in stream order.
+    // on one stream share it in stream order. The thread's pool is made first, so that it is
+    // destroyed after the workspaces at thread exit (thread_locals go in reverse order) and takes
+    // their blocks back alive.
+    static_cast<void>(detail::pool_idle_bytes());
     thread_local std::map<void*, detail::DeviceBuffer> workspaces;
     detail::DeviceBuffer& workspace = workspaces[call.stream];
     const DeviceWriteInputs in = inputs(call);
