@@ -3,8 +3,10 @@
 
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
+#include <string>
 
 #include "commands.hpp"
 #include "kvo/gpu/device.hpp"
@@ -233,6 +235,19 @@ void add_check(CLI::App& app, int& status) {
                   "stream (1-16; where every device subject launches statelessly); the report is "
                   "the same for any number")
       ->capture_default_str();
+  cmd->add_option("--heavy-lanes", flags->options.heavy_lanes,
+                  "device lanes judging the cases of gigabytes: 1 (the first lane) or 2 (the "
+                  "second taking those of at most a quarter of the device's memory)")
+      ->capture_default_str();
+  const std::map<std::string, gpu::HostWait> waits{{"auto", gpu::HostWait::kAuto},
+                                                   {"spin", gpu::HostWait::kSpin},
+                                                   {"yield", gpu::HostWait::kYield},
+                                                   {"block", gpu::HostWait::kBlock}};
+  cmd->add_option("--host-wait", flags->options.host_wait,
+                  "how host threads wait for the device while the GPU tier's lanes judge: auto "
+                  "(CUDA's choice: spin), spin, yield (spin, giving the core to ready threads) or "
+                  "block")
+      ->transform(CLI::CheckedTransformer(waits));
   cmd->add_option("--gpus", flags->gpus,
                   "all or N: the campaign as one shard process per GPU (CUDA_VISIBLE_DEVICES), "
                   "their reports merged into one verdict");

@@ -351,7 +351,10 @@ if tier_part reads; then
 # written there); -staged: through the host as before (--staged). cuda-fast (foreign: its truth
 # reads host caches) is staged. -odd: the odd cases (theme slot = case index % 8; the huge-cache
 # theme, slot 6, moves two copies of 4-12 GB on the device a case).
+# -1lane: the resident cases on one device lane (the main thread); -yield: the lanes' waits
+# yielding their cores (--host-wait yield; the sampled cases' CPU reference competes for them).
 for run in cpu-canonical:200 gpu-canonical-staged:1000 gpu-canonical:5000 gpu-canonical-odd:5000 \
+  gpu-canonical-1lane:5000 gpu-canonical-yield:5000 \
   cpu-fast:200 gpu-fast:1000 gpu-canonical-indexer:5000 gpu-canonical-attention:5000; do
   name=${run%%:*}; cases=${run##*:}
   tier=${name%%-*}; subject=${name#*-}; subject=cuda-${subject%%-*}
@@ -360,6 +363,8 @@ for run in cpu-canonical:200 gpu-canonical-staged:1000 gpu-canonical:5000 gpu-ca
   [[ $name == *-attention ]] && ops=attention
   [[ $name == *-staged ]] && flags=--staged
   [[ $name == *-odd ]] && flags="--total-shards 2 --shard-index 1"
+  [[ $name == *-1lane ]] && flags="--device-lanes 1"
+  [[ $name == *-yield ]] && flags="--host-wait yield"
   timeout $(budget 150) "$BIN/kvoracle" check --cases $cases --ops $ops --no-shrink $flags \
     --seq-len 16384 --subject $subject --tier $tier >"$LOGS/read_tier_$name.txt" 2>&1
   echo "exit $?" >>"$LOGS/read_tier_$name.txt"
@@ -369,13 +374,18 @@ fi
 # the GPU tier staged through the host, the GPU tier resident (cases generated, written and
 # compared on the device), over the default distribution, over its odd cases (no huge-cache
 # theme: theme slot = case index % 8, huge is slot 6), and over the odd cases with one right answer
-# byte for byte (no div_approx, strict slots: no case judged by admissible sets).
-for run in $(tier_part write-campaign && echo cpu:2000 staged:2000 resident:10000 resident-odd:10000 resident-exact:10000); do
+# byte for byte (no div_approx, strict slots: no case judged by admissible sets). The default
+# distribution also on one device lane, with two heavy lanes, and with the lanes' waits yielding.
+for run in $(tier_part write-campaign && echo cpu:2000 staged:2000 resident:10000 resident-1lane:10000 \
+  resident-heavy2:10000 resident-yield:10000 resident-odd:10000 resident-exact:10000); do
   name=${run%%:*}; cases=${run##*:}
   case $name in
     cpu) flags="--tier cpu" ;;
     staged) flags="--tier gpu --staged" ;;
     resident) flags="--tier gpu" ;;
+    resident-1lane) flags="--tier gpu --device-lanes 1" ;;
+    resident-heavy2) flags="--tier gpu --heavy-lanes 2" ;;
+    resident-yield) flags="--tier gpu --host-wait yield" ;;
     resident-odd) flags="--tier gpu --total-shards 2 --shard-index 1" ;;
     resident-exact) flags="--tier gpu --total-shards 2 --shard-index 1 --scale-mode mul_recip --slot-mode strict" ;;
   esac
@@ -618,16 +628,16 @@ PY
       echo "  --tier $tier: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/tier_$tier.txt"); $(grep -m1 '^reference:' "$LOGS/tier_$tier.txt"); $(tail -2 "$LOGS/tier_$tier.txt" | tr '\n' ' ')"
     done
     echo "read campaign, 16k-token contexts (indexer + attention), one CUDA subject:"
-    for name in cpu-canonical gpu-canonical-staged gpu-canonical gpu-canonical-odd cpu-fast gpu-fast gpu-canonical-indexer gpu-canonical-attention; do
+    for name in cpu-canonical gpu-canonical-staged gpu-canonical gpu-canonical-odd gpu-canonical-1lane gpu-canonical-yield cpu-fast gpu-fast gpu-canonical-indexer gpu-canonical-attention; do
       [ -f "$LOGS/read_tier_$name.txt" ] || continue
       echo "  $name: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/read_tier_$name.txt"); $(grep -m1 '^reference:' "$LOGS/read_tier_$name.txt" | cut -c1-200); $(grep -m1 '^resident:' "$LOGS/read_tier_$name.txt" | cut -c1-200); $(grep -m1 '^time:' "$LOGS/read_tier_$name.txt"); $(tail -2 "$LOGS/read_tier_$name.txt" | tr '\n' ' ')"
     done
-    echo "replay of a 120-step 60-layer batch-64 trace, subject cuda-unfused (fused: cuda-fused-generic), --jobs 2 (alljobs: one per hardware thread):"
     echo "write campaign, one CUDA subject (cuda-unfused):"
-    for name in cpu staged resident resident-odd resident-exact; do
+    for name in cpu staged resident resident-1lane resident-heavy2 resident-yield resident-odd resident-exact; do
       [ -f "$LOGS/write_tier_$name.txt" ] || continue
-      echo "  $name: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/write_tier_$name.txt"); $(grep -m1 '^reference:' "$LOGS/write_tier_$name.txt" | cut -c1-160); $(grep -m1 '^resident:' "$LOGS/write_tier_$name.txt"); $(tail -2 "$LOGS/write_tier_$name.txt" | tr '\n' ' ')"
+      echo "  $name: $(grep -m1 -E '^kvoracle check: seed .* cases in' "$LOGS/write_tier_$name.txt"); $(grep -m1 '^reference:' "$LOGS/write_tier_$name.txt" | cut -c1-160); $(grep '^resident:' "$LOGS/write_tier_$name.txt" | tr '\n' ' '); $(tail -2 "$LOGS/write_tier_$name.txt" | tr '\n' ' ')"
     done
+    echo "replay of a 120-step 60-layer batch-64 trace, subject cuda-unfused (fused: cuda-fused-generic), --jobs 2 (alljobs: one per hardware thread):"
     for tier in cpu gpu-staged gpu-resident gpu-resident-fused gpu-resident-fused-alljobs; do
       [ -f "$LOGS/replay_tier_$tier.txt" ] || continue
       echo "  $tier: $(grep -E '^(reference|caches|resident|tier disagreement|result|  cuda-)' "$LOGS/replay_tier_$tier.txt" | tr '\n' ' ') $(tail -1 "$LOGS/replay_tier_$tier.txt")"

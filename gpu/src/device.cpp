@@ -54,9 +54,13 @@ DeviceTensor contiguous_tensor(void* data, ElementType type, std::vector<std::in
 #ifdef KVO_HAVE_CUDA
 int cuda_device_count(std::string* why);
 std::string cuda_device_description();
+std::int64_t cuda_device_memory_bytes();
+bool cuda_set_host_wait(int policy);
 bool built_with_cuda() { return true; }
 int device_count(std::string* why) { return cuda_device_count(why); }
 std::string device_description() { return cuda_device_description(); }
+std::int64_t device_memory_bytes() { return cuda_device_memory_bytes(); }
+bool set_host_wait(HostWait wait) { return cuda_set_host_wait(static_cast<int>(wait)); }
 #else
 bool built_with_cuda() { return false; }
 int device_count(std::string* why) {
@@ -64,6 +68,8 @@ int device_count(std::string* why) {
   return 0;
 }
 std::string device_description() { return {}; }
+std::int64_t device_memory_bytes() { return 0; }
+bool set_host_wait(HostWait) { return false; }
 
 namespace {
 [[noreturn]] void no_cuda() { throw spec::FailedToRun("kvoracle was built without CUDA"); }

@@ -21,6 +21,7 @@
 #include <thread>
 #include <variant>
 
+#include "kvo/gpu/device.hpp"
 #include "kvo/gpu/memory_pool.hpp"
 #include "kvo/oracle/one_thread.hpp"
 #include "kvo/oracle/write_case.hpp"
@@ -247,6 +248,11 @@ std::string CheckReport::summary() const {
         << " huge-cache copies on a kept allocation";
     }
     s << "\n";
+    if (resident_alone > 0) {
+      s << "resident: " << resident_alone << " cases of copies past "
+        << resident_alone_bytes / (std::int64_t{1} << 30)
+        << " GiB ran on the device alone, every thread's idle device memory given back first\n";
+    }
     if (resident_fallbacks > 0) {
       s << "resident: " << resident_fallbacks
         << " cases drawn for the device judged on the host instead (first: "
@@ -354,6 +360,13 @@ Campaign::Campaign(CheckOptions options, SubjectList& subjects) : o_(std::move(o
   if (o_.device_lanes < 1 || o_.device_lanes > kMostDeviceLanes) {
     throw spec::InvalidInput("device_lanes", -1, std::to_string(o_.device_lanes),
                              "must be in [1, " + std::to_string(kMostDeviceLanes) + "]");
+  }
+  if (o_.heavy_lanes < 1 || o_.heavy_lanes > 2) {
+    throw spec::InvalidInput("heavy_lanes", -1, std::to_string(o_.heavy_lanes), "must be 1 or 2");
+  }
+  if (o_.resident_alone_bytes < 0) {
+    throw spec::InvalidInput("resident_alone_bytes", -1, std::to_string(o_.resident_alone_bytes),
+                             "must be >= 0 (0: half the device's memory)");
   }
   report_.seed = o_.seed;
   report_.total_shards = o_.total_shards;
@@ -463,6 +476,7 @@ CheckReport Campaign::run(const Progress& progress) {
     std::set<std::string_view> tiered;           // the case kinds the tier answered
     std::int64_t checks = 0;                     // the tier judged against the CPU reference
     std::string tier_problem;                    // the first disagreement
+    bool alone = false;  // its device part ran alone on the device (CheckReport::resident_alone)
   };
   // The tier's answerer judged on a case the CPU reference answered: "" or the disagreement.
   const auto check_tier = [](const OpDriver& driver, Subject& answerer, PreparedCase& cpu_case) {
@@ -529,6 +543,49 @@ CheckReport Campaign::run(const Progress& progress) {
       });
   const std::size_t lanes = lanes_apply ? static_cast<std::size_t>(o_.device_lanes) : 1;
   report_.resident_lanes = static_cast<std::int64_t>(lanes);
+  // A case's device part on the heavy lane (lane 0) when it takes copies of gigabytes.
+  const auto heavy_case = [&](const CaseWork& w) {
+    return std::any_of(resident_kinds.begin(), resident_kinds.end(), [&](const auto& kind_op) {
+      const auto c = w.cases.find(kind_op.first);
+      return c != w.cases.end() && driver_of(kind_op.second).device_heavy(*c->second);
+    });
+  };
+  // A case whose copies pass half the device's memory runs on the device alone: the cases before
+  // it completed and every thread's idle device memory (the lanes' pools, the tier's threads',
+  // this one's) given back first, so that whether it fits is decided by its size against the
+  // device, never by what other threads happen to hold (a 108 GB case fell back to the host in
+  // some runs and not in others, session 36). Its copies are given back after it.
+  if (!resident_kinds.empty()) {
+    report_.resident_alone_bytes =
+        o_.resident_alone_bytes > 0 ? o_.resident_alone_bytes : gpu::device_memory_bytes() / 2;
+  }
+  std::map<std::string_view, std::size_t> kind_rows;  // per resident kind: its rows
+  for (const Row& r : rows_) {
+    if (resident_kinds.contains(driver_of(r.op).case_kind()))
+      ++kind_rows[driver_of(r.op).case_kind()];
+  }
+  // The device bytes a case's device part takes at most (one case kind at a time).
+  const auto resident_bytes = [&](const CaseWork& w) {
+    std::int64_t most = 0;
+    for (const auto& [kind, op] : resident_kinds) {
+      const auto c = w.cases.find(kind);
+      if (c == w.cases.end()) continue;
+      // judge_on_device: the answerer's copy and one per row; check_on_device: the answerer's.
+      const std::size_t copies = w.on_device.contains(kind) ? 1 + kind_rows[kind]
+                                 : w.sampled                ? 1
+                                                            : 0;
+      if (copies > 0) most = std::max(most, driver_of(op).device_bytes(*c->second, copies));
+    }
+    return most;
+  };
+  const auto give_back_idle_memory = [&](bool every_thread) {
+    gpu::release_idle_blocks();
+    if (lanes > 1) {
+      for (std::size_t l = 0; l < (every_thread ? lanes : 1); ++l)
+        device_lane(l).post([] { gpu::release_idle_blocks(); }).get();
+    }
+    if (every_thread) tier_.on_each_thread([] { gpu::release_idle_blocks(); });
+  };
   // The copies kept on the thread that judges the heavy cases (lane 0, or this one), made and
   // ended there (gpu::KeepLargeBlocks belongs to its thread's pool).
   struct KeptCopies {
@@ -550,10 +607,24 @@ CheckReport Campaign::run(const Progress& progress) {
       });
     }
     ~KeptCopies() { end(); }
-  } keep_copies;
+  };
+  // The lanes that judge the heavy cases: lane 0, and with enough lanes lane 1 too, for the cases
+  // of at most half the alone bound (two such cases' copies fit side by side with lane 0's
+  // largest), so that two huge cases' launches and waits overlap.
+  const std::size_t heavy_lanes = lanes > static_cast<std::size_t>(o_.heavy_lanes)
+                                      ? static_cast<std::size_t>(o_.heavy_lanes)
+                                      : 1;
+  if (!resident_kinds.empty() && o_.host_wait != gpu::HostWait::kAuto &&
+      !gpu::set_host_wait(o_.host_wait)) {
+    throw spec::FailedToRun("the device refused the host wait policy asked for (--host-wait)");
+  }
+  std::array<KeptCopies, 2> keep_copies;
   if (!resident_kinds.empty()) {
-    keep_copies.on = lanes > 1 ? &device_lane(0) : nullptr;
-    keep_copies.run([&] { keep_copies.keep.emplace((rows_.size() + 1) * kHugeCacheMostLayers); });
+    for (std::size_t h = 0; h < heavy_lanes; ++h) {
+      keep_copies[h].on = lanes > 1 ? &device_lane(h) : nullptr;
+      keep_copies[h].run(
+          [&, h] { keep_copies[h].keep.emplace((rows_.size() + 1) * kHugeCacheMostLayers); });
+    }
   }
   // Coverage: per op group (the rows of report_.coverage that one driver's flags fill), the
   // conditions a case reached, added in case order. A case judged on the device has the
@@ -776,6 +847,7 @@ CheckReport Campaign::run(const Progress& progress) {
     if (u.device.fallbacks > 0 && report_.resident_fallbacks == 0)
       report_.resident_first_fallback = u.device.first_fallback;
     report_.resident_fallbacks += u.device.fallbacks;
+    if (u.w.alone) ++report_.resident_alone;
     // A subject failing against the tier's answer is judged again against the CPU reference's,
     // and the tier checked on that case: the verdict recorded is the CPU reference's.
     std::map<std::string_view, std::unique_ptr<PreparedCase>> cpu_cases;
@@ -959,7 +1031,7 @@ CheckReport Campaign::run(const Progress& progress) {
     std::future<DeviceJudged> judged;  // valid: posted to a lane
   };
   std::deque<InLane> in_lanes;
-  std::size_t next_light_lane = 0;
+  std::size_t next_light_lane = 0, next_heavy_lane = 0;
   bool stopped = false;  // a case's completion stopped the campaign: the later ones are dropped
   // Completes the front cases while their device parts are done (`all`: waiting for each; past
   // kMostInLanePerLane a lane, waiting for the oldest). False when the campaign stops.
@@ -1006,26 +1078,38 @@ CheckReport Campaign::run(const Progress& progress) {
       if (std::holds_alternative<std::exception_ptr>(result))
         std::rethrow_exception(std::get<std::exception_ptr>(result));
       const std::uint64_t seed = seed_of(i);
+      CaseWork& drawn = std::get<CaseWork>(result);
+      const std::int64_t device_bytes = resident_bytes(drawn);
+      drawn.alone = device_bytes > report_.resident_alone_bytes;
+      if (drawn.alone) {
+        if (!complete_ready(true)) break;
+        give_back_idle_memory(true);
+      }
       if (lanes == 1) {
-        CaseWork& w = std::get<CaseWork>(result);
-        DeviceJudged d = judge_device(i, seed, w);
-        if (!complete(i, seed, std::move(w), std::move(d))) break;
+        const bool alone = drawn.alone;
+        DeviceJudged d = judge_device(i, seed, drawn);
+        const bool go_on = complete(i, seed, std::move(drawn), std::move(d));
+        if (alone) give_back_idle_memory(false);
+        if (!go_on) break;
         continue;
       }
-      auto held = std::make_shared<CaseWork>(std::move(std::get<CaseWork>(result)));
+      auto held = std::make_shared<CaseWork>(std::move(drawn));
       InLane f{i, seed, held, {}};
       if ((held->sampled && !resident_kinds.empty()) || !held->on_device.empty()) {
-        bool heavy = false;
-        for (const auto& [kind, op] : resident_kinds) {
-          const auto c = held->cases.find(kind);
-          heavy = heavy || (c != held->cases.end() && driver_of(op).device_heavy(*c->second));
+        std::size_t lane_index = heavy_lanes + next_light_lane++ % (lanes - heavy_lanes);
+        if (heavy_case(*held)) {
+          lane_index = heavy_lanes > 1 && 2 * device_bytes <= report_.resident_alone_bytes
+                           ? next_heavy_lane++ % heavy_lanes
+                           : 0;
         }
-        OneThread& lane = device_lane(heavy ? 0 : 1 + next_light_lane++ % (lanes - 1));
+        OneThread& lane = device_lane(lane_index);
         f.judged =
             lane.post([i, seed, held, &judge_device] { return judge_device(i, seed, *held); });
       }
+      const bool alone = held->alone;
       in_lanes.push_back(std::move(f));
-      if (!complete_ready(false)) break;
+      if (!complete_ready(alone)) break;
+      if (alone) give_back_idle_memory(false);
     }
     if (complete_ready(true)) settle_ready(true);
     drop_in_lanes();
@@ -1039,9 +1123,11 @@ CheckReport Campaign::run(const Progress& progress) {
   finish();
   report_.seconds = elapsed();
   report_.tier_busy_seconds = tier_.busy_seconds();
-  keep_copies.end();
-  report_.resident_large_requests = keep_copies.use.requests;
-  report_.resident_large_reused = keep_copies.use.reused;
+  for (KeptCopies& k : keep_copies) {
+    k.end();
+    report_.resident_large_requests += k.use.requests;
+    report_.resident_large_reused += k.use.reused;
+  }
   return report_;
 }
 

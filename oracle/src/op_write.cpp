@@ -258,6 +258,10 @@ class WriteDriver final : public OpDriver {
   bool device_heavy(const PreparedCase& pc) const override {
     return huge_copies(static_cast<const WritePrepared&>(pc));
   }
+  std::int64_t device_bytes(const PreparedCase& pc, std::size_t copies) const override {
+    const auto& c = static_cast<const WritePrepared&>(pc);
+    return ResidentWrites::device_bytes_needed(c.wc.config, c.device_start(), copies);
+  }
 
   std::vector<Verdict> judge_on_device(PreparedCase& pc, Subject& answerer,
                                        const std::vector<DeviceRow>& rows) const override {

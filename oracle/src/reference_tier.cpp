@@ -58,6 +58,8 @@ class OneThreadSubject final : public Subject {
     call([&] { sel = inner_.indexer_selection(c); });
     return sel;
   }
+  /// Runs `fn` on the subject's thread, not counted as answering, and waits for it.
+  void run_on_thread(const std::function<void()>& fn) { thread_.post(fn).get(); }
 
  private:
   /// Runs `fn` on the subject's thread and waits for it; what it throws is rethrown here.
@@ -110,6 +112,12 @@ void check_tier_sample(std::int64_t first, std::int64_t every) {
 Subject* TierAnswerers::of(spec::Op op) const {
   const auto it = by_op.find(op);
   return it == by_op.end() ? nullptr : it->second;
+}
+
+void TierAnswerers::on_each_thread(const std::function<void()>& fn) const {
+  // Every wrapper is a OneThreadSubject (gpu_tier_answerers makes them).
+  for (const std::unique_ptr<Subject>& w : wrappers)
+    static_cast<OneThreadSubject&>(*w).run_on_thread(fn);
 }
 
 TierAnswerers gpu_tier_answerers(SubjectList& subjects, const std::vector<spec::Op>& ops,

@@ -93,6 +93,12 @@ std::string ResidentWrites::unavailable(const std::vector<Subject*>& writers) {
   return {};
 }
 
+std::int64_t ResidentWrites::device_bytes_needed(const spec::ModelConfig& config,
+                                                 const std::vector<spec::LayerCaches>& initial,
+                                                 std::size_t copies) {
+  return gpu::ResidentReplay::device_bytes_needed(config, initial, copies);
+}
+
 namespace {
 /// The writers' device writes; spec::Unsupported where one has none.
 std::vector<DeviceWriteFn> device_writes(const std::vector<Subject*>& writers) {
@@ -199,6 +205,12 @@ struct ResidentWrites::Impl {};
 
 std::string ResidentWrites::unavailable(const std::vector<Subject*>&) {
   return "kvoracle was built without CUDA";
+}
+
+std::int64_t ResidentWrites::device_bytes_needed(const spec::ModelConfig&,
+                                                 const std::vector<spec::LayerCaches>&,
+                                                 std::size_t) {
+  return 0;
 }
 
 ResidentWrites::ResidentWrites(const spec::ModelConfig&, std::vector<std::int64_t>,

@@ -7,7 +7,9 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "kvo/gpu/device_calls.hpp"
 #ifdef KVO_HAVE_CUDA
@@ -153,6 +155,34 @@ TEST(ReferenceTier, TheAnswererAsASubjectIsNeverJudgedByItself) {
   EXPECT_EQ(r.cpu_cases, 20);
 }
 
+// A campaign gives back the device memory the answerers' threads hold idle by running a task on
+// each of them: each answering subject's own thread, once however many ops it answers.
+TEST(ReferenceTier, TasksRunOnEachAnswerersOwnThreadOnce) {
+  SubjectList subjects = make_subjects();
+  const std::unique_ptr<Subject> answerer = diverging_answerer(1000);
+  const TierAnswerers tier =
+      gpu_tier_answerers(subjects, {spec::Op::kWrite}, {{spec::Op::kWrite, answerer.get()}}, {});
+  std::vector<std::thread::id> ran_on;
+  tier.on_each_thread([&] { ran_on.push_back(std::this_thread::get_id()); });
+  ASSERT_EQ(ran_on.size(), 1u);
+  EXPECT_NE(ran_on[0], std::this_thread::get_id());
+  // The answerer's calls run on that same thread.
+  std::thread::id wrote_on;
+  SubjectFunctions probe;
+  probe.write = [&](const spec::ModelConfig&, const spec::LayerWrite&, spec::LayerCaches&) {
+    wrote_on = std::this_thread::get_id();
+  };
+  const std::unique_ptr<Subject> probed = make_function_subject("probe", probe);
+  const TierAnswerers probed_tier =
+      gpu_tier_answerers(subjects, {spec::Op::kWrite}, {{spec::Op::kWrite, probed.get()}}, {});
+  std::thread::id task_on;
+  probed_tier.on_each_thread([&] { task_on = std::this_thread::get_id(); });
+  spec::LayerCaches caches;
+  probed_tier.of(spec::Op::kWrite)->write_layer(spec::ModelConfig{}, spec::LayerWrite{}, caches);
+  EXPECT_EQ(wrote_on, task_on);
+  EXPECT_NE(task_on, std::this_thread::get_id());
+}
+
 TEST(ReferenceTier, BadTierSettingsAreNamed) {
   SubjectList subjects = make_subjects();
   CheckOptions o = tier_options(5, 0, 0);
@@ -179,14 +209,25 @@ TEST(ReferenceTier, BadTierSettingsAreNamed) {
   EXPECT_EQ(parse_tier("auto", false), ReferenceTier::kCpu);
   EXPECT_EQ(parse_tier("auto", true), ReferenceTier::kGpu);
   EXPECT_THROW(parse_tier("tpu", true), spec::InvalidInput);
-  for (const std::int64_t lanes : {std::int64_t{0}, kMostDeviceLanes + 1}) {
+  // Out of range: InvalidInput naming the field.
+  struct BadSetting {
+    const char* field;
+    std::int64_t value;
+    std::int64_t CheckOptions::*member;
+  };
+  for (const BadSetting& bad :
+       {BadSetting{"device_lanes", 0, &CheckOptions::device_lanes},
+        BadSetting{"device_lanes", kMostDeviceLanes + 1, &CheckOptions::device_lanes},
+        BadSetting{"heavy_lanes", 0, &CheckOptions::heavy_lanes},
+        BadSetting{"heavy_lanes", 3, &CheckOptions::heavy_lanes},
+        BadSetting{"resident_alone_bytes", -1, &CheckOptions::resident_alone_bytes}}) {
     o = tier_options(5, 1, 4);
-    o.device_lanes = lanes;
+    o.*bad.member = bad.value;
     try {
       run_check(o, subjects);
-      ADD_FAILURE() << "expected InvalidInput for device_lanes " << lanes;
+      ADD_FAILURE() << "expected InvalidInput for " << bad.field << " " << bad.value;
     } catch (const spec::InvalidInput& e) {
-      EXPECT_NE(std::string(e.what()).find("device_lanes"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad.field), std::string::npos) << e.what();
     }
   }
 }
@@ -376,6 +417,25 @@ TEST(ReferenceTier, AHugeCasesStrayWriteFarFromItsPagesIsCaughtOnTheDevice) {
   EXPECT_EQ(r.resident_lanes, kTestDeviceLanes) << r.summary();
   EXPECT_GT(r.resident_large_requests, 0) << r.summary();
   EXPECT_GT(r.resident_large_reused, 0) << r.summary();
+  EXPECT_EQ(r.resident_alone, 0) << r.summary();
+  // Past resident_alone_bytes (here 1 GiB; by default half the device's memory) each huge case
+  // runs on the device alone, every lane's and the tier's idle device memory given back first:
+  // the same verdicts, on any number of lanes.
+  CheckOptions alone = o;
+  alone.resident_alone_bytes = std::int64_t{1} << 30;
+  const CheckReport ra = run_check(alone, subjects);
+  EXPECT_EQ(ra.worst, spec::Outcome::kPass) << ra.summary();
+  EXPECT_EQ(ra.resident_cases, 2) << ra.summary();
+  EXPECT_EQ(ra.resident_alone, 2) << ra.summary();
+  EXPECT_NE(ra.summary().find("2 cases of copies past 1 GiB ran on the device alone"),
+            std::string::npos)
+      << ra.summary();
+  alone.device_lanes = 1;
+  expect_same_verdicts(ra, run_check(alone, subjects));
+  // Two heavy lanes: the two cases on lanes 0 and 1 side by side, the same verdicts.
+  CheckOptions two_heavy = o;
+  two_heavy.heavy_lanes = 2;
+  expect_same_verdicts(r, run_check(two_heavy, subjects));
 
   DeviceSubjectFunctions stray;
   stray.write = [fn = unfused.device_write()](const gpu::DeviceWriteCall& call) {

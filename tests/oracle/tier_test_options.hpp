@@ -38,6 +38,7 @@ inline void expect_same_verdicts(const CheckReport& a, const CheckReport& b) {
   EXPECT_EQ(a.resident_checks, b.resident_checks);
   EXPECT_EQ(a.resident_fallbacks, b.resident_fallbacks);
   EXPECT_EQ(a.resident_first_fallback, b.resident_first_fallback);
+  EXPECT_EQ(a.resident_alone, b.resident_alone);
   EXPECT_EQ(a.tier_disagreement, b.tier_disagreement);
   ASSERT_EQ(a.subjects.size(), b.subjects.size());
   for (std::size_t s = 0; s < a.subjects.size(); ++s) {

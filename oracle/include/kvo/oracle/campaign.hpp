@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvo/gpu/device.hpp"
 #include "kvo/oracle/op_driver.hpp"
 #include "kvo/oracle/reference_tier.hpp"
 #include "kvo/oracle/subject.hpp"
@@ -61,6 +62,17 @@ struct CheckOptions {
   /// where every device subject and answerer is Subject::device_concurrent; 1: the main thread
   /// judges them, one after another. At most kMostDeviceLanes.
   std::int64_t device_lanes = 8;
+  /// A resident case whose device copies (OpDriver::device_bytes) pass this many bytes runs on
+  /// the device alone, every thread's idle device memory given back first; 0: half the device's
+  /// memory (a test lowers it so that its cases of a few GB run alone).
+  std::int64_t resident_alone_bytes = 0;
+  /// The lanes that judge the cases of gigabytes: 1 (lane 0 alone), or 2 (lanes 0 and 1, lane 1
+  /// taking those of at most half resident_alone_bytes, so that two such cases' launches and
+  /// waits overlap while their copies fit side by side). Used where more lanes than that run.
+  std::int64_t heavy_lanes = 1;
+  /// How every host thread of the process waits for the device while the lanes judge
+  /// (gpu::HostWait; kAuto: as CUDA chooses); set for the process, before the first case.
+  gpu::HostWait host_wait = gpu::HostWait::kAuto;
   /// The tier's answerers by op, in place of kGpuTierAnswerers' subjects (a test plants a
   /// divergent one); each must implement its op and be available.
   std::map<spec::Op, Subject*> tier_answerers;
@@ -171,6 +183,10 @@ struct CheckReport {
   /// instead, and the first of them with what was thrown. Summary only.
   std::int64_t resident_fallbacks = 0;
   std::string resident_first_fallback;
+  /// The cases whose device copies (OpDriver::device_bytes) passed resident_alone_bytes
+  /// (CheckOptions::resident_alone_bytes): each ran on the device alone, the other lanes idle and
+  /// every thread's idle device memory given back first. Summary only.
+  std::int64_t resident_alone = 0, resident_alone_bytes = 0;
   std::string tier_disagreement;
   /// Where a campaign's time goes when the main thread judges subjects that are not concurrent
   /// (GPU, device, Python): its seconds waiting for the workers' cases, and the seconds the tier's

@@ -162,6 +162,14 @@ class OpDriver {
   /// campaign judges every such case on one device lane, whose memory pool keeps their
   /// allocations case after case, so that two never hold the device's memory at once.
   virtual bool device_heavy(const PreparedCase& /*c*/) const { return false; }
+  /// Device bytes the resident path's copies of case `c` take with `copies` copies (the tier's
+  /// answerer's and one per judged row: judge_on_device; the answerer's alone: check_on_device):
+  /// a case past half the device's memory runs there alone, every other thread's idle device
+  /// memory given back first, so that whether it fits does not depend on what else ran. 0 (the
+  /// default): small.
+  virtual std::int64_t device_bytes(const PreparedCase& /*c*/, std::size_t /*copies*/) const {
+    return 0;
+  }
   /// The trust chain of the resident path: `answerer` runs a case the CPU reference answered
   /// (prepare(seed, overrides)) on the device, its inputs generated there as judge_on_device
   /// generates them, and its caches are diffed against the reference's (as judge does): empty

@@ -12,6 +12,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -90,6 +91,9 @@ struct TierAnswerers {
   Subject* answering(spec::Op op) const { return self_judged.contains(op) ? nullptr : of(op); }
   /// The seconds the answerers have spent answering so far.
   double busy_seconds() const { return 1e-9 * static_cast<double>(busy_ns->load()); }
+  /// Runs `fn` on each answerer's thread in turn, waiting for it (a campaign gives back the
+  /// device memory their pools hold idle before a case that needs most of the device).
+  void on_each_thread(const std::function<void()>& fn) const;
 };
 
 /// The answerers of the GPU tier for the ops of `ops` that it answers: `given`'s subject for an op

@@ -58,6 +58,11 @@ class ResidentWrites {
   /// be compared with the tier's on the device; else why not (colliding slots admit several
   /// writers' bytes, div_approx several codes: those are judged on the host by their sets).
   static std::string config_blocker(const spec::ModelConfig& config);
+  /// Device bytes `copies` copies of the layers `initial` take (what the constructor checks
+  /// against the device's free memory); 0 in a build without CUDA.
+  static std::int64_t device_bytes_needed(const spec::ModelConfig& config,
+                                          const std::vector<spec::LayerCaches>& initial,
+                                          std::size_t copies);
 
   /// `initial[li]`: layer layers[li]'s caches as every copy starts (host, guarded; lazy storage
   /// costs only its held pages). `gen`: the replay's generator (seed, range, edge values, act).
