@@ -546,7 +546,8 @@ CheckReport Campaign::run(const Progress& progress) {
       });
   const std::size_t lanes = lanes_apply ? static_cast<std::size_t>(o_.device_lanes) : 1;
   report_.resident_lanes = static_cast<std::int64_t>(lanes);
-  // A case's device part on the heavy lane (lane 0) when it takes copies of gigabytes.
+  // Whether a case's device part takes copies of gigabytes (OpDriver::device_heavy): a heavy
+  // lane's, whose pool keeps them.
   const auto heavy_case = [&](const CaseWork& w) {
     return std::any_of(resident_kinds.begin(), resident_kinds.end(), [&](const auto& kind_op) {
       const auto c = w.cases.find(kind_op.first);
@@ -1104,11 +1105,13 @@ CheckReport Campaign::run(const Progress& progress) {
       auto held = std::make_shared<CaseWork>(std::move(drawn));
       InLane f{i, seed, held, {}};
       if ((held->sampled && !resident_kinds.empty()) || !held->on_device.empty()) {
-        std::size_t lane_index = heavy_lanes + next_light_lane++ % (lanes - heavy_lanes);
-        if (heavy_case(*held)) {
-          lane_index = heavy_lanes > 1 && 2 * device_bytes <= report_.resident_alone_bytes
-                           ? next_heavy_lane++ % heavy_lanes
-                           : 0;
+        // A heavy case on lane 0, or (two heavy lanes, at most half the alone bound) on lanes 0
+        // and 1 in turn; the others on the light lanes in turn.
+        std::size_t lane_index = 0;
+        if (!heavy_case(*held)) {
+          lane_index = heavy_lanes + next_light_lane++ % (lanes - heavy_lanes);
+        } else if (heavy_lanes > 1 && 2 * device_bytes <= report_.resident_alone_bytes) {
+          lane_index = next_heavy_lane++ % heavy_lanes;
         }
         OneThread& lane = device_lane(lane_index);
         f.judged =
