@@ -1,17 +1,31 @@
 #include "kvo/reference/canonical.hpp"
 
+#include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <vector>
 
 #include "kvo/reference/numbers.hpp"
 
+// KVO_FMA_CLONES: a function built twice on x86-64 with GCC or Clang, for CPUs with FMA and for
+// the rest (target_clones: the loader picks one); elsewhere once.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KVO_FMA_CLONES __attribute__((target_clones("fma", "default")))
+#else
+#define KVO_FMA_CLONES
+#endif
+
 namespace kvo::reference {
 
-float tree_sum(std::span<const float> x) {
+namespace {
+
+/// tree_sum over v[0, n), in place: v has room for the next power of two m >= n, [n, m) padded
+/// with +0 here.
+float tree_sum_in_place(float* v, std::size_t n) {
   std::size_t m = 1;
-  while (m < x.size()) m *= 2;
-  std::vector<float> v(m, 0.0f);  // padded with +0
-  for (std::size_t i = 0; i < x.size(); ++i) v[i] = x[i];
+  while (m < n) m *= 2;
+  std::fill(v + n, v + m, 0.0f);
   while (m > 1) {
     m /= 2;
     for (std::size_t i = 0; i < m; ++i) v[i] = v[i] + v[i + m];
@@ -19,18 +33,43 @@ float tree_sum(std::span<const float> x) {
   return v[0];
 }
 
-float canonical_dot(std::span<const float> a, std::span<const float> b) {
+/// The groups of 8 whose results canonical_dot keeps on the stack (4,096 elements, past every head
+/// and index dim a case draws): a 16k-token read case takes it millions of times, and two heap
+/// allocations a call were a fifth of its time.
+constexpr std::size_t kStackGroups = 512;
+
+}  // namespace
+
+float tree_sum(std::span<const float> x) {
+  std::size_t m = 1;
+  while (m < x.size()) m *= 2;
+  std::vector<float> v(m);
+  std::copy(x.begin(), x.end(), v.begin());
+  return tree_sum_in_place(v.data(), x.size());
+}
+
+// On x86-64 a second copy of the function is built for CPUs with FMA (chosen when the program
+// loads): there std::fma is one instruction, not a call into libm. Both round each fma once, as
+// IEEE-754 requires, so both give the same bits (and -ffp-contract=off keeps the compiler from
+// fusing anything else).
+KVO_FMA_CLONES float canonical_dot(std::span<const float> a, std::span<const float> b) {
   const std::size_t groups = a.size() / 8;
-  std::vector<float> partial(groups);
+  std::array<float, kStackGroups> on_stack;
+  std::vector<float> on_heap;
+  float* partial = on_stack.data();
+  if (std::bit_ceil(groups) > kStackGroups) {
+    on_heap.resize(std::bit_ceil(groups));
+    partial = on_heap.data();
+  }
   for (std::size_t g = 0; g < groups; ++g) {
     float acc = 0.0f;
     for (std::size_t i = 8 * g; i < 8 * g + 8; ++i) acc = std::fma(a[i], b[i], acc);
     partial[g] = acc;
   }
-  return tree_sum(partial);
+  return tree_sum_in_place(partial, groups);
 }
 
-float canonical_exp2(float y) {
+KVO_FMA_CLONES float canonical_exp2(float y) {
   if (std::isnan(y)) return y;
   if (y < -126.0f) return 0.0f;  // -inf included
   if (y > 127.0f) return float_of(0x7F800000u);

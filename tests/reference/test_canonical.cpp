@@ -32,6 +32,30 @@ TEST(CanonicalDot, GroupsOfEightWithFmaThenTree) {
   EXPECT_EQ(canonical_dot(a, b), 16777216.0f + 8.0f);
 }
 
+// The group results are kept on the stack up to 512 groups and on the heap past them, padded with
+// +0 to a power of two: on either side of that edge, and for group counts that need padding, the
+// dot is the spec's sequence written out here, bit for bit.
+TEST(CanonicalDot, EqualsTheSpecsSequenceOnEitherSideOfTheStackBuffer) {
+  for (const std::size_t groups : {std::size_t{1}, std::size_t{3}, std::size_t{511},
+                                   std::size_t{512}, std::size_t{513}, std::size_t{1500}}) {
+    std::vector<float> a(8 * groups), b(8 * groups);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      // Values of many magnitudes and both signs, so that every rounding shows.
+      a[i] = std::ldexp(static_cast<float>((i * 2654435761u) % 2001) - 1000.0f,
+                        static_cast<int>(i % 23) - 11);
+      b[i] = std::ldexp(static_cast<float>((i * 40503u) % 1999) - 999.0f,
+                        static_cast<int>(i % 17) - 8);
+    }
+    std::vector<float> results(groups);
+    for (std::size_t g = 0; g < groups; ++g) {
+      float acc = 0.0f;
+      for (std::size_t i = 8 * g; i < 8 * g + 8; ++i) acc = std::fma(a[i], b[i], acc);
+      results[g] = acc;
+    }
+    EXPECT_EQ(bits_of(canonical_dot(a, b)), bits_of(tree_sum(results))) << groups << " groups";
+  }
+}
+
 TEST(CanonicalExp, HandValues) {
   EXPECT_EQ(canonical_exp2(0.0f), 1.0f);
   EXPECT_EQ(canonical_exp2(1.0f), 2.0f);
