@@ -536,8 +536,9 @@ CheckReport Campaign::run(const Progress& progress) {
   //
   // Device lanes (CheckOptions::device_lanes): where every subject and answerer of the resident
   // kinds launches statelessly on the stream it is handed, the cases' device work runs on several
-  // threads at once, each with its own stream and pool: a case of gigabytes (device_heavy) on lane
-  // 0, whose pool keeps the copies, the others on lanes 1.. in turn.
+  // threads at once, each with its own stream and pool: a case of gigabytes (device_heavy) on a
+  // heavy lane (lane 0; with heavy_lanes 2 also lane 1), whose pool keeps the copies, the others
+  // on the rest in turn.
   const bool lanes_apply =
       !resident_kinds.empty() && o_.device_lanes > 1 &&
       std::all_of(rows_.begin(), rows_.end(), [&](const Row& r) {
@@ -590,7 +591,7 @@ CheckReport Campaign::run(const Progress& progress) {
     }
     if (every_thread) tier_.on_each_thread([] { gpu::release_idle_blocks(); });
   };
-  // The copies kept on the thread that judges the heavy cases (lane 0, or this one), made and
+  // The copies kept on a thread that judges the heavy cases (a heavy lane, or this one), made and
   // ended there (gpu::KeepLargeBlocks belongs to its thread's pool).
   struct KeptCopies {
     OneThread* on = nullptr;
