@@ -15,28 +15,6 @@ using spec::Saturation;
 constexpr std::uint32_t kAbsMask = 0x7FFFFFFFu;
 constexpr std::uint32_t kInfBits = 0x7F800000u;
 
-/// Rounds the 24-bit significand m (implicit bit included) right by `shift` bits, to nearest even.
-std::uint32_t round_shift_rne(std::uint32_t m, int shift) {
-  if (shift <= 0) return m << -shift;
-  if (shift >= 25) return 0;  // m < 2^24 <= half: rounds to zero
-  const std::uint32_t q = m >> shift;
-  const std::uint32_t rem = m & ((1u << shift) - 1u);
-  const std::uint32_t half = 1u << (shift - 1);
-  return (rem > half || (rem == half && (q & 1u))) ? q + 1u : q;
-}
-
-/// An fp8 format: mantissa bits, minimum normal exponent, largest finite magnitude code.
-struct Fp8Format {
-  int mantissa_bits;
-  int emin;
-  std::uint8_t max_finite;    ///< 0x7E (448) or 0x7B (57344)
-  std::uint8_t nosat_result;  ///< magnitude code of an overflow without saturation: NaN or inf
-};
-constexpr Fp8Format kE4M3{3, -6, 0x7E, 0x7F};
-constexpr Fp8Format kE5M2{2, -14, 0x7B, 0x7C};
-
-const Fp8Format& fp8_format(DType t) { return t == DType::kFp8E5M2 ? kE5M2 : kE4M3; }
-
 }  // namespace
 
 std::uint16_t f32_to_f16(float x) {
@@ -49,7 +27,7 @@ std::uint16_t f32_to_f16(float x) {
   const int e = static_cast<int>(a >> 23) - 127;
   const std::uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
   const int target = e < -14 ? -14 : e;  // fp16 subnormals share the quantum of the first binade
-  const std::uint32_t q = round_shift_rne(m, target - e + 13);
+  const std::uint32_t q = detail::round_shift_rne(m, target - e + 13);
   return static_cast<std::uint16_t>(sign | ((static_cast<std::uint32_t>(target + 14) << 10) + q));
 }
 
@@ -76,75 +54,6 @@ float f16_to_f32(std::uint16_t h) {
     return t;
   }();
   return kValues[h];
-}
-
-std::uint8_t f32_to_fp8(float x, DType format, Saturation sat) {
-  const Fp8Format& f = fp8_format(format);
-  const std::uint32_t u = bits_of(x);
-  const std::uint32_t a = u & kAbsMask;
-  const std::uint8_t sign = static_cast<std::uint8_t>((u >> 24) & 0x80u);
-  if (a > kInfBits) return sat == Saturation::kTorch ? (sign | 0x7F) : 0x7F;
-  std::uint32_t code = 0;
-  if (a == kInfBits) {
-    code = 0x100;  // beyond every finite code: overflow
-  } else if ((a >> 23) != 0) {
-    const int e = static_cast<int>(a >> 23) - 127;
-    if (e > 16) {
-      code = 0x100;  // above 2^16 > 57344: overflow in both formats
-    } else {
-      const std::uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
-      const int target = e < f.emin ? f.emin : e;
-      const std::uint32_t q = round_shift_rne(m, target - e + 23 - f.mantissa_bits);
-      // q is the magnitude in quanta 2^(target - M); the code of the first binade and of the
-      // subnormals is q itself, and a carry out of the mantissa moves to the next binade.
-      code = (static_cast<std::uint32_t>(target - f.emin) << f.mantissa_bits) + q;
-    }
-  }  // float32 subnormals: code 0 (signed zero)
-  if (code > f.max_finite) {
-    return sign | (sat == Saturation::kSatFinite ? f.max_finite : f.nosat_result);
-  }
-  return static_cast<std::uint8_t>(sign | code);
-}
-
-namespace {
-
-/// SPEC 2's decoding of an fp8 code, as the spec writes it; fp8_to_f32 looks its results up.
-float fp8_value(std::uint8_t code, DType format) {
-  const bool negative = (code & 0x80u) != 0;
-  float mag;
-  if (format == DType::kFp8E4M3) {
-    if ((code & 0x7Fu) == 0x7Fu) return float_of(0x7FFFFFFFu);
-    const int e = (code >> 3) & 0xF;
-    const int m = code & 0x7;
-    mag = e == 0 ? std::ldexp(static_cast<float>(m), -9)
-                 : std::ldexp(static_cast<float>(8 + m), e - 10);
-  } else {
-    const int e = (code >> 2) & 0x1F;
-    const int m = code & 0x3;
-    if (e == 0x1F) {
-      if (m != 0) return float_of(0x7FFFFFFFu);
-      mag = float_of(kInfBits);
-    } else {
-      mag = e == 0 ? std::ldexp(static_cast<float>(m), -16)
-                   : std::ldexp(static_cast<float>(4 + m), e - 17);
-    }
-  }
-  return negative ? -mag : mag;
-}
-
-}  // namespace
-
-float fp8_to_f32(std::uint8_t code, DType format) {
-  // Every code of both formats decoded once, by the formula: [e4m3, e5m2][code].
-  static const std::array<std::array<float, 256>, 2> kValues = [] {
-    std::array<std::array<float, 256>, 2> t{};
-    for (std::uint32_t c = 0; c < 256; ++c) {
-      t[0][c] = fp8_value(static_cast<std::uint8_t>(c), DType::kFp8E4M3);
-      t[1][c] = fp8_value(static_cast<std::uint8_t>(c), DType::kFp8E5M2);
-    }
-    return t;
-  }();
-  return kValues[format == DType::kFp8E4M3 ? 0 : 1][code];
 }
 
 std::vector<std::uint32_t> admissible_kv_codes(float x, float s, const spec::KvQuant& q,

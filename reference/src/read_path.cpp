@@ -116,6 +116,10 @@ TopkSelection indexer_topk(const spec::ModelConfig& c, const spec::IndexerParams
   sel.scores.assign(static_cast<std::size_t>(tq * nkv * lanes * sel.max_blocks), -INFINITY);
   sel.n_valid.assign(static_cast<std::size_t>(tq), 0);
 
+  // The index-K rows of the request being read, t = 0, 1, ...: its query rows come in turn, each
+  // seeing the rows t <= p of its position p, so each row is read once a request.
+  std::int64_t ik_request = -1;
+  std::vector<std::vector<float>> ik;
   for (std::int64_t q = 0; q < tq; ++q) {
     const QueryRow& row = rows[static_cast<std::size_t>(q)];
     if (b.seq_lens[static_cast<std::size_t>(row.request)] == 0) continue;  // padded row: all -1
@@ -123,9 +127,12 @@ TopkSelection indexer_topk(const spec::ModelConfig& c, const spec::IndexerParams
     const std::int64_t n_valid = n_valid_blocks(pos, p.sparse_block);
     sel.n_valid[static_cast<std::size_t>(q)] = n_valid;
     // The index-K rows this query may see, t <= p.
-    std::vector<std::vector<float>> ik(static_cast<std::size_t>(pos + 1));
-    for (std::int64_t t = 0; t <= pos; ++t)
-      ik[static_cast<std::size_t>(t)] = read_index_k(c, b, caches, row.request, t);
+    if (row.request != ik_request) {
+      ik.clear();
+      ik_request = row.request;
+    }
+    for (auto t = static_cast<std::int64_t>(ik.size()); t <= pos; ++t)
+      ik.push_back(read_index_k(c, b, caches, row.request, t));
 
     for (std::int64_t g = 0; g < nkv; ++g) {
       // The score rows of KV head g, [lanes][n_valid]: under max one, the max over the group's

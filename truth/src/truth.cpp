@@ -287,13 +287,21 @@ ScoreTruth indexer_truth(const spec::ModelConfig& c, const spec::IndexerParams& 
   ScoreTruth truth;
   truth.scores.assign(static_cast<std::size_t>(tq * nkv * lanes * max_blocks), -INFINITY);
   truth.bound.assign(truth.scores.size(), 0.0);
+  // The index-K rows of the request being read, t = 0, 1, ...: each read once a request (its
+  // query rows see the rows t <= p of their positions p).
+  std::int64_t ik_request = -1;
+  std::vector<Eigen::VectorXd> ik;
   for (std::int64_t qi = 0; qi < tq; ++qi) {
     const QueryRow& row = rows[static_cast<std::size_t>(qi)];
     if (b.seq_lens[static_cast<std::size_t>(row.request)] == 0) continue;
     const std::int64_t n_valid = reference::n_valid_blocks(row.position, p.sparse_block);
-    std::vector<Eigen::VectorXd> ik, iq;
-    for (std::int64_t t = 0; t <= row.position; ++t)
+    if (row.request != ik_request) {
+      ik.clear();
+      ik_request = row.request;
+    }
+    for (auto t = static_cast<std::int64_t>(ik.size()); t <= row.position; ++t)
       ik.push_back(widen(reference::read_index_k(c, b, caches, row.request, t)));
+    std::vector<Eigen::VectorXd> iq;
     for (std::int64_t h = 0; h < p.num_index_heads; ++h)
       iq.push_back(widen(row_of(index_q, reference::head_row(qi, h, p.num_index_heads), dim)));
     for (std::int64_t r = 0; r < nkv * lanes; ++r) {

@@ -5,6 +5,7 @@
 /// modes, `via_model_dtype`, and the 128-group block scale with and without ue8m0. Integer-only
 /// rounding: every narrowing rounds once, to nearest even, directly from the float32 value.
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -43,14 +44,108 @@ std::uint16_t f32_to_f16(float x);
 /// fp16 bits -> float32, exact; any NaN -> 0x7FFFFFFF.
 float f16_to_f32(std::uint16_t h);
 
+namespace detail {
+
+/// Rounds the 24-bit significand m (implicit bit included) right by `shift` bits, to nearest even.
+inline std::uint32_t round_shift_rne(std::uint32_t m, int shift) {
+  if (shift <= 0) return m << -shift;
+  if (shift >= 25) return 0;  // m < 2^24 <= half: rounds to zero
+  const std::uint32_t q = m >> shift;
+  const std::uint32_t rem = m & ((1u << shift) - 1u);
+  const std::uint32_t half = 1u << (shift - 1);
+  return (rem > half || (rem == half && (q & 1u))) ? q + 1u : q;
+}
+
+/// An fp8 format: mantissa bits, minimum normal exponent, largest finite magnitude code.
+struct Fp8Format {
+  int mantissa_bits;
+  int emin;
+  std::uint8_t max_finite;    ///< 0x7E (448) or 0x7B (57344)
+  std::uint8_t nosat_result;  ///< magnitude code of an overflow without saturation: NaN or inf
+};
+inline constexpr Fp8Format kE4M3{3, -6, 0x7E, 0x7F};
+inline constexpr Fp8Format kE5M2{2, -14, 0x7B, 0x7C};
+
+/// 2^e, exactly (|e| < 126), in a constant expression: std::ldexp is not constexpr in C++20.
+constexpr float exp2_exact(int e) {
+  float v = 1.0f;
+  for (; e > 0; --e) v *= 2.0f;
+  for (; e < 0; ++e) v *= 0.5f;
+  return v;
+}
+
+/// SPEC 2's decoding of an fp8 code, as the spec writes it; fp8_to_f32 looks its results up.
+constexpr float fp8_value(std::uint8_t code, spec::DType format) {
+  const bool negative = (code & 0x80u) != 0;
+  float mag = 0.0f;
+  if (format == spec::DType::kFp8E4M3) {
+    if ((code & 0x7Fu) == 0x7Fu) return std::bit_cast<float>(0x7FFFFFFFu);
+    const int e = (code >> 3) & 0xF;
+    const int m = code & 0x7;
+    mag = e == 0 ? static_cast<float>(m) * exp2_exact(-9)
+                 : static_cast<float>(8 + m) * exp2_exact(e - 10);
+  } else {
+    const int e = (code >> 2) & 0x1F;
+    const int m = code & 0x3;
+    if (e == 0x1F) {
+      if (m != 0) return std::bit_cast<float>(0x7FFFFFFFu);
+      mag = std::bit_cast<float>(0x7F800000u);
+    } else {
+      mag = e == 0 ? static_cast<float>(m) * exp2_exact(-16)
+                   : static_cast<float>(4 + m) * exp2_exact(e - 17);
+    }
+  }
+  return negative ? -mag : mag;
+}
+
+/// Every code of both formats decoded once, by the formula, at compile time: [e4m3, e5m2][code].
+inline constexpr std::array<std::array<float, 256>, 2> kFp8Values = [] {
+  std::array<std::array<float, 256>, 2> t{};
+  for (std::uint32_t c = 0; c < 256; ++c) {
+    t[0][c] = fp8_value(static_cast<std::uint8_t>(c), spec::DType::kFp8E4M3);
+    t[1][c] = fp8_value(static_cast<std::uint8_t>(c), spec::DType::kFp8E5M2);
+  }
+  return t;
+}();
+
+}  // namespace detail
+
 /// float32 -> fp8 code (format kFp8E4M3 or kFp8E5M2). One RNE rounding from the float32 value;
 /// overflow and NaN per `sat` (fp8_spec.md 4a):
 ///   satfinite: overflow and +-inf -> +-max finite; NaN -> 0x7F.
 ///   nosat:     overflow and +-inf -> e4m3 +-NaN (0x7F|s), e5m2 +-inf; NaN -> 0x7F.
 ///   torch:     as nosat, but a NaN input keeps its sign (0xFF for -NaN).
-std::uint8_t f32_to_fp8(float x, spec::DType format, spec::Saturation sat);
+inline std::uint8_t f32_to_fp8(float x, spec::DType format, spec::Saturation sat) {
+  const detail::Fp8Format& f = format == spec::DType::kFp8E5M2 ? detail::kE5M2 : detail::kE4M3;
+  const std::uint32_t u = bits_of(x);
+  const std::uint32_t a = u & 0x7FFFFFFFu;
+  const std::uint8_t sign = static_cast<std::uint8_t>((u >> 24) & 0x80u);
+  if (a > 0x7F800000u) return sat == spec::Saturation::kTorch ? (sign | 0x7F) : 0x7F;
+  std::uint32_t code = 0;
+  if (a == 0x7F800000u) {
+    code = 0x100;  // beyond every finite code: overflow
+  } else if ((a >> 23) != 0) {
+    const int e = static_cast<int>(a >> 23) - 127;
+    if (e > 16) {
+      code = 0x100;  // above 2^16 > 57344: overflow in both formats
+    } else {
+      const std::uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
+      const int target = e < f.emin ? f.emin : e;
+      const std::uint32_t q = detail::round_shift_rne(m, target - e + 23 - f.mantissa_bits);
+      // q is the magnitude in quanta 2^(target - M); the code of the first binade and of the
+      // subnormals is q itself, and a carry out of the mantissa moves to the next binade.
+      code = (static_cast<std::uint32_t>(target - f.emin) << f.mantissa_bits) + q;
+    }
+  }  // float32 subnormals: code 0 (signed zero)
+  if (code > f.max_finite) {
+    return sign | (sat == spec::Saturation::kSatFinite ? f.max_finite : f.nosat_result);
+  }
+  return static_cast<std::uint8_t>(sign | code);
+}
 /// fp8 code -> float32, exact; NaN codes -> 0x7FFFFFFF; e5m2 infinities keep their sign.
-float fp8_to_f32(std::uint8_t code, spec::DType format);
+inline float fp8_to_f32(std::uint8_t code, spec::DType format) {
+  return detail::kFp8Values[format == spec::DType::kFp8E4M3 ? 0 : 1][code];
+}
 
 /// float32 -> one element of `dtype`, returned as its code in the low bytes (f32 bits, 16-bit or
 /// 8-bit code). `sat` applies to fp8 only.
