@@ -106,11 +106,15 @@ void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& w,
     const std::int64_t b = islot / g.block_size;
     const std::int64_t o = islot % g.block_size;
     std::uint8_t* dst = buffer(caches, BufferKind::kIndexK).body();
+    // SPEC 3: d is the innermost, contiguous term of an index-K value's offset in both layouts, so
+    // value d of the row is at index_value_byte(b, o, 0) + d elements.
+    std::uint8_t* row = dst + layout.index_value_byte(b, o, 0);
     if (config.index.layout == spec::IndexLayout::kFlat) {
+      const auto eb = static_cast<std::int64_t>(spec::dtype_bytes(config.index.flat_dtype));
       for (std::int64_t d = 0; d < g.index_dim; ++d) {
         const float x = source_value(w.index_k, t * g.index_dim + d);
         const std::uint32_t code = encode(x, config.index.flat_dtype, config.kv.saturation);
-        store_code(code, config.index.flat_dtype, dst + layout.index_value_byte(b, o, d));
+        store_code(code, config.index.flat_dtype, row + d * eb);
       }
     } else {
       // Block scale: per token and per 128-element group, one fp32 scale and 128 fp8 codes.
@@ -122,10 +126,7 @@ void write_layer(const spec::ModelConfig& config, const spec::LayerWrite& w,
               source_value(w.index_k, t * g.index_dim + gi * spec::kScaleGroup + i);
         }
         const float s = quantize_group_blockscale(group, config.index, codes);
-        for (std::int64_t i = 0; i < spec::kScaleGroup; ++i) {
-          dst[layout.index_value_byte(b, o, gi * spec::kScaleGroup + i)] =
-              codes[static_cast<std::size_t>(i)];
-        }
+        std::copy(codes.begin(), codes.end(), row + gi * spec::kScaleGroup);
         store_code(bits_of(s), spec::DType::kF32, dst + layout.index_scale_byte(b, o, gi));
       }
     }

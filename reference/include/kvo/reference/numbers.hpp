@@ -128,13 +128,19 @@ inline std::uint8_t f32_to_fp8(float x, spec::DType format, spec::Saturation sat
     const int e = static_cast<int>(a >> 23) - 127;
     if (e > 16) {
       code = 0x100;  // above 2^16 > 57344: overflow in both formats
+    } else if (e >= f.emin) {
+      // A normal code: the float32 bits with the exponent rebiased (field e - emin + 1), cut to M
+      // mantissa bits, to nearest even: half a quantum less one, plus the kept part's low bit,
+      // added below the cut (no branch on the data). A carry out of the mantissa moves to the
+      // next binade, past the largest finite code to an overflow.
+      const int cut = 23 - f.mantissa_bits;
+      const std::uint32_t rebiased = a - (static_cast<std::uint32_t>(126 + f.emin) << 23);
+      code = (rebiased + ((1u << (cut - 1)) - 1u) + ((rebiased >> cut) & 1u)) >> cut;
     } else {
+      // A subnormal code (or zero): the magnitude in quanta 2^(emin - M), the code itself; a
+      // carry to 2^M is the first normal code.
       const std::uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
-      const int target = e < f.emin ? f.emin : e;
-      const std::uint32_t q = detail::round_shift_rne(m, target - e + 23 - f.mantissa_bits);
-      // q is the magnitude in quanta 2^(target - M); the code of the first binade and of the
-      // subnormals is q itself, and a carry out of the mantissa moves to the next binade.
-      code = (static_cast<std::uint32_t>(target - f.emin) << f.mantissa_bits) + q;
+      code = detail::round_shift_rne(m, f.emin - e + 23 - f.mantissa_bits);
     }
   }  // float32 subnormals: code 0 (signed zero)
   if (code > f.max_finite) {
