@@ -39,10 +39,6 @@ inline std::uint16_t f32_to_bf16(float x) {
 }
 /// bf16 bits -> float32, exact (NaN sign and payload preserved).
 inline float bf16_to_f32(std::uint16_t b) { return float_of(static_cast<std::uint32_t>(b) << 16); }
-/// float32 -> fp16 bits, RNE with gradual underflow; |x| >= 65520 -> inf; any NaN -> 0x7FFF.
-std::uint16_t f32_to_f16(float x);
-/// fp16 bits -> float32, exact; any NaN -> 0x7FFFFFFF.
-float f16_to_f32(std::uint16_t h);
 
 namespace detail {
 
@@ -109,6 +105,36 @@ inline constexpr std::array<std::array<float, 256>, 2> kFp8Values = [] {
 }();
 
 }  // namespace detail
+
+/// float32 -> fp16 bits, RNE with gradual underflow; |x| >= 65520 -> inf; any NaN -> 0x7FFF.
+inline std::uint16_t f32_to_f16(float x) {
+  const std::uint32_t u = bits_of(x);
+  const std::uint32_t a = u & 0x7FFFFFFFu;
+  const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+  if (a > 0x7F800000u) return 0x7FFF;
+  if (a >= 0x477FF000u) return sign | 0x7C00;  // rounds to 65536 or beyond: infinity
+  if ((a >> 23) == 0) return sign;             // float32 subnormals are below half of 2^-24
+  const int e = static_cast<int>(a >> 23) - 127;
+  if (e >= -14) {
+    // A normal code: the exponent rebiased (15 for 127), 13 mantissa bits cut to nearest even by
+    // the bias trick (f32_to_fp8's); below 65520 no carry reaches the infinity.
+    const std::uint32_t rebiased = a - (112u << 23);
+    return static_cast<std::uint16_t>(sign | ((rebiased + 0xFFFu + ((rebiased >> 13) & 1u)) >> 13));
+  }
+  // A subnormal code (or zero): the magnitude in quanta 2^-24; a carry to 2^10 is the first normal.
+  const std::uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
+  return static_cast<std::uint16_t>(sign | detail::round_shift_rne(m, -14 - e + 13));
+}
+/// fp16 bits -> float32, exact; any NaN -> 0x7FFFFFFF.
+inline float f16_to_f32(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1Fu;
+  const std::uint32_t man = h & 0x3FFu;
+  if (exp == 0x1F) return man != 0 ? float_of(0x7FFFFFFFu) : float_of(sign | 0x7F800000u);
+  // A subnormal is man * 2^-24 (exact in float32); a normal keeps its mantissa, exponent rebiased.
+  if (exp == 0) return float_of(sign | bits_of(static_cast<float>(man) * 0x1p-24f));
+  return float_of(sign | ((exp + 112u) << 23) | (man << 13));
+}
 
 /// float32 -> fp8 code (format kFp8E4M3 or kFp8E5M2). One RNE rounding from the float32 value;
 /// overflow and NaN per `sat` (fp8_spec.md 4a):
