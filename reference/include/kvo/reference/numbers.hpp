@@ -28,19 +28,15 @@ static_assert(std::endian::native == std::endian::little, "kvoracle assumes a li
 inline std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
 inline float float_of(std::uint32_t bits) { return std::bit_cast<float>(bits); }
 
-/// float32 -> bf16 bits, RNE; overflow to infinity through the carry; any NaN -> 0x7FFF.
-inline std::uint16_t f32_to_bf16(float x) {
-  const std::uint32_t u = bits_of(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFF;
-  std::uint32_t r = u >> 16;
-  const std::uint32_t rem = u & 0xFFFFu;
-  if (rem > 0x8000u || (rem == 0x8000u && (r & 1u))) ++r;  // a carry into the exponent is correct
-  return static_cast<std::uint16_t>(r);
-}
-/// bf16 bits -> float32, exact (NaN sign and payload preserved).
-inline float bf16_to_f32(std::uint16_t b) { return float_of(static_cast<std::uint32_t>(b) << 16); }
-
 namespace detail {
+
+/// `bits` without their `cut` low bits, rounded to nearest even with no branch on the data: half a
+/// quantum less one, plus the kept part's low bit, added below the cut (so a tie rounds up from an
+/// odd kept part only). A carry out of a mantissa moves into the exponent above it: the next
+/// binade, or past the largest finite value to an overflow.
+inline std::uint32_t cut_rne(std::uint32_t bits, int cut) {
+  return (bits + ((1u << (cut - 1)) - 1u) + ((bits >> cut) & 1u)) >> cut;
+}
 
 /// Rounds the 24-bit significand m (implicit bit included) right by `shift` bits, to nearest even.
 inline std::uint32_t round_shift_rne(std::uint32_t m, int shift) {
@@ -106,6 +102,15 @@ inline constexpr std::array<std::array<float, 256>, 2> kFp8Values = [] {
 
 }  // namespace detail
 
+/// float32 -> bf16 bits, RNE; overflow to infinity through the carry; any NaN -> 0x7FFF.
+inline std::uint16_t f32_to_bf16(float x) {
+  const std::uint32_t u = bits_of(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFF;
+  return static_cast<std::uint16_t>(detail::cut_rne(u, 16));
+}
+/// bf16 bits -> float32, exact (NaN sign and payload preserved).
+inline float bf16_to_f32(std::uint16_t b) { return float_of(static_cast<std::uint32_t>(b) << 16); }
+
 /// float32 -> fp16 bits, RNE with gradual underflow; |x| >= 65520 -> inf; any NaN -> 0x7FFF.
 inline std::uint16_t f32_to_f16(float x) {
   const std::uint32_t u = bits_of(x);
@@ -116,10 +121,9 @@ inline std::uint16_t f32_to_f16(float x) {
   if ((a >> 23) == 0) return sign;             // float32 subnormals are below half of 2^-24
   const int e = static_cast<int>(a >> 23) - 127;
   if (e >= -14) {
-    // A normal code: the exponent rebiased (15 for 127), 13 mantissa bits cut to nearest even by
-    // the bias trick (f32_to_fp8's); below 65520 no carry reaches the infinity.
-    const std::uint32_t rebiased = a - (112u << 23);
-    return static_cast<std::uint16_t>(sign | ((rebiased + 0xFFFu + ((rebiased >> 13) & 1u)) >> 13));
+    // A normal code: the exponent rebiased (15 for 127), 13 mantissa bits cut; below 65520 no
+    // carry reaches the infinity.
+    return static_cast<std::uint16_t>(sign | detail::cut_rne(a - (112u << 23), 13));
   }
   // A subnormal code (or zero): the magnitude in quanta 2^-24; a carry to 2^10 is the first normal.
   const std::uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
@@ -156,12 +160,9 @@ inline std::uint8_t f32_to_fp8(float x, spec::DType format, spec::Saturation sat
       code = 0x100;  // above 2^16 > 57344: overflow in both formats
     } else if (e >= f.emin) {
       // A normal code: the float32 bits with the exponent rebiased (field e - emin + 1), cut to M
-      // mantissa bits, to nearest even: half a quantum less one, plus the kept part's low bit,
-      // added below the cut (no branch on the data). A carry out of the mantissa moves to the
-      // next binade, past the largest finite code to an overflow.
-      const int cut = 23 - f.mantissa_bits;
+      // mantissa bits; a carry past the largest finite code is an overflow.
       const std::uint32_t rebiased = a - (static_cast<std::uint32_t>(126 + f.emin) << 23);
-      code = (rebiased + ((1u << (cut - 1)) - 1u) + ((rebiased >> cut) & 1u)) >> cut;
+      code = detail::cut_rne(rebiased, 23 - f.mantissa_bits);
     } else {
       // A subnormal code (or zero): the magnitude in quanta 2^(emin - M), the code itself; a
       // carry to 2^M is the first normal code.
