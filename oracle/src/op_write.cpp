@@ -292,7 +292,7 @@ class WriteDriver final : public OpDriver {
       // from its bytes there, by the sets.
       if (!judged.empty() && total(diffs) > 0 &&
           total(device->compare(w, /*whole=*/false)) == total(diffs)) {
-        out.push_back(judge_device_bytes(c, *device, w, judged));
+        out.push_back(judge_device_bytes(c, *device, w, judged, compared));
         continue;
       }
       for (std::size_t l = 0; l < diffs.size(); ++l) {
@@ -632,10 +632,15 @@ class WriteDriver final : public OpDriver {
   /// Writer `writer`'s device copy of a case that carries the CPU reference's answer, judged as
   /// `run` judges a host run (by the sets where the contract admits several codes): the bytes of
   /// `ranges` (judged_ranges) downloaded here, the diff left to Verdict::finish (no device).
+  /// `compared`: the bytes the device compared first (every byte of the allocations, equal
+  /// outside `ranges`), what the verdict counts whichever way the copy is judged: a racing
+  /// subject's copy may equal the answerer's in one run and differ in the next.
   static Verdict judge_device_bytes(const WritePrepared& c, ResidentWrites& device,
-                                    std::size_t writer, const std::vector<BufferBytes>& ranges) {
+                                    std::size_t writer, const std::vector<BufferBytes>& ranges,
+                                    std::int64_t compared) {
     auto actual = std::make_shared<std::vector<spec::LayerCaches>>(c.poisoned);
     Verdict v;
+    v.bytes_compared = compared;
     v.outcome = run_guarded(
         [&] {
           device.download(writer, ranges, *actual);
@@ -643,9 +648,10 @@ class WriteDriver final : public OpDriver {
         },
         v.report);
     if (v.outcome != spec::Outcome::kPass) return v;
-    v.finish = [&c, actual] {
+    v.finish = [&c, actual, compared] {
       Verdict f;
       f.outcome = run_guarded([&] { return diff_against_expected(c, *actual, 1, f); }, f.report);
+      f.bytes_compared = compared;
       return f;
     };
     return v;
