@@ -20,6 +20,8 @@
 # campaign over jobs, and over GPUs: check --gpus all), tier (the GPU reference tier against the CPU's), mutants, peer (kvoracle's
 # fused write against the Triton peer, bench/bench_write_peer.py), python, example, modes.
 # KVO_TEST_FILTER and KVO_SAN_FILTER narrow the tests and sanitizer stages (gtest filters);
+# KVO_SAN_TOOLS (default "memcheck racecheck") and KVO_SAN_LIMIT_S (default 150 s a tool) the
+# sanitizer stage's tools and each one's limit (racecheck to its end: racecheck alone, 540 s);
 # KVO_TIER_PARTS the tier stage's parts (writes, write-campaign, replay, prod, reads; default all);
 # --stage with KVO_STAGE_BENCH=1 stages only what the bench, profile and peer stages use;
 # --stage with KVO_STAGE_LEAN=1 leaves out the example stage's binaries and puts what only the
@@ -220,19 +222,19 @@ fi
 # faults' campaign (77 s under it, and write kernels without shared memory), which kept it from
 # reaching the indexer's and attention's tests in its budget.
 SAN_FILTER=${KVO_SAN_FILTER:-'Shards/RandomCases.GpuMatchesReference/0:PlantedBug.*:BadInput.*:LegacyWrap.*:DenseInsert.*:Shards/GpuRead.*/0:GpuReadBadInput.*:SpecialisedAttention.*:FusedIndexer.*:GpuBlockTopk.TheOneLaunch*:GpuFlash.Decode*'}
-san_errors() { grep -oE '(ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors)' "$1" | tail -1 | grep -oE '[0-9]+'; }
+san_errors() { [[ -f $1 ]] && grep -oE '(ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors)' "$1" | tail -1 | grep -oE '[0-9]+'; }
 if want sanitizers; then
-for tool in memcheck racecheck; do
+for tool in ${KVO_SAN_TOOLS:-memcheck racecheck}; do
   filter=$SAN_FILTER
   [[ $tool == memcheck ]] && filter="$SAN_FILTER:SpecialisedWrite.*:ReferenceTierReads.TheGpu*:ReferenceTierReads.TheResident*"
   [[ $tool == racecheck && -z ${KVO_SAN_FILTER:-} ]] && filter="$SAN_FILTER-PlantedBug.CampaignCatchesEachWriteFault"
-  KVO_GPU_CASES=$SAN_CASES KVO_SPECIALISED_MAX_TOKENS=40 KVO_DENSE_CASES=10 KVO_GPU_READ_CASES=4 KVO_GPU_READ_LONG=0 KVO_TIER_READ_CASES=12 KVO_GPU_FLASH_DECODE_SPARSE_BLOCKS=1 timeout $(budget 150) compute-sanitizer --tool $tool --print-limit 20 \
+  KVO_GPU_CASES=$SAN_CASES KVO_SPECIALISED_MAX_TOKENS=40 KVO_DENSE_CASES=10 KVO_GPU_READ_CASES=4 KVO_GPU_READ_LONG=0 KVO_TIER_READ_CASES=12 KVO_GPU_FLASH_DECODE_SPARSE_BLOCKS=1 timeout $(budget ${KVO_SAN_LIMIT_S:-150}) compute-sanitizer --tool $tool --print-limit 20 \
     "$BIN/test_gpu_write" --gtest_filter="$filter" >"$LOGS/sanitizer_$tool.log" 2>&1
   echo "exit $?" >>"$LOGS/sanitizer_$tool.log"
 done
 MEMCHECK=$(san_errors "$LOGS/sanitizer_memcheck.log"); RACECHECK=$(san_errors "$LOGS/sanitizer_racecheck.log")
-MEMCHECK_TESTS=$(grep -c '^\[       OK \]' "$LOGS/sanitizer_memcheck.log")
-RACECHECK_TESTS=$(grep -c '^\[       OK \]' "$LOGS/sanitizer_racecheck.log")
+MEMCHECK_TESTS=$(grep -sc '^\[       OK \]' "$LOGS/sanitizer_memcheck.log")
+RACECHECK_TESTS=$(grep -sc '^\[       OK \]' "$LOGS/sanitizer_racecheck.log")
 T_SAN=$(($(date +%s) - START))
 fi
 
