@@ -144,7 +144,7 @@ oracle::CheckOptions attention_options() {
   o.ops = {spec::Op::kAttention};
   o.cases = 100;
   // The dimensions read and write cases share (layout, cache dtype, block size, heads) are set
-  // where the command line sets them, so that the reproduce line carries them.
+  // where the command line sets them.
   o.overrides.write.layout = spec::KvLayout::kNhd;
   o.overrides.write.kv_dtype = spec::DType::kBF16;
   return o;
@@ -162,10 +162,11 @@ TEST(MyAttention, PlantedBugFails) {
   EXPECT_NE(m.find("result: mismatch"), std::string::npos) << m;
   EXPECT_NE(m.find(" seed 0x"), std::string::npos) << m;
   EXPECT_NE(m.find("first: query "), std::string::npos) << m;  // the first element past its bound
-  EXPECT_NE(m.find("--ops attention --kv-dtype bf16 --layout nhd"), std::string::npos) << m;
   EXPECT_NE(m.find("reproduce in this test (my-attention-bug, attention): KVO_CASE_SEED=0x"),
             std::string::npos)
       << m;
+  // The shrunk case replays in this test too: its seed and the shrinking steps it took.
+  EXPECT_NE(m.find("KVO_CASE_REDUCTIONS=attention:"), std::string::npos) << m;
 }
 
 }  // namespace

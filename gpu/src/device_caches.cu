@@ -237,12 +237,12 @@ void DeviceCacheMirror::download(spec::LayerCaches& caches) const {
       const auto body_start = static_cast<std::int64_t>(impl_->offsets[i]) + b.guard_bytes;
       char value[8];
       std::snprintf(value, sizeof value, "0x%02X", gap[k]);
-      throw spec::FailedToRun("wrote outside every cache buffer and its guard bands: " +
-                              std::string(spec::name_of(b.kind)) + " body byte " +
-                              std::to_string(static_cast<std::int64_t>(at) - body_start) + " (" +
-                              (before ? "before its leading" : "after its trailing") +
-                              " guard band of " + std::to_string(b.guard_bytes) + " bytes) holds " +
-                              value + ", not the poison 0x5A");
+      throw spec::WroteOutside("wrote outside every cache buffer and its guard bands: " +
+                               std::string(spec::name_of(b.kind)) + " body byte " +
+                               std::to_string(static_cast<std::int64_t>(at) - body_start) + " (" +
+                               (before ? "before its leading" : "after its trailing") +
+                               " guard band of " + std::to_string(b.guard_bytes) +
+                               " bytes) holds " + value + ", not the poison 0x5A");
     }
   };
   std::size_t at = 0;  // the next byte that belongs to no buffer

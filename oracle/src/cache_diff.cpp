@@ -137,6 +137,19 @@ void CacheDiff::merge(const CacheDiff& other) {
   samples.insert(samples.end(), other.samples.begin(), other.samples.end());
 }
 
+std::string ByteMismatch::kind() const {
+  if (guard_distance != 0) return "a write into a guard band";
+  if (coord.padding) return "a write into a strided view's padding";
+  if (expected_poison) return "a stray write (no token maps there)";
+  if (actual_poison) return "an element not written";
+  return coord.is_scale ? "a wrong scale" : "a wrong element";
+}
+
+std::string CacheDiff::failure_class() const {
+  if (equal()) return {};
+  return first ? first->kind() : "a buffer missing or of another size";
+}
+
 std::string CacheDiff::report() const {
   std::ostringstream s;
   const std::string admitted = admitted_elements
@@ -280,8 +293,10 @@ CacheDiff diff_layer_caches(const reference::PagedCacheLayout& layout, std::int6
             }
             return true;
           };
-          if (is_poison(eb)) m.expected_value += " (poison: must stay unwritten)";
-          if (is_poison(*ab)) m.actual_value += " (poison: not written)";
+          m.expected_poison = is_poison(eb);
+          m.actual_poison = is_poison(*ab);
+          if (m.expected_poison) m.expected_value += " (poison: must stay unwritten)";
+          if (m.actual_poison) m.actual_value += " (poison: not written)";
           m.writer = write != nullptr ? attribute(layout.config(), *write, m.coord) : "";
           m.code_digits = static_cast<int>(2 * spec::dtype_bytes(dt));
           m.dtype = dt;

@@ -181,9 +181,32 @@ std::uint64_t parse_u64(const std::string& text, const char* field) {
 }
 
 std::string repro_command(const CheckOptions& o, std::uint64_t seed, const std::string& subject,
-                          spec::Op op) {
+                          spec::Op op, const std::vector<std::size_t>& reductions) {
+  if (!o.test_rerun.empty()) {
+    std::string line = "KVO_CASE_SEED=" + hex64(seed);
+    if (!reductions.empty()) {
+      line += std::string(" KVO_CASE_REDUCTIONS=") + std::string(spec::name_of(op));
+      for (std::size_t i = 0; i < reductions.size(); ++i)
+        line += (i == 0 ? ":" : ",") + std::to_string(reductions[i]);
+    }
+    return line + " " + o.test_rerun;
+  }
   return "kvoracle check --case-seed " + hex64(seed) + " --subject " + subject + " --ops " +
          std::string(spec::name_of(op)) + driver_of(op).flags(o.overrides);
+}
+
+void SubjectSummary::add_failure_class(const std::string& class_name, std::int64_t index,
+                                       std::uint64_t seed, std::int64_t cases) {
+  auto it = std::find_if(failure_classes.begin(), failure_classes.end(),
+                         [&](const FailureClassCount& c) { return c.name == class_name; });
+  if (it == failure_classes.end()) {
+    failure_classes.push_back({class_name, 0, index, seed});
+    it = failure_classes.end() - 1;
+  } else if (index >= 0 && (it->first_case < 0 || index < it->first_case)) {
+    it->first_case = index;
+    it->first_seed = seed;
+  }
+  it->cases += cases;
 }
 
 std::string CheckReport::summary() const {
@@ -212,6 +235,28 @@ std::string CheckReport::summary() const {
                     static_cast<long long>(sub.count(Outcome::kUnsupported)));
     }
     s << line;
+  }
+  // Every cause, not only the first failure's: a class per line with its count and a case.
+  for (const auto& sub : subjects) {
+    if (sub.failure_classes.empty()) continue;
+    s << "\ncases that did not pass, by class: " << sub.name << " (" << spec::name_of(sub.op)
+      << ")\n";
+    constexpr std::size_t kMostShown = 12;  // the JSON report has every class
+    std::int64_t rest_cases = 0;
+    for (std::size_t i = 0; i < sub.failure_classes.size(); ++i) {
+      const FailureClassCount& c = sub.failure_classes[i];
+      if (i >= kMostShown) {
+        rest_cases += c.cases;
+        continue;
+      }
+      std::snprintf(line, sizeof line, "%8lld  ", static_cast<long long>(c.cases));
+      s << line << c.name << " (first: case " << c.first_case << ", seed " << hex64(c.first_seed)
+        << ")\n";
+    }
+    if (rest_cases > 0) {
+      s << "          and " << sub.failure_classes.size() - kMostShown << " classes more ("
+        << rest_cases << " cases: the JSON report lists them)\n";
+    }
   }
   for (const auto& sub : subjects) {
     if (!sub.first_failure.empty())
@@ -425,6 +470,7 @@ void Campaign::record(const Row& row, const Verdict& v, std::int64_t index, std:
   ++sum.counts[static_cast<int>(v.outcome)];
   report_.bytes_compared += v.bytes_compared;
   report_.worst = spec::worst(report_.worst, v.outcome);
+  if (v.outcome != spec::Outcome::kPass) sum.add_failure_class(failure_class_of(v), index, seed);
   if (v.outcome != spec::Outcome::kPass && v.outcome != spec::Outcome::kUnsupported &&
       sum.first_failure.empty()) {
     std::ostringstream f;

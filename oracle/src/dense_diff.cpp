@@ -171,6 +171,7 @@ DenseJudgement judge_dense(const spec::ModelConfig& config,
   j.pass = cd.equal() && q_report.empty();
   j.mismatch_size = cd.differing_bytes + (q_report.empty() ? 0 : 1);
   j.bytes_compared = cd.compared_bytes;
+  j.failure_class = !cd.equal() ? cd.failure_class() : q_report.empty() ? "" : "q_out differs";
   if (j.report.empty()) j.report = cd.report();
   return j;
 }

@@ -83,6 +83,7 @@ class DenseAnswer final : public CapturedAnswer {
           const DenseJudgement j =
               judge_dense(config, c_.layout, in, expected, q, actual, q_out, ordering_, 0, 1);
           v.report = j.report;
+          v.failure_class = j.failure_class;
           v.mismatch_size = j.mismatch_size;
           v.bytes_compared = j.bytes_compared;
           return j.pass ? spec::Outcome::kPass : spec::Outcome::kMismatch;
@@ -338,6 +339,7 @@ class DenseDriver final : public OpDriver {
       const DenseJudgement j = judge_dense(c.dc.config, c.layout, c.dc.in, c.expected, c.q_expected,
                                            actual, q, subject.ordering(), 0, samples);
       v.bytes_compared = j.bytes_compared;
+      v.failure_class = j.failure_class;
       if (!j.pass) v.report = j.report;
       return j.pass ? spec::Outcome::kPass : spec::Outcome::kMismatch;
     });

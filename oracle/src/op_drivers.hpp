@@ -50,13 +50,14 @@ inline bool explain_verdict(std::ostringstream& s, const Verdict& v) {
   return ran;
 }
 
-/// A reduction that sets `field` of the overrides' `part` to `value`.
+/// A reduction that sets `field` of the overrides' `part` to `value`, unless the field is set
+/// already (the caller fixed it, or an earlier reduction did: shrinking never changes either).
 template <class Part, class T>
 Reduction set_override(std::string what, Part Overrides::*part, std::optional<T> Part::*field,
                        T value) {
   return {std::move(what), [part, field, value](Overrides& o) {
             std::optional<T>& f = (o.*part).*field;
-            if (f && *f == value) return false;
+            if (f) return false;
             f = value;
             return true;
           }};

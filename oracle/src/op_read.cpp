@@ -77,7 +77,12 @@ class AttentionAnswer final : public CapturedAnswer {
         *c_.expectation, out,
         value == 0 ? std::nullopt
                    : std::optional<spec::AttentionProfile>(kProfilesByLooseness.at(value - 1)));
-    return {d.pass() ? spec::Outcome::kPass : spec::Outcome::kMismatch, d.report(), 0};
+    return {d.pass() ? spec::Outcome::kPass : spec::Outcome::kMismatch,
+            d.report(),
+            0,
+            0,
+            nullptr,
+            d.pass() ? "" : "attention output differs"};
   }
 
   spec::HostTensor out;  ///< [Tq, nq, hd] in the case's output dtype
@@ -156,7 +161,12 @@ class IndexerAnswer final : public CapturedAnswer {
         e.selection(),
         ordering_ == spec::Ordering::kCanonical ? nullptr : &e.score_truth(ordering_),
         v.rc->indexer, ids, ordering_, form);
-    return {d.equal() ? spec::Outcome::kPass : spec::Outcome::kMismatch, d.report(), d.differing};
+    return {d.equal() ? spec::Outcome::kPass : spec::Outcome::kMismatch,
+            d.report(),
+            d.differing,
+            0,
+            nullptr,
+            d.equal() ? "" : "top-k ids differ"};
   }
 
   std::vector<std::int32_t> ids;  ///< [Tq, nkv, spec::selection_width]
@@ -474,7 +484,7 @@ class ReadDriver final : public OpDriver {
   Verdict judge(Subject& subject, PreparedCase& pc) const override {
     auto& rp = static_cast<ReadPrepared&>(pc);
     const ReadVerdict r = judge_read(subject, op_, *rp.expectation, rp.profile);
-    return {r.outcome, r.report, 0};
+    return {r.outcome, r.report, 0, 0, nullptr, r.failure_class};
   }
 
   void ready_to_judge(const Subject& subject, PreparedCase& pc) const override {
@@ -570,7 +580,7 @@ class ReadDriver final : public OpDriver {
                            });
     const auto judge_row = [&](Subject& reader, const DeviceRow& row) {
       const ReadVerdict r = judge_read(reader, row.op, *rp.expectation, rp.profile);
-      return Verdict{r.outcome, r.report, 0};
+      return Verdict{r.outcome, r.report, 0, 0, nullptr, r.failure_class};
     };
     std::vector<Verdict> out;
     for (std::size_t i = 0; i < rows.size(); ++i) out.push_back(judge_row(*ahead[i], rows[i]));

@@ -127,6 +127,7 @@ class WriteAnswer final : public CapturedAnswer {
         },
         v.report);
     if (v.report.empty()) v.report = diff.report();
+    v.failure_class = diff.failure_class();
     v.bytes_compared = diff.compared_bytes;
     v.mismatch_size = v.outcome == spec::Outcome::kMismatch ? diff.differing_bytes : 0;
     return memo_.emplace(memo_key, std::move(v)).first->second;
@@ -300,6 +301,8 @@ class WriteDriver final : public OpDriver {
         v.outcome = spec::Outcome::kMismatch;
         v.mismatch_size += diffs[l].count;
         if (!v.report.empty()) continue;
+        v.failure_class = diffs[l].buffer < 0 ? "a write outside every buffer and its guard bands"
+                                              : "bytes differ from the answerer's on the device";
         const std::string buffer =
             diffs[l].buffer < 0
                 ? std::string("a margin outside every buffer")
@@ -668,6 +671,7 @@ class WriteDriver final : public OpDriver {
                                   actual[l], samples));
     v.bytes_compared = diff.compared_bytes;
     v.report = diff.report();
+    v.failure_class = diff.failure_class();
     v.mismatch_size = diff.equal() ? 0 : diff.differing_bytes;
     return diff.equal() ? spec::Outcome::kPass : spec::Outcome::kMismatch;
   }

@@ -192,6 +192,7 @@ ReadVerdict judge_read(Subject& s, spec::Op op, ReadExpectation& e,
           v.report = d.report();
           if (d.equal()) return spec::Outcome::kPass;
           if (!d.samples.empty()) v.query = d.samples.front().query;
+          v.failure_class = "top-k ids differ";
           return spec::Outcome::kMismatch;
         }
         const spec::HostTensor out = s.attention(e.read_case(), e.attended());
@@ -203,6 +204,8 @@ ReadVerdict judge_read(Subject& s, spec::Op op, ReadExpectation& e,
         v.report = d.report();
         if (d.pass()) return spec::Outcome::kPass;
         if (d.first) v.query = d.first->query;
+        v.failure_class =
+            canonical ? "attention output differs" : "attention output outside its bound";
         return spec::Outcome::kMismatch;
       },
       v.report);

@@ -83,9 +83,16 @@ std::string hex64(std::uint64_t v) {
   return buf;
 }
 
-/// A subject's failures as one text: the first, then a merged report's later ones.
+/// A subject's failures as one text: its classes with their counts, the first failure, then a
+/// merged report's later ones.
 std::string failures_text(const SubjectSummary& s) {
-  std::string text = s.first_failure;
+  std::string text;
+  for (const FailureClassCount& c : s.failure_classes) {
+    text += std::to_string(c.cases) + " cases: " + c.name + " (first: case " +
+            std::to_string(c.first_case) + ", seed " + hex64(c.first_seed) + ")\n";
+  }
+  if (!text.empty()) text += "\n";
+  text += s.first_failure;
   for (const std::string& f : s.more_failures) text += "\n\n" + f;
   return text;
 }
@@ -164,6 +171,13 @@ std::string report_json(const CheckReport& r) {
     j << ", \"first_failure\": " << json_escape(s.first_failure) << ", \"more_failures\": [";
     for (std::size_t k = 0; k < s.more_failures.size(); ++k)
       j << (k ? ", " : "") << json_escape(s.more_failures[k]);
+    j << "], \"failure_classes\": [";
+    for (std::size_t k = 0; k < s.failure_classes.size(); ++k) {
+      const FailureClassCount& c = s.failure_classes[k];
+      j << (k ? ", " : "") << "{\"class\": " << json_escape(c.name) << ", \"cases\": " << c.cases
+        << ", \"first_case\": " << c.first_case
+        << ", \"first_seed\": " << json_escape(hex64(c.first_seed)) << "}";
+    }
     j << "]}";
   }
   j << "\n  ],\n  \"coverage\": [";

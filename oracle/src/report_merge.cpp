@@ -167,6 +167,17 @@ CheckReport read_report_json(const std::string& text, const std::string& source)
       }
       s.more_failures.push_back(more[k].get<std::string>());
     }
+    // Reports written before failure classes were counted have none.
+    if (subjects[i].contains("failure_classes")) {
+      const Json& classes = f.array("failure_classes");
+      for (std::size_t k = 0; k < classes.size(); ++k) {
+        const Fields c(classes[k], source,
+                       f.path("failure_classes") + "[" + std::to_string(k) + "]");
+        s.add_failure_class(c.text("class"), c.integer("first_case", -1),
+                            parse_u64(c.text("first_seed"), "first_seed"),
+                            c.integer("cases", 1, s.cases));
+      }
+    }
     r.subjects.push_back(std::move(s));
   }
   if (result != r.worst) {
@@ -209,6 +220,7 @@ CheckReport merge_reports(const std::vector<CheckReport>& shards,
     std::fill(std::begin(s.counts), std::end(s.counts), 0);
     s.first_failure.clear();
     s.more_failures.clear();
+    s.failure_classes.clear();
   }
   for (CoverageRow& c : m.coverage) c.cases = c.reached = 0, c.first_case = -1;
   // Each subject's failures with the case they start at, in shard order; sorted below.
@@ -249,6 +261,8 @@ CheckReport merge_reports(const std::vector<CheckReport>& shards,
       }
       t.cases += s.cases;
       for (int o = 0; o < 5; ++o) t.counts[o] += s.counts[o];
+      for (const FailureClassCount& c : s.failure_classes)
+        t.add_failure_class(c.name, c.first_case, c.first_seed, c.cases);
       std::vector<std::string> all{s.first_failure};
       all.insert(all.end(), s.more_failures.begin(), s.more_failures.end());
       for (std::string& f : all) {

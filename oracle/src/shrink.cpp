@@ -1,5 +1,6 @@
 #include "kvo/oracle/shrink.hpp"
 
+#include "kvo/oracle/write_case.hpp"
 #include "kvo/reference/generator.hpp"
 
 namespace kvo::oracle {
@@ -7,6 +8,17 @@ namespace {
 
 /// Seeds tried under a candidate reduction: the failing one, then a few derived from it.
 constexpr int kSeedsPerCandidate = 12;
+
+/// The k-th seed derived from `seed` (k >= 1) whose case is not of the huge-cache theme: a shrunk
+/// case is one a user can debug, and a cache of gigabytes is kept only where the bug needs it.
+std::uint64_t derived_seed(std::uint64_t seed, int k) {
+  std::uint64_t s = seed;
+  for (int found = 0, i = 1; found < k; ++i) {
+    s = reference::mix64(seed + static_cast<std::uint64_t>(i));
+    if (theme_slot(s) != kThemeHugeCache) ++found;
+  }
+  return s;
+}
 
 }  // namespace
 
@@ -16,8 +28,10 @@ std::optional<ShrunkCase> shrink_failure(const CheckOptions& base, std::uint64_t
   ShrunkCase cur;
   cur.seed = seed;
   cur.overrides = base.overrides;
-  // Runs one case; the first failure text when it does not pass. Overrides that make a case
-  // impossible (e.g. more tokens than a fixed cache holds) count as "does not fail".
+  std::string failure_class;  // the class the shrunk case must keep failing in
+  // Runs one case; true when it fails in `failure_class` (any class while that is unset), its
+  // report in `failure`. Overrides that make a case impossible (e.g. more tokens than a fixed
+  // cache holds) count as "does not fail".
   auto fails = [&](std::uint64_t s, const Overrides& o, std::string* failure) {
     CheckOptions one;
     one.case_seed = s;
@@ -30,25 +44,45 @@ std::optional<ShrunkCase> shrink_failure(const CheckOptions& base, std::uint64_t
       if (rep.worst == spec::Outcome::kPass || rep.worst == spec::Outcome::kUnsupported)
         return false;
       for (const auto& sum : rep.subjects) {
-        if (!sum.first_failure.empty() && failure != nullptr) *failure = sum.first_failure;
+        if (sum.failure_classes.empty()) continue;
+        const std::string& got = sum.failure_classes.front().name;
+        if (!failure_class.empty() && got != failure_class) return false;
+        failure_class = got;
+        if (failure != nullptr) *failure = sum.first_failure;
+        return true;
       }
-      return true;
+      return false;
     } catch (const spec::InvalidInput&) {
       return false;
     }
   };
   if (!fails(seed, cur.overrides, &cur.first_failure)) return std::nullopt;
-  for (const Reduction& reduction : driver_of(op).reductions()) {
+  // A small cache first: the same overrides on another seed, where the failing case has a huge one.
+  if (theme_slot(seed) == kThemeHugeCache) {
+    for (int k = 1; k <= kSeedsPerCandidate; ++k) {
+      const std::uint64_t s = derived_seed(seed, k);
+      std::string failure;
+      if (fails(s, cur.overrides, &failure)) {
+        cur.seed = s;
+        cur.first_failure = failure;
+        ++cur.steps;
+        break;
+      }
+    }
+  }
+  const std::vector<Reduction> reductions = driver_of(op).reductions();
+  for (std::size_t r = 0; r < reductions.size(); ++r) {
     Overrides o = cur.overrides;
-    if (!reduction.apply(o)) continue;
+    // A reduction never changes what the caller fixed, nor what an earlier one set.
+    if (!reductions[r].apply(o)) continue;
     for (int k = 0; k < kSeedsPerCandidate; ++k) {
-      const std::uint64_t s =
-          k == 0 ? cur.seed : reference::mix64(cur.seed + static_cast<std::uint64_t>(k));
+      const std::uint64_t s = k == 0 ? cur.seed : derived_seed(cur.seed, k);
       std::string failure;
       if (fails(s, o, &failure)) {
         cur.seed = s;
         cur.overrides = o;
         cur.first_failure = failure;
+        cur.kept.push_back(r);
         ++cur.steps;
         break;
       }
@@ -56,7 +90,14 @@ std::optional<ShrunkCase> shrink_failure(const CheckOptions& base, std::uint64_t
   }
   CheckOptions shown;
   shown.overrides = cur.overrides;
-  cur.command = repro_command(shown, cur.seed, subject, op);
+  shown.test_rerun = base.test_rerun;
+  cur.failure_class = failure_class;
+  cur.command = repro_command(shown, cur.seed, subject, op, cur.kept);
+  // The case's report ends in the line that replays it as one case of the campaign that ran it;
+  // the shrunk case's own line (with its reductions, in a test) replaces it.
+  const std::size_t line = cur.first_failure.rfind("\nreproduce: ");
+  if (line != std::string::npos) cur.first_failure.erase(line);
+  cur.first_failure += "\nreproduce: " + cur.command;
   return cur;
 }
 

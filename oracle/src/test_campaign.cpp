@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <sstream>
 #include <system_error>
+#include <vector>
 
 #include "kvo/oracle/shrink.hpp"
 #include "kvo/spec/outcome.hpp"
@@ -23,6 +24,29 @@ std::string hex64(std::uint64_t v) {
 /// This process's executable, for the replay line; a placeholder where /proc is not there.
 bool failed(spec::Outcome o) {
   return o != spec::Outcome::kPass && o != spec::Outcome::kUnsupported;
+}
+
+/// KVO_CASE_REDUCTIONS ("OP:i,j,..."): each named reduction of OP's driver applied in order.
+void apply_reductions(const std::string& text, Overrides& overrides) {
+  const auto bad = [&](const std::string& why) {
+    throw spec::InvalidInput(kCaseReductionsVariable, -1, text, why);
+  };
+  const std::size_t colon = text.find(':');
+  if (colon == std::string::npos) bad("expected OP:i,j,... (e.g. write:0,4)");
+  const std::optional<spec::Op> op = spec::parse_enum<spec::Op>(text.substr(0, colon));
+  if (!op) bad("unknown op; known: " + spec::enum_choices<spec::Op>());
+  const std::vector<Reduction> reductions = driver_of(*op).reductions();
+  std::stringstream list(text.substr(colon + 1));
+  for (std::string item; std::getline(list, item, ',');) {
+    const std::uint64_t i = parse_u64(item, kCaseReductionsVariable);
+    if (i >= reductions.size()) {
+      bad("reduction " + item + " is not one of the " + std::to_string(reductions.size()) +
+          " of op " + std::string(spec::name_of(*op)));
+    }
+    if (!reductions[i].apply(overrides)) {
+      bad("reduction " + item + " (" + reductions[i].what + ") sets what the test fixes already");
+    }
+  }
 }
 
 }  // namespace
@@ -45,19 +69,22 @@ void apply_test_environment(CheckOptions& o) {
     }
     o.cases = static_cast<std::int64_t>(cases);
   }
+  if (const char* v = std::getenv(kCaseReductionsVariable)) apply_reductions(v, o.overrides);
 }
 
-TestVerdict run_test_campaign(SubjectList& subjects, CheckOptions options,
-                              const std::string& rerun) {
+TestVerdict run_test_campaign(SubjectList& subjects, CheckOptions options, const std::string& rerun,
+                              bool shrink) {
   TestVerdict v;
   v.seed = options.seed;
   CheckReport report;
   try {
     apply_test_environment(options);
+    options.test_rerun = rerun;
     v.seed = options.seed;
     report = run_check(options, subjects);
   } catch (const std::exception& e) {
     v.message = std::string("kvoracle: the campaign did not run: ") + e.what();
+    v.outcome = std::string(spec::name_of(spec::Outcome::kFailedToRun));
     return v;
   }
 
@@ -81,24 +108,26 @@ TestVerdict run_test_campaign(SubjectList& subjects, CheckOptions options,
   }
   if (report.subjects.empty()) unjudged << "not judged: no subject implements the ops asked\n";
   v.passed = !failed(report.worst) && unjudged.str().empty();
+  v.outcome = failed(report.worst)     ? std::string(spec::name_of(report.worst))
+              : unjudged.str().empty() ? std::string(spec::name_of(spec::Outcome::kPass))
+                                       : std::string(kNotJudged);
 
   std::ostringstream m;
   if (failed(report.worst)) {
     m << "kvoracle: " << spec::name_of(report.worst) << " (campaign seed " << hex64(report.seed)
       << ")\n";
   }
-  m << report.summary() << "\n" << unjudged.str();
-  const std::vector<std::string> built_in = subject_names();
+  std::string summary = report.summary();
+  // The summary's last line says the worst case's outcome; a run that judged nothing is no pass.
+  if (v.outcome == kNotJudged)
+    summary = summary.substr(0, summary.rfind("result: ")) + "result: " + kNotJudged;
+  m << summary << "\n" << unjudged.str();
   for (const SubjectSummary& s : report.subjects) {
     if (!s.failing_seed) continue;
     m << "\nreproduce in this test (" << s.name << ", " << spec::name_of(s.op)
-      << "): " << kCaseSeedVariable << "=" << hex64(*s.failing_seed) << " " << rerun << "\n";
-    if (std::find(built_in.begin(), built_in.end(), s.name) == built_in.end()) {
-      m << "(the kvoracle command line replays its own subjects only; its flags above say which "
-           "dimensions the case fixed)\n";
-    }
+      << "): " << repro_command(options, *s.failing_seed, s.name, s.op) << "\n";
     // As `kvoracle check` does: the case shrunk to a small one that still fails.
-    if (s.count(spec::Outcome::kMismatch) == 0) continue;
+    if (!shrink || s.count(spec::Outcome::kMismatch) == 0) continue;
     try {
       const auto shrunk = shrink_failure(options, *s.failing_seed, s.name, s.op, subjects);
       if (shrunk) {

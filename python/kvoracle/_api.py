@@ -172,9 +172,16 @@ class Call:
 # The output each op's function may also return instead of writing it in place.
 _OUTPUT = {"dense": "q_out", "indexer": "ids", "attention": "out"}
 
+# False only in the test that proves the stream test can fail: the returned output is copied on
+# torch's current stream after the call's stream block, unordered after the user's kernels (the
+# race this package once had).
+_STORE_ON_CALL_STREAM = True
+
 
 def _store(call: Call, name: str, value) -> None:
-    """Copies a function's returned answer into the call's output `name`, checking shape and dtype."""
+    """Copies a function's returned answer into the call's output `name`, checking shape and dtype.
+    On CUDA it runs on the call's stream (the caller's stream block), so that the copy is ordered
+    after the kernels that produced `value`; kvoracle waits for that stream before it reads."""
     out = getattr(call, name)
     type_name = call.dtype(name)
     want = list(out.shape)
@@ -201,14 +208,22 @@ def _wrap(fn: Callable, op: str) -> Callable:
     def run(raw):
         try:
             call = Call(raw)
+            returns = op in _OUTPUT
             if call.device == "cuda":
                 torch = _torch()
+                # The function and the copy of what it returns both on the call's stream: the
+                # copy after the function's kernels, kvoracle's read (a wait for this stream and
+                # the device) after the copy.
                 with torch.cuda.stream(torch.cuda.ExternalStream(call.stream)):
                     result = fn(call)
+                    if result is not None and returns and _STORE_ON_CALL_STREAM:
+                        _store(call, _OUTPUT[op], result)
+                if result is not None and returns and not _STORE_ON_CALL_STREAM:
+                    _store(call, _OUTPUT[op], result)
             else:
                 result = fn(call)
-            if result is not None and op in _OUTPUT:
-                _store(call, _OUTPUT[op], result)
+                if result is not None and returns:
+                    _store(call, _OUTPUT[op], result)
         except Unsupported:
             raise
         except Exception as e:
@@ -246,23 +261,52 @@ def _int(where: str, name: str, value, minimum: int = 0, maximum: int = 2**64 - 
     return int(value)
 
 
+def _test_file(relative: str) -> str:
+    """The absolute path of the running test file whose path ends in `relative` (pytest names a
+    node relative to its rootdir, which need not be the current directory): the caller's frame
+    whose file it is; `relative` itself when none is."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if os.path.isabs(name) and name.replace(os.sep, "/").endswith("/" + relative):
+            return name
+        frame = frame.f_back
+    return relative
+
+
 def _rerun_command() -> str:
-    """How to rerun the running test: the pytest node when pytest runs it, else this script."""
+    """How to rerun the running test, runnable from any directory: the pytest node (its file by
+    absolute path) when pytest runs it, else this script; PYTHONPATH in front when it is set (a
+    build tree's package is found through it)."""
     current = os.environ.get("PYTEST_CURRENT_TEST")
     if current:
-        return f"{shlex.quote(sys.executable)} -m pytest {shlex.quote(current.rsplit(' ', 1)[0])}"
-    return " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv)
+        node = current.rsplit(" ", 1)[0]
+        path, sep, rest = node.partition("::")
+        words = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                 _test_file(path) + sep + rest]
+    else:
+        words = [sys.executable] + [os.path.abspath(sys.argv[0])] + sys.argv[1:]
+    command = " ".join(shlex.quote(a) for a in words)
+    pythonpath = os.environ.get("PYTHONPATH")
+    if pythonpath:
+        paths = os.pathsep.join(os.path.abspath(p) for p in pythonpath.split(os.pathsep) if p)
+        command = f"PYTHONPATH={shlex.quote(paths)} {command}"
+    return command
 
 
 @dataclass
 class Report:
-    """A campaign's verdict: `passed`, the campaign `seed`, and `message`: the SPEC 7 report (the
-    summary; for a failure each failing case's seed, first mismatch with coordinates and both values,
-    the line that replays it, and the case shrunk)."""
+    """A campaign's verdict: `passed`, the campaign `seed`, `outcome` ("pass", "mismatch",
+    "failed-to-run", "invalid-input", or "not judged": a subject that could not run here, such as
+    device="cuda" without a GPU, or whose every case was unsupported), and `message`: the report
+    (the summary with every class of failure, its count and a case; for a failure each failing
+    case's seed, first mismatch with coordinates and both values, the line that replays it in this
+    test, and the case shrunk with its own line)."""
 
     passed: bool
     seed: int
     message: str
+    outcome: str = "pass"
 
     def __bool__(self) -> bool:
         return self.passed
@@ -324,7 +368,9 @@ def check(fn: Optional[Callable] = None, *, op: Optional[str] = None, cases: int
           seed: int = DEFAULT_SEED, case_seed: Optional[int] = None, device: str = "cpu",
           name: Optional[str] = None, ordering: Optional[str] = None,
           topk_order: Optional[str] = None, profile: Optional[str] = None, write=None, dense=None,
-          indexer=None, attention=None, **overrides) -> Report:
+          indexer=None, attention=None, jobs: int = 0, shrink: bool = True,
+          fail_fast: bool = False, time_budget: Optional[float] = None,
+          **overrides) -> Report:
     """Judges a kernel against kvoracle's reference over `cases` random cases from `seed` (the
     KVO_SEED, KVO_CASES and KVO_CASE_SEED environment variables override them, as in C++ tests).
 
@@ -335,16 +381,31 @@ def check(fn: Optional[Callable] = None, *, op: Optional[str] = None, cases: int
     declare how a foreign kernel computes; an adapter (kvoracle.adapters) declares them and the
     modes its engine implies. `**overrides` fix a dimension as the command line's flags do
     (block_size=16, layout="hnd", kv_dtype="fp8_e4m3", layers="2D", ...).
+
+    As `kvoracle check` takes them: `jobs` (threads that draw cases and the reference's answers;
+    0: one per core), `shrink` (a failing case shrunk to a small one that fails the same way;
+    False skips it), `fail_fast` (stop at the first case that does not pass) and `time_budget`
+    (seconds after which no new case is drawn; None: no limit).
     """
     s = _subject(fn, op, name, device, ordering, topk_order, profile, write, dense, indexer,
                  attention, overrides, "kvoracle.check")
     where = "kvoracle.check"
-    passed, used_seed, message = _core.check(
+    if not isinstance(shrink, bool) or not isinstance(fail_fast, bool):
+        raise TypeError(f"{where}: shrink and fail_fast must be bool")
+    budget = 0.0
+    if time_budget is not None:
+        if isinstance(time_budget, bool) or not isinstance(time_budget, (int, float)):
+            raise TypeError(f"{where}: time_budget must be a number of seconds or None")
+        if not time_budget > 0:
+            raise ValueError(f"{where}: time_budget = {time_budget} must be > 0 (None: no limit)")
+        budget = float(time_budget)
+    passed, used_seed, message, outcome = _core.check(
         s.name, s.functions, s.device, s.ordering, s.topk_order, s.profile, s.ops,
         _int(where, "cases", cases, 1, 2**63 - 1), _int(where, "seed", seed),
         None if case_seed is None else _int(where, "case_seed", case_seed),
-        _flags(s.overrides, where), _rerun_command())
-    return Report(bool(passed), int(used_seed), message)
+        _flags(s.overrides, where), _rerun_command(), _int(where, "jobs", jobs, 0, 4096),
+        shrink, fail_fast, budget)
+    return Report(bool(passed), int(used_seed), message, outcome)
 
 
 def assert_passes(fn: Optional[Callable] = None, **kwargs) -> Report:

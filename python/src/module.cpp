@@ -387,17 +387,22 @@ NB_MODULE(_core, m) {
          const std::string& ordering, const std::string& topk_order, const std::string& profile,
          const std::vector<std::string>& ops, std::int64_t cases, std::uint64_t seed,
          std::optional<std::uint64_t> case_seed, const std::vector<std::string>& flags,
-         const std::string& rerun) {
+         const std::string& rerun, std::int64_t jobs, bool shrink, bool fail_fast,
+         double time_budget_s) {
         oracle::SubjectList subjects;
         subjects.push_back(subject_from({name, functions, device, ordering, topk_order, profile}));
         oracle::CheckOptions o = options_from(ops, cases, seed, case_seed, flags);
         o.subjects = {name};
+        o.jobs = oracle::campaign_jobs(jobs);
+        o.fail_fast = fail_fast;
+        o.time_budget_s = time_budget_s;
         const oracle::testing::TestVerdict v =
-            oracle::testing::run_test_campaign(subjects, o, rerun);
-        return std::make_tuple(v.passed, v.seed, v.message);
+            oracle::testing::run_test_campaign(subjects, o, rerun, shrink);
+        return std::make_tuple(v.passed, v.seed, v.message, v.outcome);
       },
       "name"_a, "functions"_a, "device"_a, "ordering"_a, "topk_order"_a, "profile"_a, "ops"_a,
-      "cases"_a, "seed"_a, "case_seed"_a.none(), "flags"_a, "rerun"_a);
+      "cases"_a, "seed"_a, "case_seed"_a.none(), "flags"_a, "rerun"_a, "jobs"_a, "shrink"_a,
+      "fail_fast"_a, "time_budget_s"_a);
 
   // A built-in subject (cpu-fused, cuda-fused, ...) over the same campaign: the baseline the
   // Python path's cost is measured against (python/bench).

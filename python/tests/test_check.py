@@ -1,6 +1,8 @@
 """kvoracle.check over NumPy subjects: correct ones pass, planted bugs fail with the SPEC 7 report,
 bad functions and bad arguments are named."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -243,3 +245,54 @@ def test_a_bad_topk_form_is_named():
     with pytest.raises(Exception, match="topk_order"):
         kvoracle.check(block_topk_head_major, op="indexer", cases=1, ordering="foreign",
                        topk_order="descending_score,diagonal", **_INDEXER)
+
+
+def test_campaign_options_as_the_command_line_takes_them():
+    """jobs, shrink, fail_fast and time_budget reach the campaign (kvoracle check's --jobs,
+    --no-shrink, --fail-fast, --time-budget); the report is the same for any number of jobs."""
+    def bug(call):
+        numpy_write(call, skip_negative=False)
+
+    one = kvoracle.check(bug, op="write", cases=60, jobs=1, **WRITE_MODES)
+    two = kvoracle.check(bug, op="write", cases=60, jobs=2, **WRITE_MODES)
+    strip = lambda m: re.sub(r"[0-9.]+ s\b|waited [0-9.]+ s", "", m)
+    assert not one.passed and strip(one.message) == strip(two.message)
+    assert "shrunk failure" in one.message
+    plain = kvoracle.check(bug, op="write", cases=60, shrink=False, **WRITE_MODES)
+    assert not plain.passed and "shrunk failure" not in plain.message
+    fast = kvoracle.check(bug, op="write", cases=60, fail_fast=True, shrink=False, **WRITE_MODES)
+    ran = int(re.search(r"write +([0-9]+) ", fast.message).group(1))
+    assert ran < 60, fast.message
+    budget = kvoracle.check(numpy_write, op="write", cases=10**6, time_budget=0.5, **WRITE_MODES)
+    assert budget.passed, budget.message
+    assert int(re.search(r", ([0-9]+) cases in", budget.message).group(1)) < 10**6
+    for bad, error in ((dict(jobs=-1), ValueError), (dict(jobs="2"), TypeError),
+                       (dict(shrink=1), TypeError), (dict(time_budget=0), ValueError),
+                       (dict(time_budget="1s"), TypeError)):
+        with pytest.raises(error):
+            kvoracle.check(numpy_write, op="write", cases=2, **bad, **WRITE_MODES)
+
+
+def test_every_failure_class_is_listed_with_its_count_and_a_case():
+    """A kernel wrong in two ways (a -1 slot wrapping, a raise on large steps) shows both causes,
+    each with how many cases and one to replay; the outcome names the worst."""
+    def two_bugs(call):
+        if call.slot_mapping.shape[0] > 40:
+            raise RuntimeError(f"out of memory asking {call.slot_mapping.shape[0]} rows")
+        numpy_write(call, skip_negative=False)
+
+    report = kvoracle.check(two_bugs, op="write", cases=80, **WRITE_MODES)
+    assert report.outcome == "failed-to-run" and not report.passed
+    listing = report.message.split("cases that did not pass, by class:")[1]
+    assert re.search(r"\n +[0-9]+  failed-to-run: RuntimeError: out of memory asking N rows "
+                     r"\(first: case [0-9]+, seed 0x[0-9A-F]{16}\)", listing), report.message
+    assert re.search(r"\n +[0-9]+  mismatch: ", listing), report.message
+
+
+def test_cuda_without_a_gpu_is_not_judged_never_a_pass():
+    if not kvoracle._core.cuda_unavailable_reason():
+        pytest.skip("a CUDA device answers here")
+    report = kvoracle.check(numpy_write, op="write", cases=3, device="cuda", **WRITE_MODES)
+    assert not report.passed
+    assert report.outcome == "not judged", report.message
+    assert "result: not judged" in report.message and "result: pass" not in report.message

@@ -2,9 +2,12 @@
 // command that replays exactly that case; bad campaign input is rejected.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <regex>
 
 #include "kvo/oracle/campaign.hpp"
+#include "kvo/oracle/report_files.hpp"
+#include "kvo/oracle/write_case.hpp"
 #include "kvo/reference/layer_write.hpp"
 #include "kvo/spec/outcome.hpp"
 
@@ -90,6 +93,78 @@ TEST(Check, OutcomeClassesStayApart) {
   EXPECT_EQ(r.subjects[2].count(spec::Outcome::kInvalidInput), 3);
   EXPECT_EQ(r.worst, spec::Outcome::kFailedToRun);
   EXPECT_EQ(spec::exit_status(r.worst), 3);
+}
+
+TEST(Check, EveryFailureClassIsCountedWithACaseToReplay) {
+  // One subject, three causes over the cases: a wrong element where the case has an odd seed, a
+  // failure to run (with a number in its message that differs case to case) on a third of the
+  // rest, a guard-band write on the others. The report names all three with their counts.
+  SubjectList s;
+  s.push_back(make_function_subject(
+      "three-causes",
+      [](const spec::ModelConfig& c, const spec::LayerWrite& w, spec::LayerCaches& out) {
+        reference::write_layer(c, w, out);
+        const std::uint64_t key = static_cast<std::uint64_t>(w.slots.slots.size()) * 7919u +
+                                  static_cast<std::uint64_t>(c.geometry.block_size);
+        spec::CacheBuffer& b = out.buffers.front();
+        if (key % 3 == 0)
+          throw std::runtime_error("cudaMalloc: out of memory asking " + std::to_string(key) +
+                                   " bytes");
+        if (key % 3 == 1) {
+          b.storage.data()[b.guard_bytes - 1] ^= 0x40;  // the byte before the body
+        } else {
+          b.storage.data()[b.storage.size() / 2] ^= 0x01;
+        }
+      }));
+  CheckOptions o;
+  o.cases = 60;
+  o.ops = {spec::Op::kWrite};
+  o.overrides.write.layers = "D";
+  const CheckReport r = run_check(o, s);
+  const SubjectSummary& sum = r.subjects.at(0);
+  ASSERT_GE(sum.failure_classes.size(), 3u) << r.summary();
+  std::int64_t counted = 0;
+  for (const FailureClassCount& c : sum.failure_classes) {
+    counted += c.cases;
+    EXPECT_GE(c.first_case, 0) << c.name;
+    EXPECT_EQ(c.first_seed, case_seed(o.seed, static_cast<std::uint64_t>(c.first_case))) << c.name;
+  }
+  EXPECT_EQ(counted, sum.cases - sum.count(spec::Outcome::kPass));
+  const auto has = [&](const std::string& name) {
+    return std::any_of(sum.failure_classes.begin(), sum.failure_classes.end(),
+                       [&](const FailureClassCount& c) { return c.name == name; });
+  };
+  EXPECT_TRUE(has("failed-to-run: cudaMalloc: out of memory asking N bytes")) << r.summary();
+  EXPECT_TRUE(has("mismatch: a write into a guard band")) << r.summary();
+  const std::string text = r.summary();
+  EXPECT_NE(text.find("cases that did not pass, by class: three-causes (write)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  failed-to-run: cudaMalloc: out of memory asking N bytes (first: case "),
+            std::string::npos)
+      << text;
+  // The JSON report carries them, and a merge of shards adds them up.
+  const std::string json = report_json(r);
+  EXPECT_NE(json.find("\"failure_classes\": [{\"class\": "), std::string::npos) << json;
+  EXPECT_NE(junit_xml(r).find("cases: mismatch: a write into a guard band (first: case "),
+            std::string::npos);
+  CheckOptions half = o;
+  half.total_shards = 2;
+  std::vector<CheckReport> shards;
+  for (std::int64_t i = 0; i < 2; ++i) {
+    half.shard_index = i;
+    shards.push_back(read_report_json(report_json(run_check(half, s)), "shard"));
+  }
+  const CheckReport merged = merge_reports(shards, {"a", "b"});
+  ASSERT_EQ(merged.subjects.at(0).failure_classes.size(), sum.failure_classes.size());
+  for (const FailureClassCount& c : sum.failure_classes) {
+    const auto& m = merged.subjects.at(0).failure_classes;
+    const auto it = std::find_if(m.begin(), m.end(),
+                                 [&](const FailureClassCount& x) { return x.name == c.name; });
+    ASSERT_NE(it, m.end()) << c.name;
+    EXPECT_EQ(it->cases, c.cases) << c.name;
+    EXPECT_EQ(it->first_case, c.first_case) << c.name;
+    EXPECT_EQ(it->first_seed, c.first_seed) << c.name;
+  }
 }
 
 TEST(Check, UnknownSubjectIsInvalidInput) {

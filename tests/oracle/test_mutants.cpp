@@ -16,6 +16,7 @@
 #include "kvo/oracle/mutants.hpp"
 #include "kvo/oracle/report_files.hpp"
 #include "kvo/oracle/shrink.hpp"
+#include "kvo/oracle/write_case.hpp"
 #include "kvo/spec/outcome.hpp"
 #include "kvo/subjects/cpu_write.hpp"
 
@@ -300,6 +301,101 @@ TEST(Shrink, ABrokenSubjectShrinksToASmallCaseThatItsCommandReplays) {
     EXPECT_EQ(again.worst, spec::Outcome::kMismatch) << name;
     EXPECT_EQ(again.subjects[0].first_failure, shrunk->first_failure) << name;
   }
+}
+
+}  // namespace
+}  // namespace kvo::oracle
+
+namespace kvo::oracle {
+namespace {
+
+/// The "--flag value" pairs of a flags text ("--a 1 --b x" -> {"--a 1", "--b x"}).
+std::vector<std::string> flag_pairs(const std::string& flags) {
+  std::istringstream in(flags);
+  std::vector<std::string> pairs;
+  for (std::string flag, value; in >> flag >> value;) pairs.push_back(flag + " " + value);
+  return pairs;
+}
+
+TEST(Shrink, KeepsEveryModeAndDimensionTheCallerFixedSoACorrectKernelPassesTheShrunkCase) {
+  // A planted fp8 rounding bug behind what an adapter or a user fixes: each fixed mode stays in
+  // the shrunk case (the "no scale" step once turned scale_mode=divide into none, a case the
+  // correct kernel fails too), the shrunk case fails in the class the original did, and the
+  // correct kernel passes it.
+  const std::string name = "fp8-round-half-away";
+  const Mutant& m = *std::find_if(mutant_catalogue().begin(), mutant_catalogue().end(),
+                                  [&](const Mutant& x) { return x.name == name; });
+  std::vector<CaseOverrides> fixed(6);
+  fixed[0].scale_mode = spec::ScaleMode::kDivide;
+  fixed[1].scale_mode = spec::ScaleMode::kMulRecip;
+  fixed[1].per_head_scale = true;
+  fixed[2].saturation = spec::Saturation::kNoSat;
+  fixed[2].via_model_dtype = true;
+  fixed[3].scale_in_model_dtype = true;
+  fixed[3].scale_mode = spec::ScaleMode::kDivide;
+  fixed[4].layout = spec::KvLayout::kNhd;
+  fixed[4].block_size = 16;
+  fixed[4].tokens = 40;
+  fixed[5].blockscale_scale = spec::BlockScaleFormula::kMulRecip;
+  fixed[5].index_layout = spec::IndexLayout::kBlockScale;
+  for (CaseOverrides f : fixed) {
+    f.kv_dtype = spec::DType::kFp8E4M3;
+    SubjectList subjects;
+    add_named_mutants({name}, subjects);
+    CheckOptions o;
+    o.cases = 200;
+    o.ops = {m.op};
+    o.fail_fast = true;
+    o.overrides.write = f;
+    const CheckReport r = run_check(o, subjects);
+    ASSERT_EQ(r.worst, spec::Outcome::kMismatch) << f.to_flags() << "\n" << r.summary();
+    const std::string original_class = r.subjects[0].failure_classes.at(0).name;
+    const auto shrunk = shrink_failure(o, *r.subjects[0].failing_seed, name, m.op, subjects);
+    ASSERT_TRUE(shrunk.has_value()) << f.to_flags();
+    EXPECT_GT(shrunk->steps, 0) << f.to_flags();
+    EXPECT_EQ(shrunk->failure_class, original_class) << shrunk->command;
+    const std::string shrunk_flags = shrunk->overrides.write.to_flags();
+    for (const std::string& pair : flag_pairs(f.to_flags()))
+      EXPECT_NE(shrunk_flags.find(pair), std::string::npos) << pair << " lost: " << shrunk_flags;
+    EXPECT_NE(theme_slot(shrunk->seed), kThemeHugeCache) << shrunk->command;
+
+    CheckOptions replay;
+    replay.case_seed = shrunk->seed;
+    replay.overrides = shrunk->overrides;
+    replay.ops = {m.op};
+    replay.subjects = {"cpu-fused"};
+    SubjectList correct = make_subjects();
+    EXPECT_EQ(run_check(replay, correct).worst, spec::Outcome::kPass) << shrunk->command;
+    replay.subjects = {name};
+    const CheckReport again = run_check(replay, subjects);
+    EXPECT_EQ(again.worst, spec::Outcome::kMismatch) << shrunk->command;
+    EXPECT_EQ(again.subjects[0].failure_classes.at(0).name, original_class) << shrunk->command;
+  }
+}
+
+TEST(Shrink, AFailingHugeCacheCaseMovesToASmallCacheWhereTheBugNeedsNone) {
+  // A wrong-element bug that any cache shows: its first failing case of the huge-cache theme
+  // shrinks to a case of another theme (caches of kilobytes, not gigabytes).
+  const std::string name = "fp8-round-half-away";
+  SubjectList subjects;
+  add_named_mutants({name}, subjects);
+  CheckOptions o;
+  o.ops = {spec::Op::kWrite};
+  o.overrides.write.kv_dtype = spec::DType::kFp8E4M3;
+  std::optional<std::uint64_t> huge;
+  for (std::uint64_t i = kThemeHugeCache; i < 400 && !huge; i += kThemeSlots) {
+    CheckOptions one = o;
+    one.case_seed = case_seed(o.seed, i);
+    if (run_check(one, subjects).worst == spec::Outcome::kMismatch) huge = one.case_seed;
+  }
+  ASSERT_TRUE(huge.has_value());
+  ASSERT_EQ(theme_slot(*huge), kThemeHugeCache);
+  const auto shrunk = shrink_failure(o, *huge, name, spec::Op::kWrite, subjects);
+  ASSERT_TRUE(shrunk.has_value());
+  EXPECT_NE(theme_slot(shrunk->seed), kThemeHugeCache) << shrunk->command;
+  const WriteCase wc = make_write_case(shrunk->seed, shrunk->overrides.write);
+  EXPECT_LT(wc.config.geometry.num_blocks * wc.config.geometry.block_size, 1 << 16)
+      << shrunk->command;
 }
 
 }  // namespace

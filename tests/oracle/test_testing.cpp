@@ -76,28 +76,62 @@ TEST(TestingHelper, PlantedBugFailsWithSeedFirstMismatchAndReproduce) {
   std::smatch seed;
   ASSERT_TRUE(std::regex_search(m, seed, std::regex("case [0-9]+ seed (0x[0-9A-F]{16})"))) << m;
   EXPECT_NE(m.find("first: layer "), std::string::npos) << m;
-  EXPECT_NE(m.find("reproduce: kvoracle check --case-seed " + seed[1].str() +
-                   " --subject user-write-swapped --ops write --layers DS"),
+  // Every reproduce line reruns this very test (the command line cannot replay a user's
+  // function): the case's own line, and the line under "reproduce in this test".
+  const std::string rerun =
+      " " + kvo::oracle::testing::gtest_rerun(
+                "TestingHelper.PlantedBugFailsWithSeedFirstMismatchAndReproduce");
+  EXPECT_NE(m.find("reproduce: KVO_CASE_SEED=" + seed[1].str() + rerun + "\n"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("reproduce in this test (user-write-swapped, write): KVO_CASE_SEED=" +
+                   seed[1].str() + rerun),
             std::string::npos)
       << m;
-  EXPECT_NE(
-      m.find("reproduce in this test (user-write-swapped, write): KVO_CASE_SEED=" + seed[1].str()),
-      std::string::npos)
-      << m;
-  EXPECT_NE(m.find("--gtest_filter=TestingHelper.PlantedBugFailsWithSeedFirstMismatchAndReproduce"),
-            std::string::npos)
-      << m;
-  EXPECT_NE(m.find("the kvoracle command line replays its own subjects only"), std::string::npos);
+  EXPECT_EQ(m.find("kvoracle check --case-seed"), std::string::npos) << m;
   EXPECT_NE(m.find("shrunk failure of user-write-swapped (write"), std::string::npos) << m;
+  // The shrunk case's line: its seed and the reductions from this test's overrides.
+  std::smatch shrunk;
+  ASSERT_TRUE(std::regex_search(
+      m, shrunk,
+      std::regex("reproduce: KVO_CASE_SEED=(0x[0-9A-F]{16}) KVO_CASE_REDUCTIONS=(write:[0-9,]+)" +
+                 std::regex_replace(rerun, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)"))))
+      << m;
+  const std::string shrunk_text = m.substr(m.find("shrunk failure of"));
+  const std::string shrunk_first = shrunk_text.substr(shrunk_text.find("first: layer "));
 
   // The replay line's variable runs exactly that case, which fails the same way.
-  const ScopedEnv replay("KVO_CASE_SEED", seed[1].str());
+  {
+    const ScopedEnv replay("KVO_CASE_SEED", seed[1].str());
+    const ::testing::AssertionResult again =
+        passes(make_function_subject("user-write-swapped", swapped_kv_write), write_options(30));
+    ASSERT_FALSE(again);
+    const std::string a = again.message();
+    EXPECT_NE(a.find(", 1 cases in"), std::string::npos) << a;
+    EXPECT_NE(a.find("case 0 seed " + seed[1].str()), std::string::npos) << a;
+  }
+  // The shrunk line's variables run the shrunk case: the same first mismatch, word for word.
+  const ScopedEnv replay("KVO_CASE_SEED", shrunk[1].str());
+  const ScopedEnv reductions("KVO_CASE_REDUCTIONS", shrunk[2].str());
   const ::testing::AssertionResult again =
       passes(make_function_subject("user-write-swapped", swapped_kv_write), write_options(30));
   ASSERT_FALSE(again);
   const std::string a = again.message();
   EXPECT_NE(a.find(", 1 cases in"), std::string::npos) << a;
-  EXPECT_NE(a.find("case 0 seed " + seed[1].str()), std::string::npos) << a;
+  EXPECT_NE(a.find(shrunk_first.substr(0, shrunk_first.find('\n'))), std::string::npos)
+      << a << "\n---- shrunk:\n"
+      << shrunk_text;
+}
+
+TEST(TestingHelper, MalformedReductionsFailNamingTheVariable) {
+  for (const char* text : {"write", "write:x", "nosuchop:1", "write:999", "write:0,0"}) {
+    const ScopedEnv reductions("KVO_CASE_REDUCTIONS", text);
+    const ::testing::AssertionResult r =
+        passes(make_function_subject("user-write", correct_write), write_options(3));
+    ASSERT_FALSE(r) << text;
+    EXPECT_NE(std::string(r.message()).find("invalid input: KVO_CASE_REDUCTIONS"),
+              std::string::npos)
+        << text << ": " << r.message();
+  }
 }
 
 TEST(TestingHelper, EnvironmentWidensTheCampaign) {
@@ -131,6 +165,10 @@ TEST(TestingHelper, WhatJudgedNothingIsNotAPass) {
                 .find("not judged: user-cuda-write (write) did not run here: no CUDA device"),
             std::string::npos)
       << r1.message();
+  // Its summary's verdict says so too: never "result: pass" for a run that judged nothing.
+  EXPECT_NE(std::string(r1.message()).find("result: not judged"), std::string::npos)
+      << r1.message();
+  EXPECT_EQ(std::string(r1.message()).find("result: pass"), std::string::npos) << r1.message();
 
   const ::testing::AssertionResult r2 =
       passes(make_function_subject("user-nothing",
@@ -140,6 +178,12 @@ TEST(TestingHelper, WhatJudgedNothingIsNotAPass) {
   ASSERT_FALSE(r2);
   EXPECT_NE(std::string(r2.message())
                 .find("not judged: user-nothing (write): it declared all 5 cases unsupported"),
+            std::string::npos)
+      << r2.message();
+  EXPECT_NE(std::string(r2.message()).find("result: not judged"), std::string::npos)
+      << r2.message();
+  // Each class of what did not pass is counted with a case to replay, unsupported ones too.
+  EXPECT_NE(std::string(r2.message()).find("5  unsupported: only NHD (first: case 0, seed 0x"),
             std::string::npos)
       << r2.message();
 }

@@ -1,10 +1,12 @@
 #include "kvo/traces/case_file.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 
 #include "kvo/oracle/campaign.hpp"
 #include "kvo/oracle/case_tensors.hpp"
+#include "kvo/oracle/mutants.hpp"
 #include "kvo/oracle/read_judge.hpp"
 #include "kvo/oracle/write_case.hpp"
 #include "kvo/spec/metadata.hpp"
@@ -299,9 +301,18 @@ Judgement judge_result(CaseFile& c, std::span<const std::uint8_t> result, const 
                        name + " (" + how + "), op " + std::string(spec::name_of(c.op)) + "\n" +
                        v.report;
   if (v.outcome != spec::Outcome::kPass) {
-    report += "\nreproduce: kvoracle check --case-seed " + hex64(c.seed) + " --subject " + name +
-              " --ops " + std::string(spec::name_of(c.op)) + c.flags;
-    if (!judge_command.empty()) report += "\n       or: " + judge_command;
+    // The command line replays a case only for its own subjects (built in, or a planted mutant);
+    // a result made elsewhere is replayed by judging its file again.
+    oracle::SubjectList own = oracle::make_subjects();
+    oracle::add_named_mutants({name}, own);
+    const bool replayable =
+        std::any_of(own.begin(), own.end(), [&](const auto& s) { return s->name() == name; });
+    std::string line = replayable
+                           ? "kvoracle check --case-seed " + hex64(c.seed) + " --subject " + name +
+                                 " --ops " + std::string(spec::name_of(c.op)) + c.flags
+                           : std::string();
+    if (!judge_command.empty()) line += (line.empty() ? "" : "\n       or: ") + judge_command;
+    if (!line.empty()) report += "\nreproduce: " + line;
   }
   report += "\nresult: " + std::string(spec::name_of(v.outcome));
   return {v.outcome, report};

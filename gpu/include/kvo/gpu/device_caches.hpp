@@ -98,7 +98,7 @@ struct PendingPoison {
 /// memory the mirror owns, as a real engine's neighbouring allocation would be, rather than fault
 /// the context. download() brings every byte of every buffer back, guards included, so the diff
 /// reports a stray write with its coordinates; a write into the margin (outside every guard band)
-/// is spec::FailedToRun naming the offset.
+/// is spec::WroteOutside (a mismatch) naming the offset.
 class DeviceCacheMirror {
  public:
   /// Checks that `caches` has exactly the buffers a `kind` layer of `config` has (K and V or the
@@ -122,7 +122,7 @@ class DeviceCacheMirror {
   /// The device body of a buffer (null when the layer has none).
   void* body(spec::BufferKind kind) const;
   /// Copies every byte of every buffer (guards included) back into `caches` (the same layer it was
-  /// made from); spec::FailedToRun when a margin byte changed.
+  /// made from); spec::WroteOutside when a margin byte changed.
   void download(spec::LayerCaches& caches) const;
 
   // For comparisons on the device (kvo/gpu/resident.hpp): buffer i's storage (leading guard, body,

@@ -36,7 +36,14 @@ struct ByteMismatch {
   /// Or the admitted ranges of codes in value order (ordered_code images), when given as ranges.
   std::vector<std::pair<std::int64_t, std::int64_t>> admissible_ranges;
 
+  /// Whether the expected side still holds the poison (no token writes here) and the actual side
+  /// (the subject did not write here).
+  bool expected_poison = false, actual_poison = false;
+
   std::string describe() const;
+  /// The mismatch's class, independent of the case (Verdict::failure_class): a write into a guard
+  /// band or a view's padding, a stray write, an element not written, a wrong element or scale.
+  std::string kind() const;
   std::string expected_code_text() const;
   std::string actual_code_text() const;
 };
@@ -65,6 +72,8 @@ struct CacheDiff {
   void merge(const CacheDiff& other);
   /// The multi-line report of SPEC 7.
   std::string report() const;
+  /// The first mismatch's class (ByteMismatch::kind); empty when equal.
+  std::string failure_class() const;
 };
 
 /// The codes the contract admits at one element (SPEC 7); one code or none means only the

@@ -76,6 +76,10 @@ struct CheckOptions {
   /// The tier's answerers by op, in place of kGpuTierAnswerers' subjects (a test plants a
   /// divergent one); each must implement its op and be available.
   std::map<spec::Op, Subject*> tier_answerers;
+  /// Set by a test (testing::run_test_campaign): the command that reruns it. Every reproduce line
+  /// then reruns the test with the case's variables (test_campaign.hpp), since the command line
+  /// replays only its own subjects; empty: the `kvoracle check` line.
+  std::string test_rerun;
 };
 
 /// The number of jobs `jobs` asks for: itself when positive, one per hardware thread for 0 (at
@@ -126,6 +130,16 @@ std::vector<SubjectOp> select_subject_ops(SubjectList& subjects,
 void require_named_subjects_run(SubjectList& subjects, const std::vector<std::string>& names,
                                 const std::vector<spec::Op>& ops);
 
+/// The cases of one subject on one op that did not pass for one reason (failure_class_of): how
+/// many, and the first of them (campaign index and case seed), so that every cause of a
+/// campaign's failures is seen and can be replayed, not only the first failure's.
+struct FailureClassCount {
+  std::string name;  ///< "mismatch: a write into a guard band", "failed-to-run: ...", ...
+  std::int64_t cases = 0;
+  std::int64_t first_case = -1;
+  std::uint64_t first_seed = 0;
+};
+
 /// One row of the summary: a subject on an op.
 struct SubjectSummary {
   std::string name;
@@ -138,8 +152,14 @@ struct SubjectSummary {
   /// A merged report's later failures (kvoracle report merge): the first failure of each other
   /// shard that failed, in case order.
   std::vector<std::string> more_failures;
+  /// Every case that did not pass, by class, in the order the classes first came up (mismatches,
+  /// failures to run, invalid input and unsupported cases alike).
+  std::vector<FailureClassCount> failure_classes;
 
   std::int64_t count(spec::Outcome o) const { return counts[static_cast<int>(o)]; }
+  /// Counts `cases` cases under class `name`, the first of them case `index` (seed `seed`).
+  void add_failure_class(const std::string& name, std::int64_t index, std::uint64_t seed,
+                         std::int64_t cases = 1);
 };
 
 /// How often a campaign's cases reached one rare condition of an op (CaseCondition).
@@ -201,9 +221,13 @@ struct CheckReport {
   std::string coverage_table() const;
 };
 
-/// The one-line command that replays case `case_seed` of `op` with the same overrides and subject.
+/// The one-line command that replays case `case_seed` of `op` with the same overrides and subject:
+/// `kvoracle check --case-seed S --subject NAME --ops OP <flags>`, or in a test (test_rerun set)
+/// `KVO_CASE_SEED=S [KVO_CASE_REDUCTIONS=OP:i,j] <test_rerun>`, `reductions` naming the shrinking
+/// steps (OpDriver::reductions indices) that turn the test's overrides into the case's.
 std::string repro_command(const CheckOptions& options, std::uint64_t case_seed,
-                          const std::string& subject, spec::Op op);
+                          const std::string& subject, spec::Op op,
+                          const std::vector<std::size_t>& reductions = {});
 
 using Progress = std::function<void(std::int64_t, std::int64_t)>;
 

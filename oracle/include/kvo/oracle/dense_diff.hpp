@@ -22,6 +22,7 @@ struct DenseJudgement {
   bool pass = false;
   std::string report;
   std::int64_t mismatch_size = 0, bytes_compared = 0;
+  std::string failure_class;  ///< Verdict::failure_class: the cache's first mismatch, else q_out's
 };
 
 /// `expected` and `q_expected` are the reference's for the same inputs from the same initial

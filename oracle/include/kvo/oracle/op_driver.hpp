@@ -55,7 +55,16 @@ struct Verdict {
   /// downloaded, to be diffed by the admissible sets): the campaign runs it off the main thread
   /// and records the verdict it returns in this one's place, in case order. Empty otherwise.
   std::function<Verdict()> finish = nullptr;
+  /// What kind of wrong answer a mismatch is, in words that do not depend on the case (a write
+  /// into a guard band, an element not written, a wrong element, top-k ids that differ, ...):
+  /// a campaign counts its failures by class, and shrinking keeps a reduction only when the
+  /// smaller case fails in the same class. Empty: the outcome alone is the class.
+  std::string failure_class;
 };
+
+/// The class a campaign counts a non-passing verdict under: "mismatch: <failure_class>", or the
+/// outcome's name with the first line of its error for the other outcomes (a failure to run).
+std::string failure_class_of(const Verdict& v);
 
 /// One reduction tried while shrinking: fixes one dimension to a smaller value. `apply` returns
 /// false when the overrides already have it (nothing to try).
@@ -258,6 +267,9 @@ spec::Outcome run_guarded(Fn&& fn, std::string& error) {
   } catch (const spec::Unsupported& e) {
     error = std::string("unsupported: ") + e.what();
     return spec::Outcome::kUnsupported;
+  } catch (const spec::WroteOutside& e) {
+    error = e.what();
+    return spec::Outcome::kMismatch;
   } catch (const std::exception& e) {
     error = std::string("failed to run: ") + e.what();
     return spec::Outcome::kFailedToRun;

@@ -118,6 +118,7 @@ struct ReadVerdict {
   spec::Outcome outcome = spec::Outcome::kPass;
   std::string report;                 ///< the diff (SPEC 7, a pass's too) or the error
   std::optional<std::int64_t> query;  ///< the first differing query row, when a diff found one
+  std::string failure_class;          ///< Verdict::failure_class of a mismatch
 };
 
 /// Empty, or why a --profile override cannot apply to `subject`: a canonical subject is judged bit

@@ -21,15 +21,25 @@ namespace kvo::oracle::testing {
 inline constexpr const char* kCaseSeedVariable = "KVO_CASE_SEED";  ///< run exactly this case
 inline constexpr const char* kSeedVariable = "KVO_SEED";           ///< the campaign seed
 inline constexpr const char* kCasesVariable = "KVO_CASES";         ///< how many random cases
+/// The shrinking steps that turn the test's overrides into a shrunk case's: "OP:i,j,..." (indices
+/// into driver_of(OP).reductions(), applied in order), printed with KVO_CASE_SEED by a shrunk
+/// failure's reproduce line.
+inline constexpr const char* kCaseReductionsVariable = "KVO_CASE_REDUCTIONS";
+
+/// The verdict's name when no failure was found but some (subject, op) asked for was not judged.
+inline constexpr const char* kNotJudged = "not judged";
 
 struct TestVerdict {
   bool passed = false;
   std::uint64_t seed = 0;  ///< the campaign seed the run used (after the environment)
   std::string message;     ///< the report: see the file comment; a pass's summary too
+  /// "pass", an outcome's name (the worst case's), or kNotJudged.
+  std::string outcome;
 };
 
-/// Applies KVO_CASE_SEED, KVO_SEED and KVO_CASES (when set) to `options`; InvalidInput naming the
-/// variable when one is malformed (KVO_CASES must be >= 1).
+/// Applies KVO_CASE_SEED, KVO_SEED, KVO_CASES and KVO_CASE_REDUCTIONS (when set) to `options`;
+/// InvalidInput naming the variable when one is malformed (KVO_CASES must be >= 1; a reduction
+/// index must name one of its op's reductions).
 void apply_test_environment(CheckOptions& options);
 
 /// The command that reruns test `test_name` ("Suite.Test"; empty: the whole binary) of this
@@ -40,8 +50,10 @@ std::string gtest_rerun(const std::string& test_name);
 /// options.subjects; all when empty) and judges it. Never throws: options the campaign rejects
 /// (an unknown subject, inconsistent overrides) become a failed verdict that names them.
 /// `rerun` is the command that reruns this test (gtest_rerun; the Python package's pytest line):
-/// the line that replays the first failing case in it is `KVO_CASE_SEED=S <rerun>`.
-TestVerdict run_test_campaign(SubjectList& subjects, CheckOptions options,
-                              const std::string& rerun);
+/// every reproduce line the report prints reruns it (CheckOptions::test_rerun): a failing case's
+/// `KVO_CASE_SEED=S <rerun>`, a shrunk one's with KVO_CASE_REDUCTIONS too.
+/// `shrink`: a failing subject's first mismatch is shrunk to a small case that still fails.
+TestVerdict run_test_campaign(SubjectList& subjects, CheckOptions options, const std::string& rerun,
+                              bool shrink = true);
 
 }  // namespace kvo::oracle::testing

@@ -81,6 +81,14 @@ class FailedToRun : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A subject wrote outside every buffer and its guard bands (into the margin kvoracle keeps around
+/// a device copy): a wrong answer found while bringing the result back, judged a mismatch with
+/// its location (the message), never the subject's failure to run.
+class WroteOutside : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// A subject does not implement a configuration.
 class Unsupported : public std::runtime_error {
  public:
