@@ -159,7 +159,7 @@ PYBUILD=/tmp/kvo-py
    ninja -C "$PYBUILD"; echo "exit $?") >"$LOGS/python_build.txt" 2>&1 &
 
 # 1. GPU tests, 8 shards in parallel.
-passed=0; failed=0; skipped=0; cases=0
+passed=0; failed=0; skipped=0; cases=0; OOM_FAILED=-; MEM_SKIPPED=-
 if want tests; then
 for i in 0 1 2 3 4 5 6 7; do
   GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i KVO_GPU_CASES=$CASES \
@@ -170,15 +170,11 @@ done
 KVO_TRACE_DATA_DIR=$ROOT/traces/data timeout $(budget 120) "$BIN/test_traces" \
   --gtest_filter='TraceReplayTier.*:TraceReplayResident.*' >"$LOGS/tests_traces.log" 2>&1 &
 wait
-# A test that failed for want of device memory while eight processes shared it (huge caches of
-# 8-9 GB each) runs again alone; the table names each such test and its second verdict.
-OOM_RERUN=""
-for t in $(grep -l 'out of memory' "$LOGS"/tests_[0-7].log 2>/dev/null | xargs -r grep -h '^\[  FAILED  \] .*(' |
-           sed -E 's/^\[  FAILED  \] ([^ ,]+).*/\1/' | sort -u); do
-  KVO_GPU_CASES=$CASES timeout $(budget 120) "$BIN/test_gpu_write" --gtest_filter="$t" \
-    >"$LOGS/rerun_${t//\//_}.log" 2>&1
-  OOM_RERUN="$OOM_RERUN $t: $(grep -qE '^\[  PASSED  \] 1 test' "$LOGS/rerun_${t//\//_}.log" && echo passed || echo FAILED) alone;"
-done
+# Eight processes share the device: an allocation that does not fit waits for the others to free
+# memory, then skips its case ("needs N GiB"), so no test fails for want of memory and none is
+# rerun (issue 54). The table counts both, and the device's memory.
+OOM_FAILED=$(grep -l 'out of memory' "$LOGS"/tests_[0-7].log 2>/dev/null | xargs -r grep -h '^\[  FAILED  \] .*(' | sort -u | wc -l)
+MEM_SKIPPED=$(grep -ho 'skipped: needs [0-9.]* GiB' "$LOGS"/tests_[0-7].log 2>/dev/null | wc -l)
 T_TESTS=$(($(date +%s) - START))
 for i in 0 1 2 3 4 5 6 7; do
   f=$LOGS/tests_$i.log
@@ -502,7 +498,7 @@ T_MODES=$(($(date +%s) - START))
     grep -h '^\[gpu-fast\] ' "$LOGS"/tests_*.log
     echo "read cases diffed (canonical: indexer + sparse + dense attention, bit-exact; fast: top-k + sparse attention, foreign mode): $(grep -ho 'read cases diffed: [0-9]*' "$LOGS"/tests_*.log | awk '{s += $4} END {print s}')"
     grep -h '^\[  FAILED  \].*(' "$LOGS"/tests_*.log | head -5
-    [[ -n $OOM_RERUN ]] && echo "out of device memory under 8 processes, rerun alone:$OOM_RERUN"
+    echo "8 test processes on $(nvidia-smi --query-gpu=memory.total --format=csv,noheader | head -1): $OOM_FAILED tests failed out of device memory (none rerun); $MEM_SKIPPED case reports skipped for memory"
     echo "trace replay's GPU tier tests: $(grep -c '^\[       OK \]' "$LOGS/tests_traces.log") passed, $(grep -c '^\[  FAILED  \].*(' "$LOGS/tests_traces.log") failed, $(grep -c '^\[  SKIPPED \].*(' "$LOGS/tests_traces.log") skipped"
     grep -h '^\[gpu-device-subject\]' "$LOGS"/tests_*.log
   fi

@@ -1,8 +1,12 @@
 // Pooled device memory and the call stream every host path shares (staging.cuh).
 #include <algorithm>
 #include <bit>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "kvo/gpu/memory_pool.hpp"
 #include "kvo/spec/outcome.hpp"
@@ -13,15 +17,35 @@ namespace kvo::gpu::detail {
 namespace {
 
 /// Blocks up to 1 GiB are pooled in power-of-two sizes (at least 256 bytes); larger ones are
-/// allocated to the next 2 MiB, and the last one freed is kept for the next large request it can
-/// hold with at most a quarter to spare (a campaign's huge caches come one case at a time, each a
-/// few GiB: cudaMalloc and cudaFree of that size cost more than the case); under KeepLargeBlocks
-/// the last `large_kept` are, and the smallest that holds a request serves it. A large request none
-/// can hold frees them first. Not more outside that scope: the test shards share the device, and
-/// blocks kept idle by one ran another out of memory (GiB granules, two kept: session 22). The
-/// pool keeps at most kMaxCached bytes of small blocks.
+/// allocated to the next 2 MiB and given back when freed, except under KeepLargeBlocks (a
+/// resident campaign's huge caches come one case at a time, each a few GiB: cudaMalloc and
+/// cudaFree of that size cost more than the case), where the last `large_kept` are kept and the
+/// smallest that holds a request serves it. A large request none can hold frees them first. None
+/// outside that scope: the test shards share the device, and a large block kept idle by one ran
+/// another out of memory (sessions 22 and 40). The pool keeps at most kMaxCached bytes of small
+/// blocks. An allocation that does not fit waits for other processes (device_memory_wait_s), then
+/// is spec::DeviceMemoryShort: the case is skipped, not failed.
 constexpr std::size_t kPooledMax = std::size_t{1} << 30;
 constexpr std::size_t kMaxCached = std::size_t{4} << 30;
+
+double gib(std::size_t bytes) { return static_cast<double>(bytes) / static_cast<double>(1u << 30); }
+
+/// How long an allocation that does not fit waits for other processes to free device memory
+/// (KVO_DEVICE_MEMORY_WAIT_S, seconds; default 120): test shards and users' parallel runs share
+/// one device, and a case of gigabytes fits once another process's case ends.
+double device_memory_wait_s() {
+  static const double seconds = [] {
+    const char* v = std::getenv("KVO_DEVICE_MEMORY_WAIT_S");
+    if (v == nullptr || *v == '\0') return 120.0;
+    char* end = nullptr;
+    const double s = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(s >= 0.0)) {
+      throw spec::InvalidInput("KVO_DEVICE_MEMORY_WAIT_S", -1, v, "expected seconds >= 0");
+    }
+    return s;
+  }();
+  return seconds;
+}
 
 std::size_t block_size_for(std::size_t bytes) {
   if (bytes <= kPooledMax) return std::max<std::size_t>(256, std::bit_ceil(bytes));
@@ -68,13 +92,33 @@ class Pool {
       }
     }
     void* p = nullptr;
-    if (cudaMalloc(&p, block) != cudaSuccess) {
-      // Give the cached blocks back and try once more before reporting.
+    if (cudaMalloc(&p, block) == cudaSuccess) return p;
+    // Give the cached blocks back and try again; then, while other processes (test shards, users'
+    // parallel runs) hold the memory, wait for them to free it; then report the case skipped, not
+    // failed (spec::DeviceMemoryShort).
+    (void)cudaGetLastError();
+    release_idle();
+    const auto start = std::chrono::steady_clock::now();
+    for (int attempt = 0;; ++attempt) {
+      const cudaError_t err = cudaMalloc(&p, block);
+      if (err == cudaSuccess) return p;
+      if (err != cudaErrorMemoryAllocation) check_cuda(err, "cudaMalloc");
       (void)cudaGetLastError();
-      release_idle();
-      check_cuda(cudaMalloc(&p, block), "cudaMalloc");
+      std::size_t free_bytes = 0, total_bytes = 0;
+      (void)cudaMemGetInfo(&free_bytes, &total_bytes);
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (block > total_bytes || waited >= device_memory_wait_s()) {
+        char text[200];
+        std::snprintf(text, sizeof text,
+                      "needs %.2f GiB of device memory, %.2f GiB free of %.2f GiB (waited %.0f s "
+                      "for other processes to free it)",
+                      gib(block), gib(free_bytes), gib(total_bytes), waited);
+        throw spec::DeviceMemoryShort(text);
+      }
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(std::min(200, 10 << std::min(attempt, 4))));
     }
-    return p;
   }
   void release(void* p, std::size_t block) {
     if (block > kPooledMax) {
@@ -124,7 +168,9 @@ class Pool {
   std::vector<std::pair<std::size_t, void*>> free_;
   std::size_t cached_ = 0;
   std::vector<std::pair<std::size_t, void*>> large_;  ///< freed large blocks, newest first
-  std::size_t large_kept_ = 1;
+  // Outside KeepLargeBlocks no large block is kept: a process idle between huge cases must not
+  // hold gigabytes another process's case needs (eight test shards on an 80 GB card).
+  std::size_t large_kept_ = 0;
   bool scoped_ = false;
   LargeBlockUse use_;
 };

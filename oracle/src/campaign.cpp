@@ -236,6 +236,18 @@ std::string CheckReport::summary() const {
     }
     s << line;
   }
+  // SPEC principle 4: what a pass does not cover, said where the pass is.
+  for (const auto& sub : subjects) {
+    if (sub.blind_spots.empty()) continue;
+    s << "\nblind spots of " << sub.name << " (" << spec::name_of(sub.op)
+      << "): its declared profile is too loose to catch these planted bugs on some cases (SPEC "
+         "principle 4; a pass says nothing about them there):\n";
+    for (const auto& [bug, cases] : sub.blind_spots) {
+      std::snprintf(line, sizeof line, "%8lld of %lld cases  ", static_cast<long long>(cases),
+                    static_cast<long long>(sub.cases));
+      s << line << bug << "\n";
+    }
+  }
   // Every cause, not only the first failure's: a class per line with its count and a case.
   for (const auto& sub : subjects) {
     if (sub.failure_classes.empty()) continue;
@@ -471,6 +483,7 @@ void Campaign::record(const Row& row, const Verdict& v, std::int64_t index, std:
   report_.bytes_compared += v.bytes_compared;
   report_.worst = spec::worst(report_.worst, v.outcome);
   if (v.outcome != spec::Outcome::kPass) sum.add_failure_class(failure_class_of(v), index, seed);
+  for (const std::string& bug : v.blind_spots) ++sum.blind_spots[bug];
   if (v.outcome != spec::Outcome::kPass && v.outcome != spec::Outcome::kUnsupported &&
       sum.first_failure.empty()) {
     std::ostringstream f;

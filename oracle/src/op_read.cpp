@@ -484,7 +484,7 @@ class ReadDriver final : public OpDriver {
   Verdict judge(Subject& subject, PreparedCase& pc) const override {
     auto& rp = static_cast<ReadPrepared&>(pc);
     const ReadVerdict r = judge_read(subject, op_, *rp.expectation, rp.profile);
-    return {r.outcome, r.report, 0, 0, nullptr, r.failure_class};
+    return {r.outcome, r.report, 0, 0, nullptr, r.failure_class, r.blind_spots};
   }
 
   void ready_to_judge(const Subject& subject, PreparedCase& pc) const override {
@@ -580,7 +580,7 @@ class ReadDriver final : public OpDriver {
                            });
     const auto judge_row = [&](Subject& reader, const DeviceRow& row) {
       const ReadVerdict r = judge_read(reader, row.op, *rp.expectation, rp.profile);
-      return Verdict{r.outcome, r.report, 0, 0, nullptr, r.failure_class};
+      return Verdict{r.outcome, r.report, 0, 0, nullptr, r.failure_class, r.blind_spots};
     };
     std::vector<Verdict> out;
     for (std::size_t i = 0; i < rows.size(); ++i) out.push_back(judge_row(*ahead[i], rows[i]));

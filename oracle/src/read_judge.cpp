@@ -202,6 +202,7 @@ ReadVerdict judge_read(Subject& s, spec::Op op, ReadExpectation& e,
                 ? std::nullopt
                 : std::optional<spec::AttentionProfile>(profile.value_or(s.attention_profile())));
         v.report = d.report();
+        for (const BlindSpot& b : d.blind) v.blind_spots.emplace_back(spec::name_of(b.bug));
         if (d.pass()) return spec::Outcome::kPass;
         if (d.first) v.query = d.first->query;
         v.failure_class =

@@ -131,6 +131,15 @@ std::string junit_xml(const CheckReport& r) {
       << "\" name=\"" << xml_escape(s.name) << "\">\n";
     const std::string counts =
         std::to_string(s.count(Outcome::kPass)) + " of " + std::to_string(s.cases) + " cases pass";
+    if (!s.blind_spots.empty()) {
+      // SPEC principle 4: the bug classes this subject's declared profile could not see.
+      x << "      <properties>\n";
+      for (const auto& [bug, cases] : s.blind_spots) {
+        x << "        <property name=\"blind_spot." << xml_escape(bug) << "\" value=\"" << cases
+          << " of " << s.cases << " cases\"/>\n";
+      }
+      x << "      </properties>\n";
+    }
     if (!s.skipped.empty()) {
       x << "      <skipped message=\"" << xml_escape(s.skipped) << "\"/>\n";
     } else if (s.count(Outcome::kFailedToRun) || s.count(Outcome::kInvalidInput)) {
@@ -178,7 +187,13 @@ std::string report_json(const CheckReport& r) {
         << ", \"first_case\": " << c.first_case
         << ", \"first_seed\": " << json_escape(hex64(c.first_seed)) << "}";
     }
-    j << "]}";
+    j << "], \"blind_spots\": {";
+    bool first_spot = true;
+    for (const auto& [bug, cases] : s.blind_spots) {
+      j << (first_spot ? "" : ", ") << json_escape(bug) << ": " << cases;
+      first_spot = false;
+    }
+    j << "}}";
   }
   j << "\n  ],\n  \"coverage\": [";
   for (std::size_t i = 0; i < r.coverage.size(); ++i) {

@@ -178,6 +178,13 @@ CheckReport read_report_json(const std::string& text, const std::string& source)
                             c.integer("cases", 1, s.cases));
       }
     }
+    // Reports written before blind spots were counted have none.
+    if (subjects[i].contains("blind_spots")) {
+      const Json& spots = f.at("blind_spots");
+      const Fields counts(spots, source, f.path("blind_spots"));
+      for (const auto& item : spots.items())
+        s.blind_spots[item.key()] = counts.integer(item.key().c_str(), 1, s.cases);
+    }
     r.subjects.push_back(std::move(s));
   }
   if (result != r.worst) {
@@ -221,6 +228,7 @@ CheckReport merge_reports(const std::vector<CheckReport>& shards,
     s.first_failure.clear();
     s.more_failures.clear();
     s.failure_classes.clear();
+    s.blind_spots.clear();
   }
   for (CoverageRow& c : m.coverage) c.cases = c.reached = 0, c.first_case = -1;
   // Each subject's failures with the case they start at, in shard order; sorted below.
@@ -263,6 +271,7 @@ CheckReport merge_reports(const std::vector<CheckReport>& shards,
       for (int o = 0; o < 5; ++o) t.counts[o] += s.counts[o];
       for (const FailureClassCount& c : s.failure_classes)
         t.add_failure_class(c.name, c.first_case, c.first_seed, c.cases);
+      for (const auto& [bug, cases] : s.blind_spots) t.blind_spots[bug] += cases;
       std::vector<std::string> all{s.first_failure};
       all.insert(all.end(), s.more_failures.begin(), s.more_failures.end());
       for (std::string& f : all) {

@@ -3,6 +3,7 @@ glue), each correct where the engine's kernel is, with the bugs real kernels had
 
 import numpy as np
 
+from kvoracle import Unsupported
 from kvoracle.bits import bf16_to_float32, float32_to_bf16
 
 
@@ -153,3 +154,35 @@ def block_topk_head_major(call):
             best = np.argsort(-score, kind="stable")[:min(topk, n_valid)]
             ids[g, row, :best.size] = best
     return ids
+
+
+def dense_insert(call):
+    """The dense-layer fused insert (SPEC 4: Gemma RMSNorm and partial NeoX RoPE of q and k, v as
+    it is, k and v stored at their slots) in float64, rounded to bf16 once: a foreign kernel (its
+    own arithmetic), for bf16 activations and caches without a scale. Returns q_out."""
+    cfg = call.config
+    if (call.dtype("q"), call.dtype("k_view"), cfg["scale_mode"]) != ("bf16", "bf16", "none"):
+        raise Unsupported("bf16 activations and caches without a scale only")
+    tokens = call.slot_mapping.shape[0]
+    rd = int(call.rotary_dim)
+    half = rd // 2
+    table = call.cos_sin[call.positions[:tokens]].astype(np.float64)  # [T, rotary_dim]
+    cos, sin = table[:, None, :half], table[:, None, half:]
+
+    def norm_rope(x, w):  # x [T, heads, hd]
+        x = bf16_to_float32(x[:tokens]).astype(np.float64)
+        r = 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + float(call.eps))
+        y = x * r * (1.0 + w.astype(np.float64))
+        x1, x2 = y[..., :half].copy(), y[..., half:rd].copy()
+        y[..., :half] = x1 * cos - x2 * sin
+        y[..., half:rd] = x2 * cos + x1 * sin
+        return float32_to_bf16(y.astype(np.float32))
+
+    q = norm_rope(call.q, call.q_norm_weight)
+    k = norm_rope(call.k, call.k_norm_weight)
+    slots = call.slot_mapping[:tokens]
+    rows = np.nonzero(slots >= 0)[0]
+    s, bs = slots[rows], cfg["block_size"]
+    call.k_view[s // bs, s % bs] = k[rows]
+    call.v_view[s // bs, s % bs] = call.v[rows]
+    return q

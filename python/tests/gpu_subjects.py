@@ -303,3 +303,69 @@ def triton_indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size
     if t > 0:
         _index_blockscale_kernel[(t, k.shape[1] // 128)](
             k, slot_mapping, values, scales, bs, bs * stride, INDEX_DIM=k.shape[1])
+
+
+def torch_dense_insert(call):
+    """engines_numpy.dense_insert in torch on the device (float64 math, bf16 once): a foreign
+    dense insert for bf16 activations and caches without a scale. Returns q_out."""
+    cfg = call.config
+    if (call.dtype("q"), call.dtype("k_view"), cfg["scale_mode"]) != ("bf16", "bf16", "none"):
+        raise Unsupported("bf16 activations and caches without a scale only")
+    tokens = call.slot_mapping.shape[0]
+    rd = int(call.rotary_dim)
+    half = rd // 2
+    table = call.cos_sin[call.positions[:tokens].long()].double()  # [T, rotary_dim]
+    cos, sin = table[:, None, :half], table[:, None, half:]
+
+    def norm_rope(x, w):  # x [T, heads, hd]
+        x = x[:tokens].double()
+        r = 1.0 / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + float(call.eps))
+        y = x * r * (1.0 + w.double())
+        x1, x2 = y[..., :half].clone(), y[..., half:rd].clone()
+        y[..., :half] = x1 * cos - x2 * sin
+        y[..., half:rd] = x2 * cos + x1 * sin
+        return y.float().to(torch.bfloat16)
+
+    q = norm_rope(call.q, call.q_norm_weight)
+    k = norm_rope(call.k, call.k_norm_weight)
+    slots = call.slot_mapping[:tokens].long()
+    rows = torch.nonzero(slots >= 0).flatten()
+    s, bs = slots[rows], cfg["block_size"]
+    call.k_view[s // bs, s % bs] = k[rows]
+    call.v_view[s // bs, s % bs] = call.v[:tokens][rows]
+    return q
+
+
+# --- slow subjects: the answer lands long after the call starts --------------------------------
+
+# About a millisecond of spinning on the H100/H200 (torch.cuda._sleep counts clock cycles).
+SLOW_CYCLES = 2_000_000
+
+
+def slow(fn, returned: bool, output: str):
+    """`fn(call)` (returning its answer) made slow: the answer is produced into a NaN-filled (or
+    -1-filled) buffer only after a spin kernel on the call's stream, then returned or written into
+    call.<output> in place, on that stream. Whoever reads it without waiting for the call's stream
+    reads the fill or stale memory: the race a returned answer's copy once had."""
+
+    def run(call):
+        value = fn(call)
+        if value is None:
+            value = getattr(call, output).clone()
+        late = torch.full_like(value, -1 if not value.is_floating_point() else float("nan"))
+        torch.cuda._sleep(SLOW_CYCLES)
+        late.copy_(value)
+        if returned:
+            return late
+        getattr(call, output).copy_(late)
+        return None
+
+    return run
+
+
+def slow_index_put(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
+                   v_scale):
+    """torch_index_put after a spin kernel on the call's stream: the caches are written late."""
+    torch.cuda._sleep(SLOW_CYCLES)
+    torch_index_put(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
+                    v_scale)

@@ -296,3 +296,29 @@ def test_cuda_without_a_gpu_is_not_judged_never_a_pass():
     assert not report.passed
     assert report.outcome == "not judged", report.message
     assert "result: not judged" in report.message and "result: pass" not in report.message
+
+
+def test_a_foreign_dense_insert_passes_and_a_planted_rope_bug_fails():
+    from engines_numpy import dense_insert
+    modes = dict(act_dtype="bf16", kv_dtype="bf16", scale_mode="none", edge_values=False)
+    report = kvoracle.check(dense_insert, op="dense", ordering="foreign", cases=100, **modes)
+    assert report.passed, report.message
+
+    def swapped_sin(call):  # the rotation's sign flipped (GPT-J/NeoX confusions have this shape)
+        call.cos_sin[:] = call.cos_sin * np.where(np.arange(call.cos_sin.shape[1]) <
+                                                   call.rotary_dim // 2, 1, -1)
+        return dense_insert(call)
+
+    bad = kvoracle.check(swapped_sin, op="dense", ordering="foreign", cases=100, **modes)
+    assert not bad.passed and "q_out" in bad.message, bad.message
+
+
+def test_blind_spots_of_a_loose_profile_are_reported_with_the_pass():
+    """SPEC principle 4: declared bf16_p (flash-style arithmetic), an attention passes, and the
+    report says which planted bug classes that profile could not have caught, in how many cases."""
+    report = kvoracle.check(attention, op="attention", cases=80, ordering="foreign",
+                            profile="bf16_p", kv_dtype="bf16", act_dtype="bf16")
+    assert report.passed, report.message
+    spots = re.search(r"blind spots of attention \(attention\): .*\n +([0-9]+) of 80 cases  "
+                      r"([a-z_]+)", report.message)
+    assert spots and int(spots.group(1)) > 0, report.message

@@ -195,3 +195,64 @@ def test_the_benchmarks_triton_peer_writes_kvoracles_bytes(mode, kv_dtype):
         r, best = detected(peer.write, op="write", act_dtype="bf16", layers="2D", **modes)
         assert r.outcome == "pass", r.report
         assert f"scale_mode={mode}" in " ".join(r.matched), r.matched
+
+
+# --- slow subjects: every read of a subject's answer is ordered after the subject's work ----------
+
+SLOW_CASES = int(os.environ.get("KVO_SLOW_CASES", "1000"))
+
+
+def slow_subjects():
+    """(name, op, adapter, overrides) of each op with a torch subject: in place and returned."""
+    out = [("write in place", "write",
+            adapters.vllm_reshape_and_cache_flash(gs.slow_index_put), dict(layout="nhd"))]
+    for returned in (True, False):
+        form = "returned" if returned else "in place"
+        out.append((f"indexer {form}", "indexer",
+                    adapters.topk_indexer(gs.slow(gs.torch_topk_indexer, returned, "ids"),
+                                          order="descending_score"),
+                    dict(index_layout="flat", index_dtype="bf16", index_nan="skip")))
+        out.append((f"attention {form}", "attention",
+                    adapters.foreign_attention(gs.slow(gs.torch_sdpa_attention, returned, "out"),
+                                               profile="fp32"), {}))
+        out.append((f"dense {form}", "dense", slow_dense(returned), DENSE))
+    return out
+
+
+# The torch dense insert's configuration: bf16 in and out, no scale (gpu_subjects).
+DENSE = dict(act_dtype="bf16", kv_dtype="bf16", scale_mode="none", edge_values=False)
+
+
+def slow_dense(returned):
+    fn = gs.slow(gs.torch_dense_insert, returned, "q_out")
+    fn.ordering = "foreign"  # its own arithmetic: judged by the admissible sets
+    return fn
+
+
+@pytest.mark.parametrize("name,op,subject,flags", slow_subjects(),
+                         ids=[s[0] for s in slow_subjects()])
+def test_a_slow_subject_passes_every_case(name, op, subject, flags):
+    """A correct subject whose answer lands about a millisecond after its call starts passes
+    every case: kvoracle's copy of a returned answer runs on the call's stream, and every read
+    waits for that stream."""
+    report = kvoracle.check(subject, op=op, device="cuda", cases=SLOW_CASES, **flags)
+    record(f"slow torch ({name})", op, report, "returned" if "returned" in name else "in place")
+    assert report.passed, report.message
+    assert f"{SLOW_CASES} cases in" in report.message
+
+
+@pytest.mark.parametrize("op,fn,output,flags", [
+    ("indexer", gs.torch_topk_indexer, "ids",
+     dict(index_layout="flat", index_dtype="bf16", index_nan="skip")),
+    ("attention", gs.torch_sdpa_attention, "out", {}),
+])
+def test_the_race_reintroduced_is_caught_by_the_slow_subject(monkeypatch, op, fn, output, flags):
+    """The copy of a returned answer moved back onto torch's current stream (the race the package
+    once had): the slow subject fails, so the test above can fail."""
+    monkeypatch.setattr(kvoracle._api, "_STORE_ON_CALL_STREAM", False)
+    subject = (adapters.topk_indexer(gs.slow(fn, True, output), order="descending_score")
+               if op == "indexer" else
+               adapters.foreign_attention(gs.slow(fn, True, output), profile="fp32"))
+    report = kvoracle.check(subject, op=op, device="cuda", cases=100, shrink=False, **flags)
+    record(f"slow torch, racing copy", op, report, "returned, copy off the call stream")
+    assert not report.passed, report.message

@@ -2,7 +2,7 @@
 // kernels, called through their device-pointer launchers exactly as a user's kernel would be (from
 // the DeviceTensors of each call), pass the default campaign of every op; and what a user's kernel
 // can get wrong is reported, never passed: a changed cache byte (mismatch with its coordinates), a
-// write outside every guard band (failed to run, naming the offset), an output never written
+// write outside every guard band (a mismatch, naming the offset), an output never written
 // (poisoned: mismatch), a read that changes its caches, a function that throws (failed to run) or
 // does not implement the configuration (unsupported). Skips without a GPU.
 #include <cuda_runtime.h>
@@ -95,7 +95,7 @@ TEST(DeviceSubject, ChangedCacheByteIsAMismatchWithCoordinates) {
   EXPECT_NE(m.find("first: layer "), std::string::npos) << m;
 }
 
-TEST(DeviceSubject, WriteOutsideEveryGuardBandFailsToRun) {
+TEST(DeviceSubject, WriteOutsideEveryGuardBandIsAMismatchWithItsLocation) {
   SKIP_WITHOUT_GPU();
   oracle::DeviceSubjectFunctions f;
   f.write = [](const gpu::DeviceWriteCall& call) {
@@ -107,7 +107,14 @@ TEST(DeviceSubject, WriteOutsideEveryGuardBandFailsToRun) {
       passes(oracle::make_device_subject("device-margin", f), options({spec::Op::kWrite}, 5));
   ASSERT_FALSE(r);
   const std::string m = r.message();
-  EXPECT_NE(m.find("wrote outside every cache buffer and its guard bands"), std::string::npos) << m;
+  EXPECT_NE(m.find("wrote outside every cache buffer and its guard bands: "), std::string::npos)
+      << m;
+  EXPECT_NE(m.find(" body byte -"), std::string::npos) << m;  // before the first buffer's body
+  // A wrong answer, not the subject's failure to run: counted and classed as a mismatch.
+  EXPECT_NE(m.find("result: mismatch"), std::string::npos) << m;
+  EXPECT_NE(m.find("  mismatch: wrote outside every cache buffer and its guard bands (first: "),
+            std::string::npos)
+      << m;
 }
 
 TEST(DeviceSubject, UnwrittenOutputsAreMismatches) {

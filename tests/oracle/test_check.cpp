@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <regex>
 
 #include "kvo/oracle/campaign.hpp"
+#include "kvo/oracle/explain.hpp"
 #include "kvo/oracle/report_files.hpp"
 #include "kvo/oracle/write_case.hpp"
 #include "kvo/reference/layer_write.hpp"
@@ -165,6 +167,57 @@ TEST(Check, EveryFailureClassIsCountedWithACaseToReplay) {
     EXPECT_EQ(it->first_case, c.first_case) << c.name;
     EXPECT_EQ(it->first_seed, c.first_seed) << c.name;
   }
+}
+
+TEST(Check, BlindSpotsOfTheDeclaredProfileAreCountedWhereThePassIsReported) {
+  // SPEC principle 4: a flash-style attention declared bf16_p passes, and the campaign says in
+  // how many cases that profile could not have caught each planted bug class: the same cases
+  // `explain` names one by one.
+  CheckOptions o;
+  o.cases = 60;
+  o.ops = {spec::Op::kAttention};
+  o.subjects = {"cpu-flash-bf16"};
+  SubjectList subjects = make_subjects();
+  const CheckReport r = run_check(o, subjects);
+  ASSERT_EQ(r.worst, spec::Outcome::kPass) << r.summary();
+  const SubjectSummary& sum = r.subjects.at(0);
+  ASSERT_FALSE(sum.blind_spots.empty()) << r.summary();
+  std::map<std::string, std::int64_t> explained;
+  for (std::int64_t i = 0; i < o.cases; ++i) {
+    const Explanation e = explain_case(o, case_seed(o.seed, static_cast<std::uint64_t>(i)),
+                                       "cpu-flash-bf16", spec::Op::kAttention, subjects);
+    for (const auto& [bug, n] : sum.blind_spots) {
+      if (e.text.find("to catch planted bug " + bug + " ") != std::string::npos) ++explained[bug];
+    }
+  }
+  EXPECT_EQ(explained, sum.blind_spots);
+  const std::string text = r.summary();
+  EXPECT_NE(text.find("blind spots of cpu-flash-bf16 (attention): its declared profile is too "
+                      "loose"),
+            std::string::npos)
+      << text;
+  const auto& [bug, cases] = *sum.blind_spots.begin();
+  EXPECT_NE(text.find(std::to_string(cases) + " of 60 cases  " + bug), std::string::npos) << text;
+  EXPECT_NE(report_json(r).find("\"blind_spots\": {\"" + bug + "\": " + std::to_string(cases)),
+            std::string::npos);
+  EXPECT_NE(junit_xml(r).find("<property name=\"blind_spot." + bug + "\" value=\"" +
+                              std::to_string(cases) + " of 60 cases\"/>"),
+            std::string::npos);
+  // A merge of shards adds them up.
+  CheckOptions half = o;
+  half.total_shards = 2;
+  std::vector<CheckReport> shards;
+  for (std::int64_t i = 0; i < 2; ++i) {
+    half.shard_index = i;
+    shards.push_back(read_report_json(report_json(run_check(half, subjects)), "shard"));
+  }
+  EXPECT_EQ(merge_reports(shards, {"a", "b"}).subjects.at(0).blind_spots, sum.blind_spots);
+  // A tighter profile (fp32) is blind less often.
+  o.subjects = {"cpu-naive-f32"};
+  std::int64_t tight = 0, loose = 0;
+  for (const auto& [name, n] : run_check(o, subjects).subjects.at(0).blind_spots) tight += n;
+  for (const auto& [name, n] : sum.blind_spots) loose += n;
+  EXPECT_LT(tight, loose);
 }
 
 TEST(Check, UnknownSubjectIsInvalidInput) {

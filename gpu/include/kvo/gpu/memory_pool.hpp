@@ -1,7 +1,10 @@
 #pragma once
 /// \file memory_pool.hpp
 /// How long the device memory pool of kvoracle's host paths (each host thread's: pooled blocks up
-/// to 1 GiB, the last larger block freed) keeps what it was given back. No CUDA types.
+/// to 1 GiB; larger ones given back when freed, unless a KeepLargeBlocks lives) keeps what it was
+/// given back. An allocation that does not fit waits for other processes to free device memory
+/// (KVO_DEVICE_MEMORY_WAIT_S, default 120 s), then throws spec::DeviceMemoryShort: the case is
+/// reported skipped ("needs N GiB, M GiB free"), never as the subject's failure. No CUDA types.
 
 #include <cstddef>
 #include <cstdint>

@@ -155,6 +155,9 @@ struct SubjectSummary {
   /// Every case that did not pass, by class, in the order the classes first came up (mismatches,
   /// failures to run, invalid input and unsupported cases alike).
   std::vector<FailureClassCount> failure_classes;
+  /// SPEC principle 4: per planted bug class the subject's declared profile cannot see, the cases
+  /// where it could not (Verdict::blind_spots), whatever their outcome.
+  std::map<std::string, std::int64_t> blind_spots;
 
   std::int64_t count(spec::Outcome o) const { return counts[static_cast<int>(o)]; }
   /// Counts `cases` cases under class `name`, the first of them case `index` (seed `seed`).

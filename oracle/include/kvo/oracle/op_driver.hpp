@@ -59,7 +59,11 @@ struct Verdict {
   /// into a guard band, an element not written, a wrong element, top-k ids that differ, ...):
   /// a campaign counts its failures by class, and shrinking keeps a reduction only when the
   /// smaller case fails in the same class. Empty: the outcome alone is the class.
-  std::string failure_class;
+  std::string failure_class{};
+  /// SPEC principle 4: the planted bug classes (spec::AttentionBug names) that the subject's
+  /// declared profile is too loose to catch on this case (a foreign attention's bound admits
+  /// their whole effect). A pass says nothing about them here; a campaign counts them.
+  std::vector<std::string> blind_spots{};
 };
 
 /// The class a campaign counts a non-passing verdict under: "mismatch: <failure_class>", or the
@@ -256,7 +260,9 @@ std::vector<spec::Op> all_ops();
 std::vector<spec::Op> parse_ops(const std::vector<std::string>& names, const char* field = "ops");
 
 /// Runs `fn` (returning an Outcome) and classifies what it throws: InvalidInput on a valid case,
-/// Unsupported, anything else failed-to-run; `error` gets the reason.
+/// Unsupported (and a case skipped for want of device memory: spec::DeviceMemoryShort), a write
+/// outside every buffer (a mismatch: spec::WroteOutside), anything else failed-to-run; `error`
+/// gets the reason.
 template <class Fn>
 spec::Outcome run_guarded(Fn&& fn, std::string& error) {
   try {
@@ -270,6 +276,9 @@ spec::Outcome run_guarded(Fn&& fn, std::string& error) {
   } catch (const spec::WroteOutside& e) {
     error = e.what();
     return spec::Outcome::kMismatch;
+  } catch (const spec::DeviceMemoryShort& e) {
+    error = std::string("unsupported: skipped: ") + e.what();
+    return spec::Outcome::kUnsupported;
   } catch (const std::exception& e) {
     error = std::string("failed to run: ") + e.what();
     return spec::Outcome::kFailedToRun;

@@ -116,9 +116,10 @@ class ReadsAhead final : public Subject {
 /// One subject's answer to one op, judged.
 struct ReadVerdict {
   spec::Outcome outcome = spec::Outcome::kPass;
-  std::string report;                 ///< the diff (SPEC 7, a pass's too) or the error
-  std::optional<std::int64_t> query;  ///< the first differing query row, when a diff found one
-  std::string failure_class;          ///< Verdict::failure_class of a mismatch
+  std::string report;                    ///< the diff (SPEC 7, a pass's too) or the error
+  std::optional<std::int64_t> query;     ///< the first differing query row, when a diff found one
+  std::string failure_class;             ///< Verdict::failure_class of a mismatch
+  std::vector<std::string> blind_spots;  ///< Verdict::blind_spots
 };
 
 /// Empty, or why a --profile override cannot apply to `subject`: a canonical subject is judged bit

@@ -89,6 +89,14 @@ class WroteOutside : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A case needs more device memory than is free (other processes' or threads' allocations hold
+/// it): not the subject's failure. Judged as a skipped case (outcome unsupported, its report
+/// "skipped: needs N GiB of device memory, M GiB free"), never as a failure to run.
+class DeviceMemoryShort : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// A subject does not implement a configuration.
 class Unsupported : public std::runtime_error {
  public:
