@@ -220,6 +220,36 @@ TEST(Check, BlindSpotsOfTheDeclaredProfileAreCountedWhereThePassIsReported) {
   EXPECT_LT(tight, loose);
 }
 
+TEST(Check, ACaseThatDoesNotFitTheDevicesFreeMemoryIsSkippedNeverFailed) {
+  // What the device memory pool throws when an allocation does not fit, even after waiting for
+  // other processes (spec::DeviceMemoryShort): the case is skipped with the sizes, not the
+  // subject's failure; the other cases are judged.
+  SubjectList s;
+  s.push_back(make_function_subject(
+      "big-cases-short", [](const spec::ModelConfig& c, const spec::LayerWrite& w,
+                            spec::LayerCaches& out) {
+        if (c.geometry.num_blocks > 40) {
+          throw spec::DeviceMemoryShort(
+              "needs 9.00 GiB of device memory, 2.50 GiB free of 79.10 GiB (waited 120 s for other "
+              "processes to free it)");
+        }
+        reference::write_layer(c, w, out);
+      }));
+  CheckOptions o;
+  o.cases = 40;
+  o.ops = {spec::Op::kWrite};
+  const CheckReport r = run_check(o, s);
+  const SubjectSummary& sum = r.subjects.at(0);
+  EXPECT_EQ(sum.count(spec::Outcome::kFailedToRun), 0) << r.summary();
+  EXPECT_GT(sum.count(spec::Outcome::kUnsupported), 0) << r.summary();
+  EXPECT_GT(sum.count(spec::Outcome::kPass), 0) << r.summary();
+  EXPECT_EQ(r.worst, spec::Outcome::kUnsupported) << r.summary();
+  EXPECT_NE(r.summary().find("unsupported: skipped: needs N.N GiB of device memory, N.N GiB free "
+                             "of N.N GiB"),
+            std::string::npos)
+      << r.summary();
+}
+
 TEST(Check, UnknownSubjectIsInvalidInput) {
   CheckOptions o;
   o.subjects = {"cpu-fused", "cuda-nonesuch"};
