@@ -1,6 +1,9 @@
 #include "kvo/oracle/cpu_subjects.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <set>
 
 #include "kvo/reference/layer_write.hpp"
@@ -103,30 +106,21 @@ class CanonicalMutant final : public Subject {
   }
 
   std::vector<std::int32_t> indexer(const ReadCase& c) override {
-    const reference::TopkSelection s =
+    reference::TopkSelection s =
         reference::indexer_topk(c.config, c.indexer, c.batch, c.index_q, c.caches);
-    if (!m_.ties_to_higher_id) return s.ids;
-    std::vector<std::int32_t> ids;
+    if (!m_.ties_to_higher_id && !m_.wide_ties_to_higher_id && m_.kept_at_most == 0) return s.ids;
     for (std::int64_t q = 0; q < s.num_queries; ++q) {
       for (std::int64_t g = 0; g < s.num_kv_heads; ++g) {
-        // Each lane's top-k by the reversed tie rule; their union ascending (SPEC 5).
-        std::set<std::int32_t> chosen;
-        for (std::int64_t l = 0; l < s.lanes; ++l) {
-          std::vector<float> scores;
-          for (std::int64_t j = 0; j < s.n_valid[static_cast<std::size_t>(q)]; ++j)
-            scores.push_back(s.score(q, g, j, l));
-          for (std::int32_t id : subjects::select_topk(scores, c.indexer.topk, true, true)) {
-            const bool dropped = id >= 0 && c.indexer.neg_inf == spec::IndexNegInf::kDrop &&
-                                 scores[static_cast<std::size_t>(id)] == -INFINITY;
-            if (id >= 0 && !dropped) chosen.insert(id);
-          }
+        const auto row = s.ids.begin() + (q * s.num_kv_heads + g) * s.topk;
+        if (m_.ties_to_higher_id || (m_.wide_ties_to_higher_id && wide_tie(s, q, g, c))) {
+          const std::vector<std::int32_t> reversed = reversed_ties(s, q, g, c);
+          std::copy(reversed.begin(), reversed.end(), row);
         }
-        std::vector<std::int32_t> row(chosen.begin(), chosen.end());
-        row.resize(static_cast<std::size_t>(s.topk), -1);
-        ids.insert(ids.end(), row.begin(), row.end());
+        if (m_.kept_at_most > 0 && m_.kept_at_most < s.topk)
+          std::fill(row + m_.kept_at_most, row + s.topk, -1);
       }
     }
-    return ids;
+    return s.ids;
   }
 
   spec::HostTensor attention(const ReadCase& c, const reference::TopkSelection* sel) override {
@@ -135,10 +129,63 @@ class CanonicalMutant final : public Subject {
       const float sm = reference::default_sm_scale(c.config.geometry.head_dim);
       p.sm_scale = sm * sm;
     }
+    std::optional<reference::TopkSelection> trailing;
+    if (m_.masked_entries_trailing && sel != nullptr) {
+      // Each row's first n entries, n its ids >= 0: what a kernel that takes masked entries to
+      // trail reads.
+      trailing = *sel;
+      for (std::size_t r = 0; r + static_cast<std::size_t>(sel->topk) <= sel->ids.size();
+           r += static_cast<std::size_t>(sel->topk)) {
+        const auto row = trailing->ids.begin() + static_cast<std::ptrdiff_t>(r);
+        const auto n = std::count_if(row, row + sel->topk, [](std::int32_t id) { return id >= 0; });
+        std::fill(row + n, row + sel->topk, -1);
+      }
+      sel = &*trailing;
+    }
     return reference::attention(c.config, p, c.batch, c.q, c.caches, c.k_scale, c.v_scale, sel).out;
   }
 
  private:
+  /// Whether row (q, g) of `s` has, in some lane, more than 16 blocks tied at its cut with some of
+  /// them kept and some not.
+  static bool wide_tie(const reference::TopkSelection& s, std::int64_t q, std::int64_t g,
+                       const ReadCase& c) {
+    const std::int64_t n_valid = s.n_valid[static_cast<std::size_t>(q)];
+    const std::int64_t k_eff = std::min(c.indexer.topk, n_valid);
+    if (k_eff == 0) return false;
+    for (std::int64_t l = 0; l < s.lanes; ++l) {
+      std::vector<float> v;
+      for (std::int64_t j = 0; j < n_valid; ++j) v.push_back(s.score(q, g, j, l));
+      std::vector<float> order = v;
+      std::nth_element(order.begin(), order.begin() + (k_eff - 1), order.end(), std::greater<>());
+      const float cut = order[static_cast<std::size_t>(k_eff - 1)];
+      const auto above = std::count_if(v.begin(), v.end(), [&](float x) { return x > cut; });
+      const auto tied = std::count(v.begin(), v.end(), cut);
+      if (tied > 16 && tied > k_eff - above) return true;
+    }
+    return false;
+  }
+
+  /// Row (q, g) chosen by the reversed tie rule (equal scores won by the higher id): each lane's
+  /// top-k, their union ascending (SPEC 5), then -1.
+  static std::vector<std::int32_t> reversed_ties(const reference::TopkSelection& s, std::int64_t q,
+                                                 std::int64_t g, const ReadCase& c) {
+    std::set<std::int32_t> chosen;
+    for (std::int64_t l = 0; l < s.lanes; ++l) {
+      std::vector<float> scores;
+      for (std::int64_t j = 0; j < s.n_valid[static_cast<std::size_t>(q)]; ++j)
+        scores.push_back(s.score(q, g, j, l));
+      for (std::int32_t id : subjects::select_topk(scores, c.indexer.topk, true, true)) {
+        const bool dropped = id >= 0 && c.indexer.neg_inf == spec::IndexNegInf::kDrop &&
+                             scores[static_cast<std::size_t>(id)] == -INFINITY;
+        if (id >= 0 && !dropped) chosen.insert(id);
+      }
+    }
+    std::vector<std::int32_t> row(chosen.begin(), chosen.end());
+    row.resize(static_cast<std::size_t>(s.topk), -1);
+    return row;
+  }
+
   ReadMutation m_;
   std::string name_;
 };

@@ -330,6 +330,19 @@ std::vector<Mutant> build_catalogue() {
   ties.tied_scores = true;
   c.push_back(read_mutant("reversed-tie-order", "top-k: equal scores won by the higher block id",
                           spec::Op::kIndexer, ties, {.ties_to_higher_id = true}, true));
+  // Production widths (issue 54): 16-wide rows, their leading masked entries, wide ties.
+  c.push_back(read_mutant("topk-capped-at-8",
+                          "top-k: an 8-wide output buffer under a 16-wide selection (the row's "
+                          "later ids lost)",
+                          spec::Op::kIndexer, {}, {.kept_at_most = 8}, true));
+  c.push_back(read_mutant("wide-ties-to-higher-id",
+                          "top-k: a tie of more than 16 blocks at the cut won by the higher ids (a "
+                          "16-lane tie-breaking network), narrower ties by the rule",
+                          spec::Op::kIndexer, {}, {.wide_ties_to_higher_id = true}, true));
+  c.push_back(read_mutant("masked-entries-trailing",
+                          "attention: a selection row's first n entries read, n its selected ids, "
+                          "as if masked -1 entries trailed (vllm#48364: leading masked entries)",
+                          spec::Op::kAttention, {}, {.masked_entries_trailing = true}, true));
   c.push_back(read_mutant("softmax-scale-twice",
                           "attention: sm_scale applied to q and again to the scores",
                           spec::Op::kAttention, {}, {.scale_twice = true}, true));

@@ -51,7 +51,7 @@ struct ReadPrepared final : PreparedCase {
   /// Answers the read conditions ask more than once, found once (kv_read_end, index_read_end,
   /// ties_at_cut).
   struct TiesAtCut {
-    bool straddles = false, wider_than_topk = false;
+    bool straddles = false, wider_than_16 = false;
   };
   mutable std::optional<std::pair<std::int64_t, std::int64_t>> kv_read_end_memo;
   mutable std::optional<std::int64_t> index_read_end_memo;
@@ -344,6 +344,10 @@ std::int64_t index_read_end(const ReadPrepared& c) {
   return c.index_read_end_memo.emplace(end);
 }
 
+/// The width of MiniMax-M3's selection rows (SPEC 5's default topk): a tie wider than this at the
+/// cut is one a 16-wide top-k must break by the rule.
+constexpr std::int64_t kWideTie = 16;
+
 /// The ties at each selection row's cut (found once a case: two conditions ask).
 const ReadPrepared::TiesAtCut& ties_at_cut(const ReadPrepared& c) {
   if (c.ties_memo) return *c.ties_memo;
@@ -351,7 +355,8 @@ const ReadPrepared::TiesAtCut& ties_at_cut(const ReadPrepared& c) {
   for_each_cut(c.expectation->selection(), c.rc.indexer.topk,
                [&](std::int64_t tied, std::int64_t kept, std::int64_t) {
                  t.straddles |= tied > kept;
-                 t.wider_than_topk |= tied > c.rc.indexer.topk;
+                 // A tie a 16-wide top-k (MiniMax-M3's) must break, whatever the case's topk.
+                 t.wider_than_16 |= tied > kWideTie && tied > kept;
                });
   return c.ties_memo.emplace(t);
 }
@@ -363,7 +368,7 @@ struct ReadCondition {
   ReadOps ops = ReadOps::kIndexer;
 };
 
-const std::array<ReadCondition, 21> kReadConditions{{
+const std::array<ReadCondition, 22> kReadConditions{{
     {{"kv_bytes_past_2_31", "a K/V read past byte 2^31 of its buffer (int32 byte offsets wrap)"},
      [](const ReadPrepared& c) { return kv_read_end(c).second > (std::int64_t{1} << 31); },
      ReadOps::kAttention},
@@ -397,8 +402,8 @@ const std::array<ReadCondition, 21> kReadConditions{{
      ReadOps::kBoth},
     {{"tie_straddles_cut", "blocks tied at the k_eff-th score, some kept and some not"},
      [](const ReadPrepared& c) { return ties_at_cut(c).straddles; }},
-    {{"tie_wider_than_topk", "more blocks tied at the cut than topk"},
-     [](const ReadPrepared& c) { return ties_at_cut(c).wider_than_topk; }},
+    {{"tie_wider_than_16", "more than 16 blocks tied at the cut, some kept and some not"},
+     [](const ReadPrepared& c) { return ties_at_cut(c).wider_than_16; }},
     {{"neg_inf_block", "a valid block whose score is -inf"},
      [](const ReadPrepared& c) {
        const reference::TopkSelection& s = c.expectation->selection();
@@ -438,6 +443,17 @@ const std::array<ReadCondition, 21> kReadConditions{{
        return any_attended_row(c, [](std::vector<std::int32_t> row, std::int64_t) {
          std::erase_if(row, [](std::int32_t id) { return id < 0; });
          return !std::is_sorted(row.begin(), row.end());
+       });
+     },
+     ReadOps::kAttention},
+    {{"selection_16_wide_minus_one_first",
+      "a selection row 16 wide or wider that starts with -1 entries before a selected block "
+      "(vllm#48364's leading masked entries)"},
+     [](const ReadPrepared& c) {
+       return any_attended_row(c, [](const std::vector<std::int32_t>& row, std::int64_t n_valid) {
+         return row.size() >= static_cast<std::size_t>(kWideTie) && row.front() < 0 &&
+                std::any_of(row.begin(), row.end(),
+                            [&](std::int32_t id) { return id >= 0 && id < n_valid; });
        });
      },
      ReadOps::kAttention},

@@ -153,6 +153,15 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o, CaseValues v
   rc.attended.extra = fourth.chance(1, 2) ? fourth.uniform(1, 3) : 0;
   rc.attended.past_n_valid = fourth.chance(1, 2);
   if (o.selection_order) rc.attended.order = *o.selection_order;
+  // Production widths (issue 54), a fifth stream: MiniMax-M3's 16-wide selection rows in a third of
+  // the cases (most rows shorter than 16 blocks: 16 wide with masked -1 entries, first under
+  // kMinusOneFirst), 7 to 15 in a sixth; the others keep the small widths drawn above, cheap rows
+  // whose cut falls inside them.
+  SplitMix64 fifth(reference::mix64(seed ^ 0x70B16ull));
+  const std::int64_t production_width = fifth.chance(1, 3)   ? 16
+                                        : fifth.chance(1, 4) ? fifth.uniform(7, 15)
+                                                             : 0;
+  if (!o.topk && production_width > 0) rc.indexer.topk = production_width;
   // Stress themes (write_case.hpp): a union over two index heads per KV head with a -inf block
   // planted over a block-scaled index-K (2^127 survives its scale; a flat e4m3 one saturates).
   const std::uint64_t theme = theme_slot(seed);
@@ -192,8 +201,8 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o, CaseValues v
     if (!o.head_dim) c.geometry.head_dim = std::max<std::int64_t>(c.geometry.head_dim, 64);
     if (!o.index_dim) c.geometry.index_dim = 128;
   }
-  // Ties and huge caches over small blocks (at most 16 tokens) in rows of up to 16 blocks: more
-  // blocks than topk, so that what the indexer reads decides what it keeps, and cheap rows.
+  // Ties and huge caches over small blocks (at most 16 tokens) in rows of up to 48 and 16 blocks:
+  // more blocks than topk, so that what the indexer reads decides what it keeps, and cheap rows.
   if (!o.sparse_block && (theme == kThemeLongContext || theme == kThemeTies || huge)) {
     // The long theme's blocks: 4 tokens (past 1024 blocks) or, in half its cases, 1 (past 4096).
     const std::int64_t long_block = (reference::mix64(seed ^ 0x4096B10Cull) & 1) != 0 ? 1 : 4;
@@ -201,8 +210,11 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o, CaseValues v
         theme == kThemeLongContext ? long_block
                                    : std::min<std::int64_t>(rc.indexer.sparse_block, 16);
   }
-  const std::int64_t max_seq =
-      o.max_seq_len.value_or((theme == kThemeTies || huge ? 16 : 4) * rc.indexer.sparse_block + 7);
+  // The ties theme: rows of up to 48 blocks cut at 16 (unless overridden), so that a tie wider than
+  // a 16-wide top-k straddles its cut (a tie-breaking network of 16 lanes' bug).
+  if (theme == kThemeTies && !o.topk) rc.indexer.topk = 16;
+  const std::int64_t row_blocks = theme == kThemeTies ? kTiesRowBlocks : huge ? 16 : 4;
+  const std::int64_t max_seq = o.max_seq_len.value_or(row_blocks * rc.indexer.sparse_block + 7);
   const bool long_row = theme == kThemeLongContext && !o.max_seq_len && !o.seq_len;
   const std::int64_t nreq = o.requests.value_or(rng.uniform(1, 3));
   spec::ReadBatch& b = rc.batch;

@@ -298,7 +298,10 @@ def _rerun_command() -> str:
         words = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                  _test_file(path) + sep + rest]
     else:
-        words = [sys.executable] + [os.path.abspath(sys.argv[0])] + sys.argv[1:]
+        script = sys.argv[0] if sys.argv else ""
+        # A script by its absolute path; `python -c ...` or an interactive session as it is.
+        words = [sys.executable] + ([os.path.abspath(script)] if os.path.isfile(script)
+                                    else [script] if script else []) + sys.argv[1:]
     command = " ".join(shlex.quote(a) for a in words)
     pythonpath = os.environ.get("PYTHONPATH")
     if pythonpath:

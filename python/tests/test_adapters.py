@@ -99,3 +99,51 @@ def test_mode_detection_confirms_what_each_adapter_implies():
                 value = a.overrides[key]
                 value = str(value).lower() if isinstance(value, bool) else value
                 assert f"{axis}={value}" in matched, (a, key, r.report)
+
+
+def _planted(adapter):
+    """`adapter` with one stray byte after every call (the cache's first element changed): a bug
+    in every case, behind the adapter's declared modes."""
+    import numpy as np
+
+    def buggy(call):
+        adapter(call)
+        cache = call.k_cache
+        first = (0,) * cache.ndim
+        value = cache[first]
+        cache[first] = value + 1 if np.issubdtype(cache.dtype, np.integer) else -value - 1
+
+    for name in ("overrides", "ordering", "topk_order", "profile"):
+        setattr(buggy, name, getattr(adapter, name, None))
+    buggy.__name__ = "planted_" + adapter.__name__
+    return buggy
+
+
+def test_a_shrunk_case_stays_inside_what_each_adapter_declares(monkeypatch):
+    """Shrinking never changes a mode or dimension the adapter fixed: the shrunk case of a planted
+    bug, replayed through its printed variables with the correct kernel, passes."""
+    import re
+
+    for a, fixed in [
+        (adapters.vllm_reshape_and_cache_flash(eng.reshape_and_cache_flash), {}),
+        (adapters.vllm_concat_and_cache_mla(eng.concat_and_cache_mla), {}),
+        (adapters.flashinfer_append_paged_kv_cache(eng.append_paged_kv_cache), {"layout": "hnd"}),
+        (adapters.sglang_set_kv_buffer(eng.set_kv_buffer), {}),
+        (adapters.trtllm_msa_fused_write(eng.msa_fused_write),
+         dict(act_dtype="bf16", kv_dtype="bf16", index_dtype="bf16", layers="1D2S")),
+    ]:
+        report = kvoracle.check(_planted(a), op="write", cases=20, **fixed)
+        assert not report.passed and "shrunk failure of" in report.message, report.message
+        shrunk = report.message[report.message.index("shrunk failure of"):]
+        line = re.search(r"reproduce: KVO_CASE_SEED=(0x[0-9A-F]{16})"
+                         r"(?: KVO_CASE_REDUCTIONS=(\S+))?", shrunk)
+        assert line, shrunk
+        with monkeypatch.context() as m:
+            m.setenv("KVO_CASE_SEED", line.group(1))
+            if line.group(2):
+                m.setenv("KVO_CASE_REDUCTIONS", line.group(2))
+            again = kvoracle.check(_planted(a), op="write", **fixed)
+            assert not again.passed and "1 cases in" in again.message, again.message
+            correct = kvoracle.check(a, op="write", **fixed)
+            assert correct.passed and "1 cases in" in correct.message, (line.group(0),
+                                                                         correct.message)

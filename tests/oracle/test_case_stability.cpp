@@ -3,7 +3,7 @@
 // campaign seed, as their case files hold them (configuration, inputs, caches and the reference's
 // answer: OpDriver::encode_case), hash to the value recorded when the generator last changed on
 // purpose. A change that moves a hash changes what old seeds mean: it is a change of the case
-// distribution, to be made knowingly and said in the changelog, never as a side effect of a
+// distribution, to be made knowingly and said in docs/changes.md, never as a side effect of a
 // refactor or a speed-up.
 #include <gtest/gtest.h>
 
@@ -75,8 +75,11 @@ TEST(CaseStability, EachOpsCasesAreTheRecordedOnes) {
   constexpr Recorded kRecorded[] = {
       {spec::Op::kWrite, 0x5189BA0AF57F5298ull},
       {spec::Op::kDense, 0x3DEC22CE2922B356ull},
-      {spec::Op::kIndexer, 0x21A9B22E3EE9CC32ull},
-      {spec::Op::kAttention, 0xCE7C70D30E28B144ull},
+      // Read cases moved on 2026-12-07 (issue 54): production widths (topk 16 in a third of the
+      // cases, 7-15 in a sixth) and the ties theme's rows of up to 48 blocks cut at 16
+      // (docs/changes.md).
+      {spec::Op::kIndexer, 0x52B4C4CB82AD9AB4ull},
+      {spec::Op::kAttention, 0x1FF84E730594E993ull},
   };
   for (const Recorded& r : kRecorded) {
     const std::uint64_t h = case_hash(r.op, 40);

@@ -226,8 +226,8 @@ TEST(Check, ACaseThatDoesNotFitTheDevicesFreeMemoryIsSkippedNeverFailed) {
   // subject's failure; the other cases are judged.
   SubjectList s;
   s.push_back(make_function_subject(
-      "big-cases-short", [](const spec::ModelConfig& c, const spec::LayerWrite& w,
-                            spec::LayerCaches& out) {
+      "big-cases-short",
+      [](const spec::ModelConfig& c, const spec::LayerWrite& w, spec::LayerCaches& out) {
         if (c.geometry.num_blocks > 40) {
           throw spec::DeviceMemoryShort(
               "needs 9.00 GiB of device memory, 2.50 GiB free of 79.10 GiB (waited 120 s for other "

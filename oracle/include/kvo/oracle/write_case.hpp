@@ -136,11 +136,11 @@ void fill_write_values(WriteCase& wc);
 ///           kThemeZeros: all-zero source rows (zero amax, all-zero blockscale groups);
 ///           kThemeLegacyWrap: slot_mode legacy_wrap with -1 slots (they wrap onto the last slot);
 ///           kThemeVectorTail: fp8 heads of 40 dims (a 16-byte vector store's 8-byte tail).
-///   read:   kThemeTies: all-zero index-Q over longer rows (every block tied, ties wider than
-///           topk); kThemeLongContext: a request past 4096 tokens in 4-token blocks (over 1024
-///           logical blocks: the top-k kernels' long path) or, in half, 1-token blocks (over
-///           4096); kThemeUnionNegInf: index_group union
-///           over two index heads per KV head, and a -inf block planted.
+///   read:   kThemeTies: all-zero index-Q over rows of up to kTiesRowBlocks blocks cut at topk 16
+///           (every block tied, ties wider than 16 straddling the cut); kThemeLongContext: a
+///           request past 4096 tokens in 4-token blocks (over 1024 logical blocks: the top-k
+///           kernels' long path) or, in half, 1-token blocks (over 4096); kThemeUnionNegInf:
+///           index_group union over two index heads per KV head, and a -inf block planted.
 ///   dense:  kThemeFp8Identity (slot 1): an fp8 cache stored under dense_fp8_store identity.
 ///   every op: kThemeStrided (slot 5): the K/V caches as strided views (draw_kv_strides), and
 ///           the index-K cache of every mix with sparse layers (draw_index_strides; a write
@@ -161,6 +161,9 @@ inline constexpr std::uint64_t kThemeHugeCache = 6;
 /// layer a device copy of several GB per writer: a resident campaign keeps that many per writer).
 inline constexpr std::size_t kHugeCacheMostLayers = 2;
 inline std::uint64_t theme_slot(std::uint64_t seed) { return seed % kThemeSlots; }
+/// The most logical blocks a row of the read ties theme spans (its top-k cut at 16): ties wider
+/// than a 16-wide top-k straddle the cut.
+inline constexpr std::int64_t kTiesRowBlocks = 48;
 
 /// A strided view of `config`'s K/V caches (SPEC 3) drawn from `seed`: each axis padded past the
 /// extent of the axes inside it by 0-2 steps of 16 bytes (one axis, or the offset, surely), and an

@@ -34,6 +34,16 @@ struct ReadMutation {
   /// Ids kept in this many bits (0: all): a top-k whose block index wraps past 2^id_bits, as a
   /// kernel's short path (<= 1024 blocks) applied to a longer row does
   int id_bits = 0;
+  /// The indexer keeps at most this many ids a row (0: every one): a top-k whose output buffer
+  /// is narrower than the row it fills (an 8-wide register array under a 16-wide contract)
+  std::int64_t kept_at_most = 0;
+  /// A tie at the cut wider than 16 blocks won by the higher ids (a 16-lane tie-breaking network
+  /// that orders only its own lanes); narrower ties by the rule
+  bool wide_ties_to_higher_id = false;
+  /// Attention reads a selection row's first n entries, n its count of ids >= 0, as if every
+  /// masked (-1) entry trailed: rows that start with -1 lose their last blocks (vllm#48364's
+  /// class: leading masked entries)
+  bool masked_entries_trailing = false;
   /// Cache byte offsets kept in this many bits (0: all): a K/V or index-K read past byte
   /// 2^offset_bits of a huge cache lands 2^offset_bits bytes early (32: uint32 offsets, the class
   /// of vllm#50427's int32 slot * stride)
