@@ -79,7 +79,7 @@ class Pool {
         block = best->first;
         large_.erase(best);
         ++use_.reused;
-        return p;
+        return held(p, block);
       }
       trim_large(0);
     }
@@ -92,7 +92,7 @@ class Pool {
       }
     }
     void* p = nullptr;
-    if (cudaMalloc(&p, block) == cudaSuccess) return p;
+    if (cudaMalloc(&p, block) == cudaSuccess) return held(p, block);
     // Give the cached blocks back and try again; then, while other processes (test shards, users'
     // parallel runs) hold the memory, wait for them to free it; then report the case skipped, not
     // failed (spec::DeviceMemoryShort).
@@ -101,14 +101,17 @@ class Pool {
     const auto start = std::chrono::steady_clock::now();
     for (int attempt = 0;; ++attempt) {
       const cudaError_t err = cudaMalloc(&p, block);
-      if (err == cudaSuccess) return p;
+      if (err == cudaSuccess) return held(p, block);
       if (err != cudaErrorMemoryAllocation) check_cuda(err, "cudaMalloc");
       (void)cudaGetLastError();
       std::size_t free_bytes = 0, total_bytes = 0;
       (void)cudaMemGetInfo(&free_bytes, &total_bytes);
       const double waited =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (block > total_bytes || waited >= device_memory_wait_s()) {
+      // A thread that holds a large block does not wait: two processes each holding gigabytes
+      // and waiting for the other's would wait out the limit together (hold and wait). It gives
+      // up at once, its case skipped and its blocks freed as the case unwinds.
+      if (block > total_bytes || live_large_ > 0 || waited >= device_memory_wait_s()) {
         char text[200];
         std::snprintf(text, sizeof text,
                       "needs %.2f GiB of device memory, %.2f GiB free of %.2f GiB (waited %.0f s "
@@ -122,6 +125,7 @@ class Pool {
   }
   void release(void* p, std::size_t block) {
     if (block > kPooledMax) {
+      live_large_ -= block;
       large_.insert(large_.begin(), {block, p});  // newest first
       trim_large(large_kept_);
       return;
@@ -157,6 +161,11 @@ class Pool {
   }
 
  private:
+  /// `p` handed out: a large block counted as held until it is released.
+  void* held(void* p, std::size_t block) {
+    if (block > kPooledMax) live_large_ += block;
+    return p;
+  }
   /// Frees the kept large blocks past the newest `n`.
   void trim_large(std::size_t n) {
     while (large_.size() > n) {
@@ -167,6 +176,7 @@ class Pool {
 
   std::vector<std::pair<std::size_t, void*>> free_;
   std::size_t cached_ = 0;
+  std::size_t live_large_ = 0;  ///< bytes of large blocks handed out and not yet released
   std::vector<std::pair<std::size_t, void*>> large_;  ///< freed large blocks, newest first
   // Outside KeepLargeBlocks no large block is kept: a process idle between huge cases must not
   // hold gigabytes another process's case needs (eight test shards on an 80 GB card).

@@ -3,7 +3,8 @@
 /// How long the device memory pool of kvoracle's host paths (each host thread's: pooled blocks up
 /// to 1 GiB; larger ones given back when freed, unless a KeepLargeBlocks lives) keeps what it was
 /// given back. An allocation that does not fit waits for other processes to free device memory
-/// (KVO_DEVICE_MEMORY_WAIT_S, default 120 s), then throws spec::DeviceMemoryShort: the case is
+/// (KVO_DEVICE_MEMORY_WAIT_S, default 120 s; at once, without waiting, where the thread holds a
+/// block past 1 GiB itself), then throws spec::DeviceMemoryShort: the case is
 /// reported skipped ("needs N GiB, M GiB free"), never as the subject's failure. No CUDA types.
 
 #include <cstddef>
