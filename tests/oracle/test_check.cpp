@@ -97,6 +97,18 @@ TEST(Check, OutcomeClassesStayApart) {
   EXPECT_EQ(spec::exit_status(r.worst), 3);
 }
 
+/// The campaign of `o` run as two shards, each report through its JSON, merged.
+CheckReport merged_halves(const CheckOptions& o, SubjectList& subjects) {
+  CheckOptions half = o;
+  half.total_shards = 2;
+  std::vector<CheckReport> shards;
+  for (std::int64_t i = 0; i < 2; ++i) {
+    half.shard_index = i;
+    shards.push_back(read_report_json(report_json(run_check(half, subjects)), "shard"));
+  }
+  return merge_reports(shards, {"a", "b"});
+}
+
 TEST(Check, EveryFailureClassIsCountedWithACaseToReplay) {
   // One subject, three causes over the cases: a wrong element where the case has an odd seed, a
   // failure to run (with a number in its message that differs case to case) on a third of the
@@ -149,14 +161,7 @@ TEST(Check, EveryFailureClassIsCountedWithACaseToReplay) {
   EXPECT_NE(json.find("\"failure_classes\": [{\"class\": "), std::string::npos) << json;
   EXPECT_NE(junit_xml(r).find("cases: mismatch: a write into a guard band (first: case "),
             std::string::npos);
-  CheckOptions half = o;
-  half.total_shards = 2;
-  std::vector<CheckReport> shards;
-  for (std::int64_t i = 0; i < 2; ++i) {
-    half.shard_index = i;
-    shards.push_back(read_report_json(report_json(run_check(half, s)), "shard"));
-  }
-  const CheckReport merged = merge_reports(shards, {"a", "b"});
+  const CheckReport merged = merged_halves(o, s);
   ASSERT_EQ(merged.subjects.at(0).failure_classes.size(), sum.failure_classes.size());
   for (const FailureClassCount& c : sum.failure_classes) {
     const auto& m = merged.subjects.at(0).failure_classes;
@@ -204,14 +209,7 @@ TEST(Check, BlindSpotsOfTheDeclaredProfileAreCountedWhereThePassIsReported) {
                               std::to_string(cases) + " of 60 cases\"/>"),
             std::string::npos);
   // A merge of shards adds them up.
-  CheckOptions half = o;
-  half.total_shards = 2;
-  std::vector<CheckReport> shards;
-  for (std::int64_t i = 0; i < 2; ++i) {
-    half.shard_index = i;
-    shards.push_back(read_report_json(report_json(run_check(half, subjects)), "shard"));
-  }
-  EXPECT_EQ(merge_reports(shards, {"a", "b"}).subjects.at(0).blind_spots, sum.blind_spots);
+  EXPECT_EQ(merged_halves(o, subjects).subjects.at(0).blind_spots, sum.blind_spots);
   // A tighter profile (fp32) is blind less often.
   o.subjects = {"cpu-naive-f32"};
   std::int64_t tight = 0, loose = 0;
