@@ -74,16 +74,17 @@ def first_mismatch(text):
     return re.search(r"(?m)^ *first: (layer .*)$", text).group(1)
 
 
-def check_lines_replay(text, elsewhere, failing_status):
-    """Runs the case's and the shrunk case's lines of report `text` in directory `elsewhere`:
-    each exits with `failing_status` (None: any but 0) and fails on exactly its case."""
+def check_lines_replay(text, elsewhere, failing_status, env=None):
+    """Runs the case's and the shrunk case's lines of report `text` in directory `elsewhere`
+    (environment `env`, else this one's less KVO_*): each exits with `failing_status` (None: any
+    but 0) and fails on exactly its case."""
     case_line, shrunk_line = reproduce_lines(text)
     seed = re.search(r"KVO_CASE_SEED=(0x[0-9A-F]{16})", case_line).group(1)
     assert "KVO_CASE_REDUCTIONS=write:" in shrunk_line, shrunk_line
     shrunk_text = text[text.index("shrunk failure of"):]
     for line, must_show in ((case_line, f"case 0 seed {seed}"),
                             (shrunk_line, first_mismatch(shrunk_text))):
-        status, out = run(line, elsewhere)
+        status, out = run(line, elsewhere, env)
         assert status != 0 if failing_status is None else status == failing_status, out
         assert "result: mismatch" in out and "1 cases in" in out, out
         assert must_show in out, (line, out)
@@ -107,6 +108,20 @@ def test_a_script_prints_lines_that_replay_its_case(tmp_path):
     assert status == 0, out
     assert "result: mismatch" in out, out
     check_lines_replay(out, "/", 0)
+
+
+def test_a_failing_googletest_prints_lines_that_replay_its_case(tmp_path):
+    """The GoogleTest helper's lines: `KVO_CASE_SEED=S <binary> --gtest_filter=Suite.Test`, and the
+    shrunk case's with KVO_CASE_REDUCTIONS (a planted failure in tests/oracle/test_testing)."""
+    exe = Path(kvoracle.__file__).resolve().parents[2] / "tests" / "oracle" / "test_testing"
+    if not exe.is_file():
+        pytest.skip("no test_testing binary beside this package (an installed wheel)")
+    env = dict(clean_env(), KVO_PLANTED_FAILURE="1")
+    status, out = run(f"{exe} --gtest_filter=TestingHelperPlanted.FailsWithLinesThatReplayIt",
+                      tmp_path, env)
+    assert status == 1, out
+    assert "--gtest_filter=TestingHelperPlanted.FailsWithLinesThatReplayIt" in out, out
+    check_lines_replay(out, "/", 1, env)
 
 
 def cli():

@@ -5,7 +5,9 @@
 #include "kvo/oracle/testing.hpp"
 
 #include <gtest/gtest.h>
+
 #include <stdlib.h>
+#include <cstdlib>
 
 #include <regex>
 #include <stdexcept>
@@ -120,6 +122,14 @@ TEST(TestingHelper, PlantedBugFailsWithSeedFirstMismatchAndReproduce) {
   EXPECT_NE(a.find(shrunk_first.substr(0, shrunk_first.find('\n'))), std::string::npos)
       << a << "\n---- shrunk:\n"
       << shrunk_text;
+}
+
+// A planted failure that runs only where KVO_PLANTED_FAILURE is set: the GoogleTest lines of its
+// report are run as printed by python/tests/test_reproduce_lines.py (skipped everywhere else).
+TEST(TestingHelperPlanted, FailsWithLinesThatReplayIt) {
+  if (std::getenv("KVO_PLANTED_FAILURE") == nullptr) GTEST_SKIP() << "KVO_PLANTED_FAILURE unset";
+  EXPECT_TRUE(
+      passes(make_function_subject("user-write-swapped", swapped_kv_write), write_options(30)));
 }
 
 TEST(TestingHelper, MalformedReductionsFailNamingTheVariable) {
