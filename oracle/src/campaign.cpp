@@ -181,13 +181,14 @@ std::uint64_t parse_u64(const std::string& text, const char* field) {
 }
 
 std::string repro_command(const CheckOptions& o, std::uint64_t seed, const std::string& subject,
-                          spec::Op op, const std::vector<std::size_t>& reductions) {
+                          spec::Op op) {
   if (!o.test_rerun.empty()) {
     std::string line = "KVO_CASE_SEED=" + hex64(seed);
-    if (!reductions.empty()) {
+    const std::vector<std::size_t>& steps = o.test_reductions;
+    if (!steps.empty()) {
       line += std::string(" KVO_CASE_REDUCTIONS=") + std::string(spec::name_of(op));
-      for (std::size_t i = 0; i < reductions.size(); ++i)
-        line += (i == 0 ? ":" : ",") + std::to_string(reductions[i]);
+      for (std::size_t i = 0; i < steps.size(); ++i)
+        line += (i == 0 ? ":" : ",") + std::to_string(steps[i]);
     }
     return line + " " + o.test_rerun;
   }
@@ -209,7 +210,7 @@ void SubjectSummary::add_failure_class(const std::string& class_name, std::int64
   it->cases += cases;
 }
 
-std::string CheckReport::summary() const {
+std::string CheckReport::summary(const std::string& result) const {
   std::ostringstream s;
   char line[256];
   std::snprintf(line, sizeof line,
@@ -337,7 +338,7 @@ std::string CheckReport::summary() const {
     s << "\nthe reference tier disagrees with the CPU reference; the campaign stopped:\n"
       << tier_disagreement << "\n";
   }
-  s << "result: " << spec::name_of(worst);
+  s << "result: " << (result.empty() ? std::string(spec::name_of(worst)) : result);
   return s.str();
 }
 

@@ -32,10 +32,14 @@ std::optional<ShrunkCase> shrink_failure(const CheckOptions& base, std::uint64_t
   // Runs one case; true when it fails in `failure_class` (any class while that is unset), its
   // report in `failure`. Overrides that make a case impossible (e.g. more tokens than a fixed
   // cache holds) count as "does not fail".
-  auto fails = [&](std::uint64_t s, const Overrides& o, std::string* failure) {
+  // `steps`: the reductions that made `o` (the case's reproduce line in a test names them).
+  auto fails = [&](std::uint64_t s, const Overrides& o, const std::vector<std::size_t>& steps,
+                   std::string* failure) {
     CheckOptions one;
     one.case_seed = s;
     one.overrides = o;
+    one.test_rerun = base.test_rerun;
+    one.test_reductions = steps;
     one.subjects = {subject};
     one.ops = {op};
     ++cur.attempts;
@@ -56,13 +60,13 @@ std::optional<ShrunkCase> shrink_failure(const CheckOptions& base, std::uint64_t
       return false;
     }
   };
-  if (!fails(seed, cur.overrides, &cur.first_failure)) return std::nullopt;
+  if (!fails(seed, cur.overrides, {}, &cur.first_failure)) return std::nullopt;
   // A small cache first: the same overrides on another seed, where the failing case has a huge one.
   if (theme_slot(seed) == kThemeHugeCache) {
     for (int k = 1; k <= kSeedsPerCandidate; ++k) {
       const std::uint64_t s = derived_seed(seed, k);
       std::string failure;
-      if (fails(s, cur.overrides, &failure)) {
+      if (fails(s, cur.overrides, {}, &failure)) {
         cur.seed = s;
         cur.first_failure = failure;
         ++cur.steps;
@@ -75,14 +79,16 @@ std::optional<ShrunkCase> shrink_failure(const CheckOptions& base, std::uint64_t
     Overrides o = cur.overrides;
     // A reduction never changes what the caller fixed, nor what an earlier one set.
     if (!reductions[r].apply(o)) continue;
+    std::vector<std::size_t> steps = cur.kept;
+    steps.push_back(r);
     for (int k = 0; k < kSeedsPerCandidate; ++k) {
       const std::uint64_t s = k == 0 ? cur.seed : derived_seed(cur.seed, k);
       std::string failure;
-      if (fails(s, o, &failure)) {
+      if (fails(s, o, steps, &failure)) {
         cur.seed = s;
         cur.overrides = o;
         cur.first_failure = failure;
-        cur.kept.push_back(r);
+        cur.kept = steps;
         ++cur.steps;
         break;
       }
@@ -91,13 +97,10 @@ std::optional<ShrunkCase> shrink_failure(const CheckOptions& base, std::uint64_t
   CheckOptions shown;
   shown.overrides = cur.overrides;
   shown.test_rerun = base.test_rerun;
+  shown.test_reductions = cur.kept;
   cur.failure_class = failure_class;
-  cur.command = repro_command(shown, cur.seed, subject, op, cur.kept);
-  // The case's report ends in the line that replays it as one case of the campaign that ran it;
-  // the shrunk case's own line (with its reductions, in a test) replaces it.
-  const std::size_t line = cur.first_failure.rfind("\nreproduce: ");
-  if (line != std::string::npos) cur.first_failure.erase(line);
-  cur.first_failure += "\nreproduce: " + cur.command;
+  // The same line the shrunk case's report ends in (run_check above, with the same options).
+  cur.command = repro_command(shown, cur.seed, subject, op);
   return cur;
 }
 

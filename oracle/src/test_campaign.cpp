@@ -117,11 +117,8 @@ TestVerdict run_test_campaign(SubjectList& subjects, CheckOptions options, const
     m << "kvoracle: " << spec::name_of(report.worst) << " (campaign seed " << hex64(report.seed)
       << ")\n";
   }
-  std::string summary = report.summary();
-  // The summary's last line says the worst case's outcome; a run that judged nothing is no pass.
-  if (v.outcome == kNotJudged)
-    summary = summary.substr(0, summary.rfind("result: ")) + "result: " + kNotJudged;
-  m << summary << "\n" << unjudged.str();
+  // A run that judged nothing is no pass: its summary says so where it gives the result.
+  m << report.summary(v.outcome == kNotJudged ? kNotJudged : "") << "\n" << unjudged.str();
   for (const SubjectSummary& s : report.subjects) {
     if (!s.failing_seed) continue;
     m << "\nreproduce in this test (" << s.name << ", " << spec::name_of(s.op)

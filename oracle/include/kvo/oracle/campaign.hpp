@@ -80,6 +80,9 @@ struct CheckOptions {
   /// then reruns the test with the case's variables (test_campaign.hpp), since the command line
   /// replays only its own subjects; empty: the `kvoracle check` line.
   std::string test_rerun;
+  /// With test_rerun: the shrinking steps (OpDriver::reductions indices, in order) that made these
+  /// overrides from the test's own, printed as KVO_CASE_REDUCTIONS so that the line replays them.
+  std::vector<std::size_t> test_reductions;
 };
 
 /// The number of jobs `jobs` asks for: itself when positive, one per hardware thread for 0 (at
@@ -217,8 +220,9 @@ struct CheckReport {
   double waited_seconds = 0.0, tier_busy_seconds = 0.0;
   bool serial_rows = false;  ///< some subject is judged on the main thread
 
-  /// The one-screen summary printed by the CLI.
-  std::string summary() const;
+  /// The one-screen summary printed by the CLI. Its last line is "result: " and `result`, or the
+  /// worst outcome's name when `result` is empty (a test that judged nothing says "not judged").
+  std::string summary(const std::string& result = {}) const;
   /// The coverage table (`kvoracle check --coverage`): per op and condition, the cases that reached
   /// it, their share and the first; conditions never reached are marked.
   std::string coverage_table() const;
@@ -226,11 +230,9 @@ struct CheckReport {
 
 /// The one-line command that replays case `case_seed` of `op` with the same overrides and subject:
 /// `kvoracle check --case-seed S --subject NAME --ops OP <flags>`, or in a test (test_rerun set)
-/// `KVO_CASE_SEED=S [KVO_CASE_REDUCTIONS=OP:i,j] <test_rerun>`, `reductions` naming the shrinking
-/// steps (OpDriver::reductions indices) that turn the test's overrides into the case's.
+/// `KVO_CASE_SEED=S [KVO_CASE_REDUCTIONS=OP:i,j] <test_rerun>` (options.test_reductions).
 std::string repro_command(const CheckOptions& options, std::uint64_t case_seed,
-                          const std::string& subject, spec::Op op,
-                          const std::vector<std::size_t>& reductions = {});
+                          const std::string& subject, spec::Op op);
 
 using Progress = std::function<void(std::int64_t, std::int64_t)>;
 
