@@ -306,8 +306,8 @@ __device__ inline void store_out(const AttnArgs& a, long long i, float y) {
 /// them, so that the loads overlap instead of waiting on the combine chain.
 template <bool kCanonical>
 __global__ void attention_combine_kernel(AttnArgs a) {
-  __shared__ int ids[kMaxTopk];
-  __shared__ int order[kMaxTopk];
+  __shared__ int ids[kMaxSelectionWidth];
+  __shared__ int order[kMaxSelectionWidth];
   __shared__ int n_sel;
   const long long row = blockIdx.x, hq = blockIdx.y;
   const long long r = a.row_req[row], pos = a.row_pos[row];
@@ -331,11 +331,14 @@ __global__ void attention_combine_kernel(AttnArgs a) {
     __syncthreads();
     n_chunks = n_sel;
   }
-  // Per batch of up to kMaxTopk chunks: the chunks' maxima m_c loaded by every thread, the running
-  // maxima M (SPEC 6.3: M' = max(M, m_c), a `>` compare) by thread 0 in chunk order, then each
-  // chunk's exp(M - M') and exp(m_c - M') once for the block (the output dims share them), then
-  // thread d's L and O chains. The same operations on the same operands as the recurrence.
-  __shared__ float m_s[kMaxTopk], big_m_s[kMaxTopk], x_s[kMaxTopk], y_s[kMaxTopk];
+  // Per batch of up to kCombineBatch chunks: the chunks' maxima m_c loaded by every thread, the
+  // running maxima M (SPEC 6.3: M' = max(M, m_c), a `>` compare) by thread 0 in chunk order, then
+  // each chunk's exp(M - M') and exp(m_c - M') once for the block (the output dims share them),
+  // then thread d's L and O chains. The same operations on the same operands as the recurrence.
+  // (Batches of 512: ids and order above and these four stay within 48 KiB.)
+  constexpr int kCombineBatch = 512;
+  __shared__ float m_s[kCombineBatch], big_m_s[kCombineBatch], x_s[kCombineBatch],
+      y_s[kCombineBatch];
   // Launched as a programmatic dependent of kernel 1 (launch_attention_combine): what comes
   // before ran beside kernel 1's last blocks; the workspace is read only after it completed.
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -346,8 +349,8 @@ __global__ void attention_combine_kernel(AttnArgs a) {
   const float* ws_row = ws_entry(a, row, hq, 0);
   const int entry = a.g.head_dim + 2;
   float big_m = 0.0f, big_l = 0.0f, big_o = 0.0f;
-  for (int c0 = 0; c0 < n_chunks; c0 += kMaxTopk) {
-    const int n = n_chunks - c0 < kMaxTopk ? n_chunks - c0 : kMaxTopk;
+  for (int c0 = 0; c0 < n_chunks; c0 += kCombineBatch) {
+    const int n = n_chunks - c0 < kCombineBatch ? n_chunks - c0 : kCombineBatch;
     for (int u = threadIdx.x; u < n; u += blockDim.x)
       m_s[u] = ws_row[static_cast<long long>(chunk_at(c0 + u)) * entry];
     __syncthreads();
@@ -525,8 +528,8 @@ void launch_attention_t(const spec::ModelConfig& c, const spec::AttentionParams&
   require(d.slots >= 1 && d.slots < (1ll << 31), "attention: chunk slots out of range");
   require(b.num_rows <= 65535 && p.num_q_heads <= 65535 && nkv <= 65535,
           "attention: more than 65535 query rows or heads");
-  require(d.selection == nullptr || d.topk <= kMaxTopk,
-          "attention: topk above " + std::to_string(kMaxTopk));
+  require(d.selection == nullptr || d.topk <= kMaxSelectionWidth,
+          "attention: a selection row wider than " + std::to_string(kMaxSelectionWidth));
   require(d.workspace != nullptr, "attention: no workspace given (attention_workspace_floats)");
   const int sbp = next_pow2(p.sparse_block);
   const int row_bytes = static_cast<int>(hd) * dtype_size(static_cast<int>(c.kv.cache_dtype));

@@ -35,7 +35,11 @@ enum class ReadBug : std::uint8_t {
 inline constexpr int kReadThreads = 256;   // attention chunk kernel: 8 warps
 inline constexpr int kScoreThreads = 512;  // indexer score kernel: 16 warps, half the latency
 inline constexpr int kMaxHeadDim = 256;    // 32 dot lanes of 8
-inline constexpr int kMaxTopk = 1024;
+inline constexpr int kMaxTopk = 2048;  // DeepSeek-V3.2's index_topk (2048 tokens, 1-token blocks)
+// A selection row handed to attention: the union of two index heads' top-k (index_group union: a
+// row topk * lanes wide) and the masked columns an engine pads it with (-1, ids past n_valid;
+// SPEC 6), e.g. a row rounded up to a tile.
+inline constexpr int kMaxSelectionWidth = 2 * kMaxTopk + 64;
 inline constexpr std::size_t kMaxSmem = 200 * 1024;
 inline constexpr int kStageBytes = 32 * 1024;  // staged K (and as much V) token rows per chunk tile
 

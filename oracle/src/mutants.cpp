@@ -335,6 +335,10 @@ std::vector<Mutant> build_catalogue() {
                           "top-k: an 8-wide output buffer under a 16-wide selection (the row's "
                           "later ids lost)",
                           spec::Op::kIndexer, {}, {.kept_at_most = 8}, true));
+  c.push_back(read_mutant("topk-capped-at-1024",
+                          "top-k: a selection buffer of 1024 entries under DeepSeek-V3.2's "
+                          "top-2048 token selection (the row's later half lost)",
+                          spec::Op::kIndexer, {}, {.kept_at_most = 1024}, true));
   c.push_back(read_mutant("wide-ties-to-higher-id",
                           "top-k: a tie of more than 16 blocks at the cut won by the higher ids (a "
                           "16-lane tie-breaking network), narrower ties by the rule",

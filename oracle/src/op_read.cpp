@@ -368,7 +368,7 @@ struct ReadCondition {
   ReadOps ops = ReadOps::kIndexer;
 };
 
-const std::array<ReadCondition, 22> kReadConditions{{
+const std::array<ReadCondition, 23> kReadConditions{{
     {{"kv_bytes_past_2_31", "a K/V read past byte 2^31 of its buffer (int32 byte offsets wrap)"},
      [](const ReadPrepared& c) { return kv_read_end(c).second > (std::int64_t{1} << 31); },
      ReadOps::kAttention},
@@ -430,6 +430,15 @@ const std::array<ReadCondition, 22> kReadConditions{{
      [](const ReadPrepared& c) {
        const auto& n = c.expectation->selection().n_valid;
        return std::any_of(n.begin(), n.end(), [](std::int64_t v) { return v > 1024; });
+     },
+     ReadOps::kBoth},
+    {{"selection_2048_tokens",
+      "a top-2048 token selection cut inside a longer row (DeepSeek-V3.2's index_topk)"},
+     [](const ReadPrepared& c) {
+       const auto& n = c.expectation->selection().n_valid;
+       const std::int64_t topk = c.rc.indexer.topk;
+       return topk * c.rc.indexer.sparse_block >= kTokenSelection &&
+              std::any_of(n.begin(), n.end(), [&](std::int64_t v) { return v > topk; });
      },
      ReadOps::kBoth},
     {{"block_ids_past_4096", "a row with more than 4096 logical blocks"},

@@ -209,6 +209,10 @@ ReadCase make_read_case(std::uint64_t seed, const ReadOverrides& o, CaseValues v
     rc.indexer.sparse_block = rc.attention.sparse_block =
         theme == kThemeLongContext ? long_block
                                    : std::min<std::int64_t>(rc.indexer.sparse_block, 16);
+    // DeepSeek-V3.2's token-level selection (issue 54): over 1-token blocks, the top 2048 of the
+    // long row's 4097-4600 tokens, so that the cut falls inside it and a selection buffer or
+    // shared array sized for 1024 entries loses its later half.
+    if (theme == kThemeLongContext && long_block == 1 && !o.topk) rc.indexer.topk = kTokenSelection;
   }
   // The ties theme: rows of up to 48 blocks cut at 16 (unless overridden), so that a tie wider than
   // a 16-wide top-k straddles its cut (a tie-breaking network of 16 lanes' bug).

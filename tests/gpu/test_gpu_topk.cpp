@@ -77,7 +77,7 @@ void fill_row(float* row, std::int64_t n, std::int32_t n_valid, RowKind kind, st
 const std::int32_t kNValid[] = {0,    1,    2,    15,   16,   17,   31,   32,    33,   63,
                                 64,   65,   100,  255,  256,  257,  1000, 1023,  1024, 1025,
                                 2048, 4095, 4096, 4097, 5000, 8191, 8192, 12289, 16384};
-const std::int64_t kTopk[] = {1, 2, 8, 15, 16, 17, 31, 32, 33, 64, 100, 512, 1024};
+const std::int64_t kTopk[] = {1, 2, 8, 15, 16, 17, 31, 32, 33, 64, 100, 512, 1024, 2047, 2048};
 
 /// Runs both families over every n_valid and row kind with scores of stride n (>= every n_valid)
 /// and compares each row. fused_heads > 0: the one-launch indexer's selection, a CUDA block per
@@ -145,7 +145,7 @@ TEST(GpuBlockTopk, StrideEqualToNValid) {
   // Rows packed with stride n: the last n_valid of each call reads up to the array's end.
   std::uint32_t seed = 0x70C1;
   for (std::int64_t n : {1, 17, 33, 4096, 4097}) {
-    for (std::int64_t topk : {1, 16, 17, 1024})
+    for (std::int64_t topk : {1, 16, 17, 1024, 2048})
       ASSERT_NO_FATAL_FAILURE(check_topk(n, topk, ++seed));
   }
 }
@@ -157,7 +157,7 @@ TEST(GpuBlockTopk, BadInputRejectedBeforeAnyLaunch) {
   EXPECT_THROW(block_topk_host(one, 1, 1, {-1}, 1), spec::InvalidInput);  // n_valid < 0
   EXPECT_THROW(block_topk_host(one, 1, 1, {1}, 0), spec::InvalidInput);   // topk 0
   EXPECT_THROW(block_topk_host(one, 1, 2, {1}, 1), spec::InvalidInput);   // scores not [1, 2]
-  EXPECT_THROW(block_topk_host(one, 1, 1, {1}, 1025), spec::Unsupported);
+  EXPECT_THROW(block_topk_host(one, 1, 1, {1}, 2049), spec::Unsupported);
   EXPECT_THROW(block_topk_host({0.0f, 1.0f}, 2, 1, {1, 1}, 1, ReadKernel::kCanonical, 3),
                spec::InvalidInput);  // 2 rows are not a multiple of 3 fused heads
   EXPECT_THROW(block_topk_host({0.0f, 1.0f}, 2, 1, {1, 0}, 1, ReadKernel::kCanonical, 2),

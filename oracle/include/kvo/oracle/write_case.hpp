@@ -139,7 +139,8 @@ void fill_write_values(WriteCase& wc);
 ///   read:   kThemeTies: all-zero index-Q over rows of up to kTiesRowBlocks blocks cut at topk 16
 ///           (every block tied, ties wider than 16 straddling the cut); kThemeLongContext: a
 ///           request past 4096 tokens in 4-token blocks (over 1024 logical blocks: the top-k
-///           kernels' long path) or, in half, 1-token blocks (over 4096); kThemeUnionNegInf:
+///           kernels' long path) or, in half, 1-token blocks (over 4096, cut at topk
+///           kTokenSelection: DeepSeek-V3.2's token-level top-2048); kThemeUnionNegInf:
 ///           index_group union over two index heads per KV head, and a -inf block planted.
 ///   dense:  kThemeFp8Identity (slot 1): an fp8 cache stored under dense_fp8_store identity.
 ///   every op: kThemeStrided (slot 5): the K/V caches as strided views (draw_kv_strides), and
@@ -164,6 +165,9 @@ inline std::uint64_t theme_slot(std::uint64_t seed) { return seed % kThemeSlots;
 /// The most logical blocks a row of the read ties theme spans (its top-k cut at 16): ties wider
 /// than a 16-wide top-k straddle the cut.
 inline constexpr std::int64_t kTiesRowBlocks = 48;
+/// DeepSeek-V3.2's selection width (index_topk 2048 tokens, 1-token blocks): the long theme's
+/// topk over 1-token blocks, half its cases.
+inline constexpr std::int64_t kTokenSelection = 2048;
 
 /// A strided view of `config`'s K/V caches (SPEC 3) drawn from `seed`: each axis padded past the
 /// extent of the axes inside it by 0-2 steps of 16 bytes (one axis, or the offset, surely), and an

@@ -15,7 +15,7 @@
 namespace kvo::gpu::testing {
 
 /// Device pointers: scores [rows, n] floats (no NaN), n_valid [rows] int32 in [0, n], ids [rows,
-/// topk]. Limits: n <= 16384, 1 <= topk <= 1024, rows <= 65535 (else spec::Unsupported). Launches
+/// topk]. Limits: n <= 16384, 1 <= topk <= 2048, rows <= 65535 (else spec::Unsupported). Launches
 /// on `stream` (a cudaStream_t) without synchronising.
 /// `fused_heads` 0: the two-launch path's selection kernel (a CUDA block a row); h > 0: the
 /// one-launch indexer's selection (its last CUDA block of a query row, which selects the row's KV
