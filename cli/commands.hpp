@@ -18,5 +18,6 @@ void add_explain(CLI::App& app, int& status);
 void add_case(CLI::App& app, int& status);
 void add_judge(CLI::App& app, int& status);
 void add_report(CLI::App& app, int& status);
+void add_engines(CLI::App& app, int& status);
 
 }  // namespace kvo::cli

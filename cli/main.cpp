@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   kvo::cli::add_case(app, status);
   kvo::cli::add_judge(app, status);
   kvo::cli::add_report(app, status);
+  kvo::cli::add_engines(app, status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -101,39 +101,78 @@ def vllm_kv_cache_dtype(config: Dict[str, Any]) -> str:
     raise Unsupported(f"vLLM stores a {config['act_dtype']} model in a {kv} cache only as 'auto'")
 
 
-def vllm_reshape_and_cache_flash(kernel: Callable, *, fp8: bool = False) -> Adapter:
+# vLLM's two KV writes with one signature: the CUDA op and its Triton twin. What each supports and
+# the arithmetic each implies (vLLM 0.11-0.34: csrc/cache_kernels.cu, _custom_ops.py;
+# vllm/v1/attention/ops/triton_reshape_and_cache_flash.py @027e07f2).
+_VLLM_BACKENDS: Dict[str, Dict[str, Any]] = {
+    # Every layout by its strides, [1] or [H] scales, x / s exact in fp32.
+    "cuda": {"layouts": None, "strided": True, "fp8_scale_mode": "divide", "per_head": None},
+    # NHD pages whose slot rows (H x D) are contiguous (the [nb, 2, bs, H, D] pool unbound: split_nhd),
+    # one tensor scale, x / s lowered to div.full.f32 (within 2 ulp: div_approx), every "fp8..."
+    # string stored as the platform's e4m3 (an e5m2 cache gets e4m3 codes: a bug kvoracle shows).
+    "triton": {"layouts": ("nhd", "split_nhd"), "strided": False, "fp8_scale_mode": "div_approx",
+               "per_head": False},
+}
+
+
+def vllm_reshape_and_cache_flash(kernel: Callable, *, fp8: bool = False,
+                                 backend: str = "cuda") -> Adapter:
     """vLLM's `reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping,
-    kv_cache_dtype, k_scale, v_scale)`: key/value [T_src, H, D] (T = slot_mapping.size(0), the
-    rows past it are CUDA-graph padding); key_cache/value_cache [num_blocks, block_size, H, D] with
-    the layout's strides (NHD, HND by strides, vLLM's packed and split pools the same way);
-    slot_mapping int64, -1 skipped; k_scale/v_scale [1] or [H]. Dense layers (K and V only)."""
+    kv_cache_dtype, k_scale, v_scale)`, the CUDA op (`vllm._custom_ops`, backend="cuda") or its
+    Triton twin `triton_reshape_and_cache_flash` (backend="triton"): key/value [T_src, H, D] (T =
+    slot_mapping.size(0), the rows past it CUDA-graph padding); key_cache/value_cache [num_blocks,
+    block_size, H, D] with the layout's strides; slot_mapping int64, -1 skipped; k_scale/v_scale
+    fp32 tensors [1] (or [H], CUDA only). Dense layers (K and V only). The Triton twin's cases are
+    drawn within what it supports: NHD and the unbound [nb, 2, bs, H, D] pool, dense pages, one
+    scale, and div_approx declared for its `/`; HND and strided pages are left out (its kernel
+    addresses a slot's H x D row as one contiguous run)."""
+    if backend not in _VLLM_BACKENDS:
+        raise ValueError(f"vllm_reshape_and_cache_flash: backend {backend!r}; expected one of "
+                         f"{', '.join(_VLLM_BACKENDS)}")
+    b = _VLLM_BACKENDS[backend]
     overrides: Dict[str, Any] = {"layers": "2D", "slot_type": "i64", "slot_mode": "strict",
                                  **(_VLLM_FP8 if fp8 else _VLLM_AUTO)}
+    if fp8:
+        overrides["scale_mode"] = b["fp8_scale_mode"]
+    if b["per_head"] is not None:
+        overrides["per_head_scale"] = b["per_head"]
 
     def write(call: Call):
         _require_dense_layer(call, "reshape_and_cache_flash")
+        if b["layouts"] is not None and call.config["layout"] not in b["layouts"]:
+            raise Unsupported(f"vLLM's {backend} reshape_and_cache_flash writes "
+                              f"{' and '.join(b['layouts'])} pages only")
+        if not b["strided"] and "kv_strides" in call.config:
+            raise Unsupported(f"vLLM's {backend} reshape_and_cache_flash needs each slot's H x D "
+                              "row contiguous")
         kernel(call.k, call.v, call.k_view, call.v_view, call.slot_mapping,
                vllm_kv_cache_dtype(call.config), call.k_scale, call.v_scale)
 
     return Adapter(
-        "vllm.reshape_and_cache_flash", write, overrides,
-        "vLLM csrc/cache_kernels.cu: slot_idx < 0 returns early; num_tokens = slot_mapping.size(0); "
-        "block/page/head strides taken from the cache tensor; fp8 through scaled_fp8_conversion "
-        "= __nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE) in fp32 (research/anchors_kvcache.md "
-        "1.3, 1.6). Its Triton twin divides approximately: declare scale_mode='div_approx' for it "
-        "(peer_findings.md 1).")
+        f"vllm.reshape_and_cache_flash[{backend}]", write, overrides,
+        "vLLM csrc/cache_kernels.cu (CUDA) and vllm/v1/attention/ops/"
+        "triton_reshape_and_cache_flash.py @027e07f2 (Triton): slot < 0 returns early; the token "
+        "count is slot_mapping.size(0); block and slot strides from the cache tensor; fp8 = "
+        "cvt_satfinite(x / scale) in fp32, exact in CUDA, Triton's `/` approximate (div_approx).")
 
 
 def vllm_indexer_k_quant_and_cache(kernel: Callable, kv_write: Adapter, *,
-                                   ue8m0: bool = False) -> Adapter:
-    """A sparse layer as vLLM writes it: `kv_write` (an adapter that writes K and V, e.g.
-    vllm_reshape_and_cache_flash) then `indexer_k_quant_and_cache(k, kv_cache, slot_mapping,
-    quant_block_size, scale_fmt)`: k [T_src, index_dim]; kv_cache [num_blocks, block_size,
-    index_dim + index_dim / 128 * 4] uint8, a byte-count view of the block-major page (all fp8
-    rows, then all fp32 scales); quant_block_size 128; scale_fmt "ue8m0" or ""."""
+                                   ue8m0: bool = False, backend: str = "cuda") -> Adapter:
+    """A sparse layer as vLLM writes it (vllm/model_executor/layers/sparse_attn_indexer.py):
+    `kv_write` (an adapter that writes K and V, e.g. vllm_reshape_and_cache_flash) then
+    `indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale_fmt)`, positional
+    as vLLM calls it: k [T, index_dim] with exactly slot_mapping's T rows (vLLM cuts k[:T]; a
+    Triton kernel's grid is k.shape[0]); kv_cache [num_blocks, block_size, index_dim + index_dim /
+    128 * 4], a byte-count view of the block-major page (all fp8 rows, then all fp32 scales):
+    uint8 for the CUDA op (backend="cuda", vLLM's DeepseekV32IndexerCache), an fp8 e4m3 view for a
+    Triton kernel (backend="triton"); slot_mapping int64; quant_block_size 128; scale_fmt "ue8m0"
+    or ""."""
+    if backend not in ("cuda", "triton"):
+        raise ValueError(f"vllm_indexer_k_quant_and_cache: backend {backend!r}; expected 'cuda' "
+                         "or 'triton'")
     overrides = dict(kv_write.overrides)
     overrides.update(layers="2S", index_layout="blockscale", index_dim=128, ue8m0=ue8m0,
-                     blockscale_scale="divide", separate_index_slots=False)
+                     blockscale_scale="divide", separate_index_slots=False, slot_type="i64")
 
     def write(call: Call):
         if call.layer_kind == "sparse":
@@ -148,14 +187,19 @@ def vllm_indexer_k_quant_and_cache(kernel: Callable, kv_write: Adapter, *,
         nb = call.index_cache.shape[0]
         bs = call.config["block_size"]
         page = call.index_cache.reshape(nb, bs, -1)
-        kernel(call.index_k, page, call.slot_mapping, 128, "ue8m0" if ue8m0 else "")
+        if backend == "triton" and call.device == "cuda":
+            import torch
+
+            page = page.view(torch.float8_e4m3fn)
+        kernel(call.index_k[: _tokens(call)], page, call.slot_mapping, 128,
+               "ue8m0" if ue8m0 else "")
 
     return Adapter(
-        "vllm.indexer_k_quant_and_cache", write, overrides,
-        "vLLM csrc/cache_kernels.cu indexer_k_quant_and_cache: scale = fmaxf(amax, 1e-4) / 448 in "
-        "fp32 (ue8m0: a power of two, rounded up), values cvt_satfinite(x / scale), the page "
-        "block-major: B * index_dim fp8 bytes then B * index_dim / 128 fp32 scales "
-        "(research/anchors_kvcache.md 1.5); peer_findings.md: 16/16 identical.")
+        f"vllm.indexer_k_quant_and_cache[{backend}]", write, overrides,
+        "vLLM csrc/cache_kernels.cu indexer_k_quant_and_cache and sparse_attn_indexer.py: k cut "
+        "to slot_mapping's rows; scale = fmaxf(amax, 1e-4) / 448 in fp32 (ue8m0: a power of two, "
+        "rounded up), values cvt_satfinite(x / scale), slot < 0 skipped; the page block-major: "
+        "B * index_dim fp8 bytes then B * index_dim / 128 fp32 scales.")
 
 
 def vllm_concat_and_cache_mla(kernel: Callable, *, pe_dim: int = 64, fp8: bool = False) -> Adapter:
@@ -186,7 +230,7 @@ def vllm_concat_and_cache_mla(kernel: Callable, *, pe_dim: int = 64, fp8: bool =
         "vllm.concat_and_cache_mla", write, overrides,
         "vLLM csrc/cache_kernels.cu concat_and_cache_mla: dst = blk * block_stride + off * "
         "entry_stride + i (+ kv_lora_rank for k_pe), slot < 0 skipped, fp8 through "
-        "scaled_convert(x, *scale) = cvt_satfinite(x / scale) (research/anchors_kvcache.md 1.4).")
+        "scaled_convert(x, *scale) = cvt_satfinite(x / scale).")
 
 
 def _flashinfer_layout(call: Call):
@@ -227,18 +271,60 @@ def flashinfer_append_paged_kv_cache(kernel: Callable) -> Adapter:
         "flashinfer.append_paged_kv_cache", write, overrides,
         "FlashInfer flashinfer/page.py append_paged_kv_cache docstring and "
         "include/flashinfer/page.cuh: page = kv_indices[kv_indptr[b] + pos // page_size], entry "
-        "pos % page_size; no quantization (the cache holds the input dtype); "
-        "peer_findings.md: its pure-torch reference identical on 92/92 cases.")
+        "pos % page_size; no quantization (the cache holds the input dtype).")
+
+
+def _swap_axes_1_2(x):
+    """[nb, bs, H, D] as [nb, H, bs, D] (or back): a view, NumPy or torch."""
+    return x.swapaxes(1, 2)
+
+
+class _SGLangPool:
+    """What `MHATokenToKVPool.set_kv_buffer` reads of its pool (sglang 0.5.x,
+    srt/mem_cache/memory_pool.py), over kvoracle's caches: one layer's k_buffer/v_buffer
+    [num_slots, H, D] (the NHD pages seen flat), stored as the fp8 dtype's bytes (uint8) when the
+    cache is fp8, the model dtype otherwise."""
+
+    def __init__(self, call: Call):
+        nb, bs, h, d = call.k_cache.shape
+        self.size, self.page_size, self.start_layer, self.layer_num = nb * bs - bs, bs, 0, 1
+        self.head_num, self.head_dim, self.v_head_dim = h, d, d
+        self.row_dim = self.v_row_dim = h * d
+        self.k_buffer = [call.k_cache.reshape(nb * bs, h, d)]
+        self.v_buffer = [call.v_cache.reshape(nb * bs, h, d)]
+        self.dtype = self.store_dtype = self.k_buffer[0].dtype
+        if call.device == "cuda":
+            import torch
+
+            self.device = str(call.k_cache.device)
+            self.device_module = torch.get_device_module(call.k_cache.device)
+            if self.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+                self.store_dtype = torch.uint8
+                self.k_buffer = [b.view(torch.uint8) for b in self.k_buffer]
+                self.v_buffer = [b.view(torch.uint8) for b in self.v_buffer]
+        self.alt_stream = None
+        self.use_hnd = False
+        self.kv_cache_layout = "nhd"
+        self.is_quantized_kv_cache = False
+        self.requires_physical_write_loc = False
+        self.enable_custom_mem_pool = False
+
+
+class _SGLangLayer:
+    layer_id = 0
 
 
 def sglang_set_kv_buffer(kernel: Callable, *, fp8: bool = False) -> Adapter:
-    """SGLang's per-layer store, `MHATokenToKVPool.set_kv_buffer`'s body:
-    kernel(k_buffer, v_buffer, loc, cache_k, cache_v, k_scale, v_scale) with k_buffer/v_buffer
-    [num_slots, H, D] token-major (kvoracle's NHD cache seen flat), loc int64 of the written
-    tokens, k_scale/v_scale Python floats (None without fp8). SGLang pads with a dummy slot, never
-    -1, so padding tokens are not passed."""
+    """SGLang's per-layer store as SGLang calls it: `MHATokenToKVPool.set_kv_buffer(self, layer,
+    loc, cache_k, cache_v, k_scale=None, v_scale=None)`, passed as the unbound method (or any
+    function of that signature): `self` a pool over kvoracle's NHD caches (_SGLangPool: one layer's
+    k_buffer/v_buffer [num_slots, H, D], fp8 stored as uint8), layer with layer_id 0, loc int64
+    (SGLang's out_cache_loc), cache_k/cache_v [T, H, D] in the model dtype, k_scale/v_scale Python
+    floats (None without fp8). SGLang pads a CUDA graph's batch with its dummy slot 0, never -1:
+    the adapter passes the written tokens only. Strided and non-NHD pages are left out (one dense
+    [num_slots, H, D] tensor)."""
     overrides: Dict[str, Any] = {"layers": "2D", "layout": "nhd", "act_dtype": "bf16",
-                                 "slot_mode": "strict"}
+                                 "slot_mode": "strict", "slot_type": "i64"}
     if fp8:
         overrides.update(kv_dtype="fp8_e4m3", scale_mode="divide", via_model_dtype=True,
                          scale_in_model_dtype=False, sat="torch", per_head_scale=False)
@@ -249,50 +335,122 @@ def sglang_set_kv_buffer(kernel: Callable, *, fp8: bool = False) -> Adapter:
         _require_dense_layer(call, "set_kv_buffer")
         if call.config["layout"] != "nhd":
             raise Unsupported("SGLang's token pool is NHD")
-        if "kv_strides" in call.config:  # SPEC 3: padded pages do not flatten to [slots, H, D]
+        if "kv_strides" in call.config:  # padded pages do not flatten to [slots, H, D]
             raise Unsupported("SGLang's token pool is one dense [num_slots, H, D] tensor")
         ops = _Ops(call)
         slots = call.slot_mapping[: _tokens(call)]
         rows = ops.nonnegative(slots)
-        nb, bs, h, d = call.k_cache.shape
-        k_buffer = call.k_cache.reshape(nb * bs, h, d)
-        v_buffer = call.v_cache.reshape(nb * bs, h, d)
         quantized = call.config["kv_dtype"] != call.config["act_dtype"]
         k_scale = float(call.k_scale[0]) if quantized else None
         v_scale = float(call.v_scale[0]) if quantized else None
-        kernel(k_buffer, v_buffer, slots[rows], call.k[rows], call.v[rows], k_scale, v_scale)
+        kernel(_SGLangPool(call), _SGLangLayer(), slots[rows], call.k[rows], call.v[rows],
+               k_scale, v_scale)
 
     return Adapter(
         "sglang.set_kv_buffer", write, overrides,
-        "SGLang mem_cache/memory_pool.py set_kv_buffer: cache_k.div_(k_scale) on the model-dtype "
-        "tensor with a Python float: the quotient rounded to the model dtype (via_model_dtype), "
-        "the scale not (measured on the H200 with torch 2.11: mode detection of x / s.item() "
-        "names via_model_dtype=true scale_in_model_dtype=false); then .to(fp8) (torch's cast: no "
-        "saturation, peer_findings.md 5), then k_buffer[loc] = cache_k.")
+        "SGLang srt/mem_cache/memory_pool.py MHATokenToKVPool.set_kv_buffer (0.5.x): "
+        "cache_k.div_(k_scale) on the model-dtype tensor with a Python float: the quotient rounded "
+        "to the model dtype (via_model_dtype), the scale not; then .to(fp8) (torch's cast: no "
+        "saturation), stored through its uint8 view at k_buffer[layer][loc].")
 
 
-def trtllm_msa_fused_write(kernel: Callable) -> Adapter:
-    """TensorRT-LLM MiniMax-M3's fused K/V/index-K write (the seed):
-    kernel(k, v, index_k, k_cache, v_cache, index_cache, slot_mapping) with k/v [T_src, H, D], the
-    caches in kvoracle's HND views (k_cache/v_cache [num_blocks, H, block_size, D]; the
-    [num_blocks, 2, H, block_size, D] pool as kvoracle's split_hnd, where v_cache is None and
-    k_cache the pool), index_cache [num_blocks, block_size, index_dim] (flat), slot_mapping
-    int64 with -1 padding."""
-    overrides = {"layout": "hnd", "index_layout": "flat", "slot_type": "i64", "slot_mode": "strict",
-                 "separate_index_slots": False,
-                 "scale_mode": "none", "sat": "satfinite"}
+def sglang_fused_fp8_set_kv_buffer(kernel: Callable) -> Adapter:
+    """SGLang's Triton fp8 write `fused_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc,
+    k_scale=None, v_scale=None, page_size=16)` (srt/layers/attention/triton_ops/
+    trtllm_fp8_kv_kernel.py, sglang 0.5.0-0.5.10): k/v [T, H, D] in the model dtype; k_cache/
+    v_cache the pool's fp8 views [num_slots, H, D] (num_slots a multiple of page_size); cache_loc
+    int64 (SGLang's out_cache_loc); scales Python floats, applied as x * (1 / s) with 1 / s in
+    fp32 (mul_recip), then Triton's satfinite cast. Every token's row is passed, -1 padding
+    included: the kernel does not mask it (SGLang pads with slot 0), which an engine reusing the
+    kernel with -1 padding meets, and kvoracle reports as a write before the cache."""
+    overrides: Dict[str, Any] = {"layers": "2D", "layout": "nhd", "act_dtype": "bf16",
+                                 "kv_dtype": "fp8_e4m3", "slot_mode": "strict", "slot_type": "i64",
+                                 "scale_mode": "mul_recip", "sat": "satfinite",
+                                 "via_model_dtype": False, "scale_in_model_dtype": False,
+                                 "per_head_scale": False}
 
     def write(call: Call):
-        if call.config["layout"] not in ("hnd", "split_hnd"):
-            raise Unsupported("the MSA pool is HND")
-        kernel(call.k, call.v, call.index_k, call.k_cache, call.v_cache, call.index_cache,
-               call.slot_mapping)
+        _require_dense_layer(call, "fused_fp8_set_kv_buffer")
+        if call.config["layout"] != "nhd" or "kv_strides" in call.config:
+            raise Unsupported("SGLang's token pool is one dense NHD [num_slots, H, D] tensor")
+        nb, bs, h, d = call.k_cache.shape
+        t = _tokens(call)
+        kernel(call.k[:t], call.v[:t], call.k_cache.reshape(nb * bs, h, d),
+               call.v_cache.reshape(nb * bs, h, d), call.slot_mapping, float(call.k_scale[0]),
+               float(call.v_scale[0]), bs)
 
     return Adapter(
-        "trtllm.msa_fused_write", write, overrides,
-        "TensorRT-LLM _torch/attention_backend/sparse/minimax_m3/msa_scatter.py "
-        "fused_write_layer_caches (research/anchors_kvcache.md): HND pool, the slot < 0 check, "
-        "fp8 without a KV scale; peer_findings.md: identical on 20/20 (satfinite, scale none).")
+        "sglang.fused_fp8_set_kv_buffer", write, overrides,
+        "SGLang trtllm_fp8_kv_kernel.py fused_fp8_set_kv_buffer: inv = 1.0 / scale as an fp32 "
+        "tensor, (x * inv).to(float8e4nv), no slot mask.")
+
+
+def _trtllm_pool(call: Call, engine: str):
+    """The HND K and V pages as [num_pages, H, tokens_per_block, D] views (the [nb, 2, H, bs, D]
+    pool as buffers[:, 0] and buffers[:, 1], as TensorRT-LLM's get_buffers(layer, "HND") gives)."""
+    if call.config["layout"] not in ("hnd", "split_hnd"):
+        raise Unsupported(f"{engine}: TensorRT-LLM's MiniMax-M3 pool is HND")
+    return _swap_axes_1_2(call.k_view), _swap_axes_1_2(call.v_view)
+
+
+def trtllm_fused_write_layer_caches(kernel: Callable) -> Adapter:
+    """TensorRT-LLM MiniMax-M3's one-launch layer write, `fused_write_layer_caches(k_cache,
+    v_cache, idx_cache, out_cache_loc, k, v, idx_k) -> bool`
+    (tensorrt_llm/_torch/attention_backend/sparse/minimax_m3/msa_scatter.py @8897d68d): k_cache/
+    v_cache [num_pages, H, tokens_per_block, D] HND views; idx_cache [num_pages, 1,
+    tokens_per_block, index_dim] (None on a dense layer); out_cache_loc int32 [T]; k/v 2-D
+    [T, H * D]; idx_k [T, index_dim] (None on a dense layer). fp8 is a plain cast, no KV scale.
+    The kernel returns False where it declines a call (a head_dim that is not a power of two, a
+    source that is not row-contiguous): such a case counts as unsupported, never as a pass."""
+    overrides = {"layout": "hnd", "index_layout": "flat", "slot_type": "i32", "slot_mode": "strict",
+                 "separate_index_slots": False, "scale_mode": "none", "sat": "satfinite",
+                 "act_dtype": "bf16"}
+
+    def write(call: Call):
+        k_cache, v_cache = _trtllm_pool(call, "fused_write_layer_caches")
+        t = _tokens(call)
+        h, d = call.k.shape[1], call.k.shape[2]
+        sparse = call.layer_kind == "sparse"
+        idx_cache = call.index_cache[:, None] if sparse else None
+        idx_k = call.index_k[:t] if sparse else None
+        done = kernel(k_cache, v_cache, idx_cache, call.slot_mapping,
+                      call.k[:t].reshape(t, h * d), call.v[:t].reshape(t, h * d), idx_k)
+        if done is False:
+            raise Unsupported("fused_write_layer_caches declined the call (returned False: head_dim "
+                              f"{d} must be a power of two, caches 4-D HND, sources row-contiguous)")
+
+    return Adapter(
+        "trtllm.fused_write_layer_caches", write, overrides,
+        "TensorRT-LLM msa_scatter.py _fused_paged_scatter_kernel: page = slot // tpb, within = "
+        "slot % tpb, stores masked by slot >= 0 (an older version without the mask writes -1 rows "
+        "before the cache), .to(cache dtype) with no scale (Triton: satfinite).")
+
+
+def trtllm_write_kv_slots(kernel: Callable) -> Adapter:
+    """TensorRT-LLM's torch fallback for the same layer write, `write_kv_slots(cache,
+    out_cache_loc, values, *, layout="HND")` (minimax_m3 common.py), called per cache as the
+    fallback calls it: K and V [T, H, D] into their [num_pages, H, tokens_per_block, D] views, and
+    index-K [T, 1, index_dim] into [num_pages, 1, tokens_per_block, index_dim]; out_cache_loc int32.
+    `cache[page, :, within] = values.to(cache.dtype)` (torch's cast: no saturation, no scale); it
+    does not mask negative slots ("callers must provide valid slots"), so -1 padding wraps to the
+    last slot (torch indexing): the vllm#43810 class, which kvoracle reports."""
+    overrides = {"layout": "hnd", "index_layout": "flat", "slot_type": "i32", "slot_mode": "strict",
+                 "separate_index_slots": False, "scale_mode": "none", "sat": "torch",
+                 "act_dtype": "bf16"}
+
+    def write(call: Call):
+        k_cache, v_cache = _trtllm_pool(call, "write_kv_slots")
+        t = _tokens(call)
+        loc = call.slot_mapping
+        kernel(k_cache, loc, call.k[:t], layout="HND")
+        kernel(v_cache, loc, call.v[:t], layout="HND")
+        if call.layer_kind == "sparse":
+            kernel(call.index_cache[:, None], loc, call.index_k[:t][:, None], layout="HND")
+
+    return Adapter(
+        "trtllm.write_kv_slots", write, overrides,
+        "TensorRT-LLM minimax_m3 common.py write_kv_slots: page = loc // tpb, within = loc % tpb, "
+        "cache[page, :, within, :] = values.to(cache.dtype), no slot mask, no scale.")
 
 
 def topk_indexer(kernel: Callable, *, order: str = "descending_score",

@@ -4,7 +4,7 @@ glue), each correct where the engine's kernel is, with the bugs real kernels had
 import numpy as np
 
 from kvoracle import Unsupported
-from kvoracle.bits import bf16_to_float32, float32_to_bf16
+from kvoracle.bits import bf16_to_float32, float32_to_bf16, float32_to_fp8_e4m3
 
 
 def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
@@ -54,28 +54,61 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
             v_cache[page, :, entry] = append_value[i]
 
 
-def set_kv_buffer(k_buffer, v_buffer, loc, cache_k, cache_v, k_scale, v_scale):
-    """SGLang's MHATokenToKVPool.set_kv_buffer body (no quantization)."""
+def set_kv_buffer(self, layer, loc, cache_k, cache_v, k_scale=None, v_scale=None):
+    """SGLang's MHATokenToKVPool.set_kv_buffer, as a method of its pool (no quantization)."""
     assert k_scale is None and v_scale is None
-    k_buffer[loc] = cache_k
-    v_buffer[loc] = cache_v
+    i = layer.layer_id - self.start_layer
+    self.k_buffer[i][loc] = cache_k
+    self.v_buffer[i][loc] = cache_v
 
 
-def msa_fused_write(k, v, index_k, k_cache, v_cache, index_cache, slot_mapping):
-    """TensorRT-LLM MiniMax-M3's fused write over the HND pool, flat index-K, no quantization."""
-    tokens = slot_mapping.shape[0]
-    if v_cache is None:  # the [nb, 2, H, bs, D] pool
-        k_cache, v_cache = k_cache[:, 0], k_cache[:, 1]
-    block_size = k_cache.shape[2]
-    for t in range(tokens):
-        s = int(slot_mapping[t])
-        if s < 0:
+def fused_fp8_set_kv_buffer(k, v, k_cache, v_cache, cache_loc, k_scale=None, v_scale=None,
+                            page_size=16, *, skip_negative=False):
+    """SGLang's Triton fp8 write: (x * fl(1 / s)).to(e4m3, satfinite), no slot mask (a -1 row lands
+    before the cache: NumPy's -1 is the last row, the same class of stray write); skip_negative=True
+    is the masked kernel."""
+    assert k_cache.shape[0] % page_size == 0
+    rows = np.nonzero(cache_loc >= 0)[0] if skip_negative else np.arange(cache_loc.shape[0])
+    for src, cache, scale in ((k, k_cache, k_scale), (v, v_cache, v_scale)):
+        inv = np.float32(1.0) / np.float32(scale)
+        x = bf16_to_float32(src[rows]) * inv
+        cache[cache_loc[rows]] = float32_to_fp8_e4m3(x.astype(np.float32))
+
+
+def fused_write_layer_caches(k_cache, v_cache, idx_cache, out_cache_loc, k, v, idx_k, *,
+                             skip_negative=True):
+    """TensorRT-LLM MiniMax-M3's fused write: HND [pages, H, tpb, D] caches, 2-D [T, H * D]
+    sources, no quantization; skip_negative=False is the older kernel without the slot mask.
+    Declines (returns False) a head_dim that is not a power of two, as the real one does."""
+    d = k_cache.shape[3]
+    if d & (d - 1) or k.ndim != 2:
+        return False
+    if k_cache.dtype != k.dtype:
+        raise Unsupported("the stand-in stores the model dtype only (NumPy carries raw bits)")
+    h, tpb = k_cache.shape[1], k_cache.shape[2]
+    for t in range(out_cache_loc.shape[0]):
+        s = int(out_cache_loc[t])
+        if s < 0 and skip_negative:
             continue
-        page, within = s // block_size, s % block_size
-        k_cache[page, :, within] = k[t]
-        v_cache[page, :, within] = v[t]
-        if index_k is not None:
-            index_cache[page, within] = index_k[t]
+        page, within = s // tpb, s % tpb
+        k_cache[page, :, within] = k[t].reshape(h, d)
+        v_cache[page, :, within] = v[t].reshape(h, d)
+        if idx_k is not None:
+            idx_cache[page, 0, within] = idx_k[t]
+    return True
+
+
+def write_kv_slots(cache, out_cache_loc, values, *, layout="NHD"):
+    """TensorRT-LLM's torch fallback: no slot mask, so -1 indexes from the end (torch floor
+    semantics: page -1, within tpb - 1); skip_negative is not an option: that is the real code."""
+    if cache.dtype != values.dtype:
+        raise Unsupported("the stand-in stores the model dtype only (NumPy carries raw bits)")
+    tpb = cache.shape[2] if layout == "HND" else cache.shape[1]
+    page, within = out_cache_loc // tpb, out_cache_loc % tpb
+    if layout == "HND":
+        cache[page, :, within] = values
+    else:
+        cache[page, within] = values
 
 
 def attention(call, *, include_own_token=True):

@@ -1,7 +1,11 @@
 """The adapters carry each engine's own signature to kvoracle: NumPy stand-ins of the engines'
 kernels pass, and the bug classes real kernels had fail."""
 
+import functools
+import re
+
 import engines_numpy as eng
+import pytest
 import kvoracle
 from kvoracle import adapters
 
@@ -53,17 +57,62 @@ def test_flashinfer_with_page_and_entry_swapped_fails():
     assert not report.passed
 
 
-def test_sglang_set_kv_buffer():
+def test_sglang_set_kv_buffer_as_its_pool_method():
     report = kvoracle.check(adapters.sglang_set_kv_buffer(eng.set_kv_buffer), op="write",
                             cases=60)
     assert report.passed, report.message
 
 
-def test_trtllm_msa_fused_write_sparse_layers():
-    report = kvoracle.check(adapters.trtllm_msa_fused_write(eng.msa_fused_write), op="write",
-                            cases=60, act_dtype="bf16", kv_dtype="bf16", index_dtype="bf16",
-                            layers="1D2S")
+def test_sglang_fused_fp8_set_kv_buffer():
+    """The masked kernel passes with mul_recip declared; the real one (no mask) writes -1 rows
+    outside the cache, which kvoracle reports as a stray write."""
+    masked = functools.partial(eng.fused_fp8_set_kv_buffer, skip_negative=True)
+    report = kvoracle.check(adapters.sglang_fused_fp8_set_kv_buffer(masked), op="write", cases=60)
     assert report.passed, report.message
+    report = kvoracle.check(adapters.sglang_fused_fp8_set_kv_buffer(eng.fused_fp8_set_kv_buffer),
+                            op="write", cases=60, shrink=False)
+    assert report.outcome == "mismatch", report.message
+    assert "stray write" in report.message, report.message
+
+
+def test_trtllm_fused_write_layer_caches_sparse_layers():
+    a = adapters.trtllm_fused_write_layer_caches(eng.fused_write_layer_caches)
+    report = kvoracle.check(a, op="write", cases=60, act_dtype="bf16", kv_dtype="bf16",
+                            index_dtype="bf16", layers="1D2S")
+    assert report.passed, report.message
+    # The head dims it declines (not powers of two) count as unsupported, never as passes.
+    row = re.search(r"^trtllm\.fused_write_layer_caches +write +(\d+) +(\d+) +0 +0 +0 +(\d+)$",
+                    report.message, re.M)
+    assert row and int(row[3]) > 0 and int(row[2]) + int(row[3]) == int(row[1]), report.message
+
+
+def test_trtllm_fused_write_layer_caches_without_its_slot_mask_fails():
+    kernel = functools.partial(eng.fused_write_layer_caches, skip_negative=False)
+    report = kvoracle.check(adapters.trtllm_fused_write_layer_caches(kernel), op="write",
+                            cases=40, act_dtype="bf16", kv_dtype="bf16", index_dtype="bf16",
+                            layers="1D2S", shrink=False)
+    assert report.outcome == "mismatch", report.message
+
+
+def test_trtllm_write_kv_slots_fallback_wraps_minus_one():
+    """TensorRT-LLM's torch fallback does not mask -1: the padding row lands on the last slot (the
+    vllm#43810 class), caught under strict slots."""
+    report = kvoracle.check(adapters.trtllm_write_kv_slots(eng.write_kv_slots), op="write",
+                            cases=60, act_dtype="bf16", kv_dtype="bf16", index_dtype="bf16",
+                            layers="1D2S", shrink=False)
+    assert report.outcome == "mismatch", report.message
+
+
+def test_vllm_triton_backend_declares_what_its_kernel_supports():
+    a = adapters.vllm_reshape_and_cache_flash(eng.reshape_and_cache_flash, backend="triton")
+    assert a.overrides["per_head_scale"] is False
+    fp8 = adapters.vllm_reshape_and_cache_flash(eng.reshape_and_cache_flash, fp8=True,
+                                                backend="triton")
+    assert fp8.overrides["scale_mode"] == "div_approx"
+    report = kvoracle.check(a, op="write", cases=40)
+    assert report.passed, report.message
+    with pytest.raises(ValueError):
+        adapters.vllm_reshape_and_cache_flash(eng.reshape_and_cache_flash, backend="rocm")
 
 
 def test_user_overrides_win_over_an_adapters():
@@ -129,7 +178,7 @@ def test_a_shrunk_case_stays_inside_what_each_adapter_declares(monkeypatch):
         (adapters.vllm_concat_and_cache_mla(eng.concat_and_cache_mla), {}),
         (adapters.flashinfer_append_paged_kv_cache(eng.append_paged_kv_cache), {"layout": "hnd"}),
         (adapters.sglang_set_kv_buffer(eng.set_kv_buffer), {}),
-        (adapters.trtllm_msa_fused_write(eng.msa_fused_write),
+        (adapters.trtllm_fused_write_layer_caches(eng.fused_write_layer_caches),
          dict(act_dtype="bf16", kv_dtype="bf16", index_dtype="bf16", layers="1D2S")),
     ]:
         report = kvoracle.check(_planted(a), op="write", cases=20, **fixed)
