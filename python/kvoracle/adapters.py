@@ -385,6 +385,13 @@ def sglang_fused_fp8_set_kv_buffer(kernel: Callable) -> Adapter:
         "tensor, (x * inv).to(float8e4nv), no slot mask.")
 
 
+# What both of TensorRT-LLM's MiniMax-M3 layer writes imply: the HND pool and a flat index-K cache
+# written through the one int32 out_cache_loc, bf16 sources, a plain cast to the cache dtype.
+_TRTLLM_MSA: Dict[str, Any] = {"layout": "hnd", "index_layout": "flat", "slot_type": "i32",
+                               "slot_mode": "strict", "separate_index_slots": False,
+                               "scale_mode": "none", "act_dtype": "bf16"}
+
+
 def _trtllm_pool(call: Call, engine: str):
     """The HND K and V pages as [num_pages, H, tokens_per_block, D] views (the [nb, 2, H, bs, D]
     pool as buffers[:, 0] and buffers[:, 1], as TensorRT-LLM's get_buffers(layer, "HND") gives)."""
@@ -402,9 +409,7 @@ def trtllm_fused_write_layer_caches(kernel: Callable) -> Adapter:
     [T, H * D]; idx_k [T, index_dim] (None on a dense layer). fp8 is a plain cast, no KV scale.
     The kernel returns False where it declines a call (a head_dim that is not a power of two, a
     source that is not row-contiguous): such a case counts as unsupported, never as a pass."""
-    overrides = {"layout": "hnd", "index_layout": "flat", "slot_type": "i32", "slot_mode": "strict",
-                 "separate_index_slots": False, "scale_mode": "none", "sat": "satfinite",
-                 "act_dtype": "bf16"}
+    overrides = {**_TRTLLM_MSA, "sat": "satfinite"}  # Triton's cast
 
     def write(call: Call):
         k_cache, v_cache = _trtllm_pool(call, "fused_write_layer_caches")
@@ -434,9 +439,7 @@ def trtllm_write_kv_slots(kernel: Callable) -> Adapter:
     `cache[page, :, within] = values.to(cache.dtype)` (torch's cast: no saturation, no scale); it
     does not mask negative slots ("callers must provide valid slots"), so -1 padding wraps to the
     last slot (torch indexing): the vllm#43810 class, which kvoracle reports."""
-    overrides = {"layout": "hnd", "index_layout": "flat", "slot_type": "i32", "slot_mode": "strict",
-                 "separate_index_slots": False, "scale_mode": "none", "sat": "torch",
-                 "act_dtype": "bf16"}
+    overrides = {**_TRTLLM_MSA, "sat": "torch"}  # torch's cast
 
     def write(call: Call):
         k_cache, v_cache = _trtllm_pool(call, "write_kv_slots")
