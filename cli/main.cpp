@@ -9,6 +9,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"kvoracle: bit-exact reference and correctness oracle for paged KV-cache kernels"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "kvoracle " KVO_VERSION);  // CMakeLists.txt's project()
   int status = kvo::spec::kExitPass;
   kvo::cli::add_check(app, status);
   kvo::cli::add_quant(app, status);

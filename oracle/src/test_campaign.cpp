@@ -82,9 +82,16 @@ TestVerdict run_test_campaign(SubjectList& subjects, CheckOptions options, const
     options.test_rerun = rerun;
     v.seed = options.seed;
     report = run_check(options, subjects);
+  } catch (const spec::InvalidInput& e) {
+    // Options or an environment variable the campaign rejects: the caller's input, named.
+    v.message = std::string("kvoracle: the campaign did not run: ") + e.what();
+    v.outcome = std::string(spec::name_of(spec::Outcome::kInvalidInput));
+    v.ran = false;
+    return v;
   } catch (const std::exception& e) {
     v.message = std::string("kvoracle: the campaign did not run: ") + e.what();
     v.outcome = std::string(spec::name_of(spec::Outcome::kFailedToRun));
+    v.ran = false;
     return v;
   }
 

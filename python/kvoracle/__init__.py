@@ -27,9 +27,9 @@ from ._api import (
     to_raw_numpy,
     torch_dtype,
 )
-from . import adapters  # noqa: E402
+from . import _core, adapters  # noqa: E402
 
-__version__ = "0.1.0"
+__version__: str = _core.__version__  # CMakeLists.txt's project() version, built in
 
 __all__ = [
     "DEFAULT_SEED",

@@ -457,7 +457,29 @@ def detect_modes(fn: Optional[Callable] = None, *, op: Optional[str] = None, cas
     out = _core.detect(s.name, s.functions, s.device, s.ordering, s.topk_order, s.profile, s.ops,
                        _int(where, "cases", cases, 1, 2**63 - 1), _int(where, "seed", seed),
                        _flags(s.overrides, where))
-    return [ModeResult(o, outcome, list(matched), report) for o, outcome, matched, report in out]
+    return [ModeResult(o, outcome, _declared_first(list(matched), s.overrides), report)
+            for o, outcome, matched, report in out]
+
+
+# The override keys that are detection axes, by the name detection prints them under.
+_DETECTION_AXES = {"sat": "saturation", "scale_mode": "scale_mode",
+                   "via_model_dtype": "via_model_dtype",
+                   "scale_in_model_dtype": "scale_in_model_dtype",
+                   "blockscale_scale": "blockscale_scale", "ue8m0": "ue8m0", "slot_mode": "slot_mode"}
+
+
+def _declared_first(matched: List[str], declared: Mapping[str, Any]) -> List[str]:
+    """The combinations that agree with more of the declared modes (an adapter's engine, the
+    user's overrides) first, tightest first among equals: where several modes match, the engine's
+    own is named first (a Triton `/`: div_approx before the mul_recip it happened to equal)."""
+    want = {axis: str(declared[key]).lower() for key, axis in _DETECTION_AXES.items()
+            if key in declared}
+
+    def disagreement(combination: str) -> int:
+        values = dict(t.split("=", 1) for t in combination.split() if "=" in t)
+        return -sum(values.get(axis) == value for axis, value in want.items())
+
+    return sorted(matched, key=disagreement)
 
 
 class Case:

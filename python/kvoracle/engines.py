@@ -17,13 +17,14 @@ import argparse
 import importlib
 import importlib.metadata
 import json
+import re
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from xml.sax.saxutils import escape, quoteattr
 
 from . import adapters
-from ._api import DEFAULT_SEED, check
+from ._api import DEFAULT_SEED, check, detect_modes
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,8 @@ ENGINE_KERNELS: Tuple[EngineKernel, ...] = (
 class EngineRow:
     """One (kernel, configuration)'s verdict: `verdict` is "pass", "mismatch", "failed-to-run",
     "invalid-input", "not judged", "absent" (the engine is not installed) or "unavailable" (this
-    version has no such kernel); `modes` the modes the adapter declares; `detail` the first
+    version has no such kernel); `modes` the modes the adapter declares; `detected` (a mismatch
+    only) the modes kvoracle's detection finds the kernel implements instead; `detail` the first
     mismatch, the reason or the failed import."""
 
     engine: str
@@ -128,6 +130,7 @@ class EngineRow:
     verdict: str
     modes: str = ""
     detail: str = ""
+    detected: str = ""
     seed: int = DEFAULT_SEED
     report: str = field(default="", repr=False)
 
@@ -172,6 +175,22 @@ def _modes(adapter: adapters.Adapter) -> str:
                     if k not in ("layers",))
 
 
+def _detected(adapter: adapters.Adapter, op: str, cases: int, seed: int, device: str) -> str:
+    """What a failing kernel implements instead (SPEC 7's detection): each mode axis that every
+    matching combination agrees on, from the detection's per-mode line ("slot_mode=legacy_wrap":
+    the -1 padding wraps), or that no combination matched."""
+    for result in detect_modes(adapter, op=op, cases=cases, seed=seed, device=device):
+        if result.outcome != "pass" or not result.matched:
+            return "no combination of the contract's modes matches"
+        line = next((x for x in result.report.splitlines() if x.strip().startswith("per mode:")),
+                     "")
+        fixed = [f"{m[1]}={m[2]}" for m in
+                 re.finditer(r"(\w+)=([\w|]+)( \(every value matched\))?", line)
+                 if not m[3] and "|" not in m[2]]
+        return " ".join(fixed) or "every combination matches"
+    return ""
+
+
 def _default_device() -> str:
     try:
         import torch
@@ -213,8 +232,10 @@ def judge_installed(*, cases: int = 100, seed: int = DEFAULT_SEED, device: Optio
                 continue
             report = check(adapter, op=k.op, cases=cases, seed=seed, device=device)
             detail = "" if report.passed else _first_mismatch(report.message)
+            detected = (_detected(adapter, k.op, min(cases, 32), seed, device)
+                        if report.outcome == "mismatch" else "")
             rows.append(EngineRow(k.engine, version, k.kernel, name, cases, report.outcome,
-                                  _modes(adapter), detail, report.seed, report.message))
+                                  _modes(adapter), detail, detected, report.seed, report.message))
     return rows
 
 
@@ -235,6 +256,8 @@ def table(rows: Sequence[EngineRow]) -> str:
     for r in judged:
         if r.modes:
             out.append(f"modes declared, {r.kernel} [{r.configuration}]: {r.modes}")
+        if r.detected:
+            out.append(f"modes detected, {r.kernel} [{r.configuration}]: {r.detected}")
     return "\n".join(out)
 
 

@@ -337,6 +337,7 @@ nb::bytes to_bytes(const std::vector<std::uint8_t>& v) {
 }  // namespace kvo::python
 
 NB_MODULE(_core, m) {
+  m.attr("__version__") = KVO_VERSION;  // the project's version (CMakeLists.txt's project())
   using namespace kvo;
   using namespace kvo::python;
   m.doc() =
@@ -398,6 +399,9 @@ NB_MODULE(_core, m) {
         o.time_budget_s = time_budget_s;
         const oracle::testing::TestVerdict v =
             oracle::testing::run_test_campaign(subjects, o, rerun, shrink);
+        // Options the campaign rejects are the caller's error, raised as Python raises one.
+        if (!v.ran && v.outcome == spec::name_of(spec::Outcome::kInvalidInput))
+          throw nb::value_error(v.message.c_str());
         return std::make_tuple(v.passed, v.seed, v.message, v.outcome);
       },
       "name"_a, "functions"_a, "device"_a, "ordering"_a, "topk_order"_a, "profile"_a, "ops"_a,

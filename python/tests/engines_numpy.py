@@ -219,3 +219,19 @@ def dense_insert(call):
     call.k_view[s // bs, s % bs] = k[rows]
     call.v_view[s // bs, s % bs] = call.v[rows]
     return q
+
+
+def reshape_and_cache_flash_fp8_mul_recip(key, value, key_cache, value_cache, slot_mapping,
+                                          kv_cache_dtype, k_scale, v_scale):
+    """vLLM's signature storing e4m3 as x * fl(1 / s) (satfinite), one scale: what a Triton `/` may
+    compile to, inside div_approx's admissible set."""
+    # vLLM's Triton wrapper stores every "fp8..." string as the platform's e4m3 (the e5m2 bug).
+    assert kv_cache_dtype.startswith("fp8"), kv_cache_dtype
+    tokens = slot_mapping.shape[0]
+    block_size = key_cache.shape[1]
+    rows = np.nonzero(slot_mapping[:tokens] >= 0)[0]
+    s = slot_mapping[rows]
+    for src, cache, scale in ((key, key_cache, k_scale), (value, value_cache, v_scale)):
+        inv = np.float32(1.0) / np.float32(scale[0])
+        cache[s // block_size, s % block_size] = float32_to_fp8_e4m3(
+            (bf16_to_float32(src[rows]) * inv).astype(np.float32))

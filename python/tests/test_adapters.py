@@ -196,3 +196,27 @@ def test_a_shrunk_case_stays_inside_what_each_adapter_declares(monkeypatch):
             correct = kvoracle.check(a, op="write", **fixed)
             assert correct.passed and "1 cases in" in correct.message, (line.group(0),
                                                                          correct.message)
+
+
+def test_detection_names_the_engines_mode_first_where_several_match():
+    """A Triton twin's `/` may compile to x * fl(1 / s), which divide and mul_recip also match on
+    most cases: the adapter declares div_approx, and detection names it first."""
+    import re
+
+    a = adapters.vllm_reshape_and_cache_flash(eng.reshape_and_cache_flash_fp8_mul_recip, fp8=True,
+                                              backend="triton")
+    assert kvoracle.check(a, op="write", cases=40).passed
+    (r,) = kvoracle.detect_modes(a, op="write", cases=64)
+    assert r.outcome == "pass", r.report
+    modes = [re.search(r"scale_mode=(\w+)", m)[1] for m in r.matched]
+    assert modes[0] == "div_approx" and {"divide", "mul_recip"} <= set(modes), modes
+
+
+def test_the_triton_twins_e4m3_codes_in_an_e5m2_cache_are_caught():
+    """vLLM's Triton wrapper maps every "fp8..." cache dtype to e4m3: asked for fp8_e5m2, the
+    twin writes e4m3 codes, valid fp8 bytes that only a bit-exact comparison tells apart."""
+    a = adapters.vllm_reshape_and_cache_flash(eng.reshape_and_cache_flash_fp8_mul_recip, fp8=True,
+                                              backend="triton")
+    report = kvoracle.check(a, op="write", cases=40, kv_dtype="fp8_e5m2", shrink=False)
+    assert report.outcome == "mismatch", report.message
+    assert "a wrong element" in report.message, report.message

@@ -179,6 +179,16 @@ def test_bad_override_value_is_a_value_error_naming_it():
         kvoracle.check(numpy_write, op="write", layout="diagonal")
 
 
+def test_an_inconsistent_configuration_is_a_value_error_naming_it(monkeypatch):
+    """What the campaign rejects before a case runs (a value out of range, a malformed KVO_*
+    variable) is the caller's error: ValueError with the field, never a failed report."""
+    with pytest.raises(ValueError, match="block_size = 0: must be >= 1"):
+        kvoracle.check(numpy_write, op="write", block_size=0)
+    monkeypatch.setenv("KVO_CASES", "many")
+    with pytest.raises(ValueError, match="KVO_CASES"):
+        kvoracle.check(numpy_write, op="write")
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="not callable"):
         kvoracle.check(42, op="write")

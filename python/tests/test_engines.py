@@ -83,6 +83,9 @@ def test_installed_engines_are_judged_and_the_absent_listed(tmp_path):
     # The torch fallback's -1 wrap (the vllm#43810 class) is caught, with its first mismatch.
     fallback = rows[("tensorrt_llm", "write_kv_slots (torch fallback)", "bf16")]
     assert fallback["verdict"] == "mismatch" and fallback["detail"], fallback
+    # ... and detection names what it does instead: the -1 padding wraps.
+    assert "slot_mode=legacy_wrap" in fallback["detected"], fallback
+    assert "modes detected, write_kv_slots (torch fallback) [bf16]:" in out.stdout
     for engine in ("sglang", "flashinfer"):
         assert all(r["verdict"] == "absent" for k, r in rows.items() if k[0] == engine)
     assert out.returncode == 1, out.stdout

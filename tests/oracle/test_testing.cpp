@@ -162,6 +162,11 @@ TEST(TestingHelper, MalformedEnvironmentFailsNamingTheVariable) {
   EXPECT_NE(std::string(r.message()).find("the campaign did not run: invalid input: KVO_CASES"),
             std::string::npos)
       << r.message();
+  kvo::oracle::SubjectList none;
+  const kvo::oracle::testing::TestVerdict v =
+      kvo::oracle::testing::run_test_campaign(none, write_options(30), "", false);
+  EXPECT_FALSE(v.ran);
+  EXPECT_EQ(v.outcome, "invalid-input");
 }
 
 TEST(TestingHelper, WhatJudgedNothingIsNotAPass) {

@@ -35,6 +35,9 @@ struct TestVerdict {
   std::string message;     ///< the report: see the file comment; a pass's summary too
   /// "pass", an outcome's name (the worst case's), or kNotJudged.
   std::string outcome;
+  /// False when the campaign did not start: its options rejected (outcome invalid-input, the
+  /// caller's input named) or its set-up failed (failed-to-run).
+  bool ran = true;
 };
 
 /// Applies KVO_CASE_SEED, KVO_SEED, KVO_CASES and KVO_CASE_REDUCTIONS (when set) to `options`;

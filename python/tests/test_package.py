@@ -1,0 +1,50 @@
+"""The package as a user installs it: one version everywhere, the pytest plugin's options reaching
+every kvoracle.check of a run."""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import kvoracle
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_one_version_everywhere():
+    """CMakeLists.txt's project() is the version; the module, pyproject.toml and the CLI say it."""
+    with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+        cmake = re.search(r"^project\(kvoracle VERSION ([0-9.]+)", f.read(), re.M)[1]
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        pyproject = re.search(r'^version = "([^"]+)"', f.read(), re.M)[1]
+    assert kvoracle.__version__ == cmake == pyproject
+
+
+def test_the_package_says_it_is_typed():
+    assert os.path.isfile(os.path.join(ROOT, "python", "kvoracle", "py.typed"))
+
+
+def test_the_pytest_plugin_sets_cases_and_seed_for_the_run(tmp_path):
+    (tmp_path / "test_user.py").write_text(textwrap.dedent("""
+        import kvoracle
+        import engines_numpy as eng
+        from kvoracle import adapters
+
+        def test_write():
+            r = kvoracle.check(adapters.vllm_reshape_and_cache_flash(eng.reshape_and_cache_flash),
+                               op="write", cases=500)
+            assert r.passed
+            line = next(x for x in r.message.splitlines() if x.startswith("kvoracle check:"))
+            print("REPORT", r.seed, line)
+        """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
+    for name in ("KVO_CASES", "KVO_SEED", "KVO_CASE_SEED"):
+        env.pop(name, None)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
+                          "-p", "kvoracle.pytest_plugin", "--kvo-cases", "7", "--kvo-seed",
+                          "0x1234", "test_user.py"], capture_output=True, text=True, env=env,
+                         cwd=str(tmp_path), timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"kvoracle {kvoracle.__version__}: campaign seed 0x1234, cases 7" in out.stdout
+    assert "REPORT 4660 kvoracle check: seed 0x0000000000001234, 7 cases" in out.stdout, out.stdout
