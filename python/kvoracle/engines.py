@@ -17,6 +17,7 @@ import argparse
 import importlib
 import importlib.metadata
 import json
+import os
 import re
 import sys
 from dataclasses import asdict, dataclass, field
@@ -135,9 +136,44 @@ class EngineRow:
     report: str = field(default="", repr=False)
 
 
+def _module_alone(module: str):
+    """`module` loaded from its file without importing the packages above it: an engine's package
+    __init__ pulls in its whole server (tqdm, fastapi, ...), which a kernel file of torch and
+    Triton alone does not need. Found on sys.path; registered under its own name."""
+    import importlib.util
+
+    relative = module.replace(".", "/") + ".py"
+    for root in sys.path:
+        path = f"{root or '.'}/{relative}"
+        try:
+            spec = importlib.util.spec_from_file_location(module, path)
+        except (ImportError, OSError):
+            continue
+        if spec is None or spec.loader is None or not os.path.isfile(path):
+            continue
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules[module] = loaded
+        try:
+            spec.loader.exec_module(loaded)
+        except BaseException:
+            del sys.modules[module]
+            raise
+        return loaded
+    raise ModuleNotFoundError(f"no {relative} on sys.path")
+
+
 def _locate(location: str):
+    """The object at "module:attribute.path": the module imported as usual or, when that fails
+    (the package around it needs what the kernel does not), its file loaded alone."""
     module, _, attribute = location.partition(":")
-    obj = importlib.import_module(module)
+    try:
+        obj = importlib.import_module(module)
+    except Exception as package_error:
+        try:
+            obj = _module_alone(module)
+        except Exception as alone_error:
+            raise ImportError(f"{type(package_error).__name__}: {package_error}; loaded alone: "
+                              f"{type(alone_error).__name__}: {alone_error}") from alone_error
     for part in attribute.split("."):
         obj = getattr(obj, part)
     return obj
