@@ -121,7 +121,8 @@ class EngineRow:
     "invalid-input", "not judged", "absent" (the engine is not installed) or "unavailable" (this
     version has no such kernel); `modes` the modes the adapter declares; `detected` (a mismatch
     only) the modes kvoracle's detection finds the kernel implements instead; `detail` the first
-    mismatch, the reason or the failed import."""
+    mismatch, the reason or the failed import; `left_out` the cases the adapter or the kernel
+    declined, by reason ("12 cases: ..."), so that a pass says what it did not cover."""
 
     engine: str
     version: str
@@ -132,6 +133,7 @@ class EngineRow:
     modes: str = ""
     detail: str = ""
     detected: str = ""
+    left_out: str = ""
     seed: int = DEFAULT_SEED
     report: str = field(default="", repr=False)
 
@@ -206,6 +208,13 @@ def _first_mismatch(message: str) -> str:
     return ""
 
 
+def _left_out(message: str) -> str:
+    """The unsupported classes of a report ("      12  unsupported: <why> (first: ...)") as
+    "12 cases: <why>", joined."""
+    return "; ".join(f"{m[1]} cases: {m[2]}" for m in
+                     re.finditer(r"^\s+(\d+)\s+unsupported: (.*?) \(first:", message, re.M))
+
+
 def _modes(adapter: adapters.Adapter) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(adapter.overrides.items())
                     if k not in ("layers",))
@@ -271,7 +280,8 @@ def judge_installed(*, cases: int = 100, seed: int = DEFAULT_SEED, device: Optio
             detected = (_detected(adapter, k.op, min(cases, 32), seed, device)
                         if report.outcome == "mismatch" else "")
             rows.append(EngineRow(k.engine, version, k.kernel, name, cases, report.outcome,
-                                  _modes(adapter), detail, detected, report.seed, report.message))
+                                  _modes(adapter), detail, detected, _left_out(report.message),
+                                  report.seed, report.message))
     return rows
 
 
@@ -294,6 +304,8 @@ def table(rows: Sequence[EngineRow]) -> str:
             out.append(f"modes declared, {r.kernel} [{r.configuration}]: {r.modes}")
         if r.detected:
             out.append(f"modes detected, {r.kernel} [{r.configuration}]: {r.detected}")
+        if r.left_out:
+            out.append(f"left out, {r.kernel} [{r.configuration}]: {r.left_out}")
     return "\n".join(out)
 
 
