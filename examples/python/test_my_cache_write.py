@@ -3,7 +3,8 @@ signature, judged against kvoracle's bit-exact reference over 200 random cases (
 -1 padding, CUDA-graph padding rows, layer mixes). A failure prints the case seed, the first
 differing byte with its block, offset, head and dim, the line that replays it and the case shrunk.
 
-Run: pytest examples/python (after `pip install .`). Replace `reshape_and_cache_flash` below with
+Run: pytest examples/python (after `pip install ".[test]"`: kvoracle with pytest and hypothesis;
+`--kvo-cases N --kvo-seed S` size and seed every campaign of the run). Replace `reshape_and_cache_flash` below with
 `torch.ops._C_cache_ops.reshape_and_cache_flash` (or your Triton launcher) and pass device="cuda".
 """
 

@@ -81,7 +81,9 @@ KeepLargeBlocks::~KeepLargeBlocks() = default;
 LargeBlockUse KeepLargeBlocks::use() const { return {}; }
 
 struct DeviceCacheMirror::Impl {};
-DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig&, const spec::LayerCaches&) {
+DeviceCacheMirror::DeviceCacheMirror(const spec::ModelConfig&, const spec::LayerCaches&,
+                                     std::vector<PendingPoison>*,
+                                     const std::vector<spec::BufferKind>&) {
   no_cuda();
 }
 DeviceCacheMirror::~DeviceCacheMirror() = default;

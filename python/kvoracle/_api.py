@@ -427,6 +427,7 @@ def check(fn: Optional[Callable] = None, *, op: Optional[str] = None, cases: int
 def assert_passes(fn: Optional[Callable] = None, **kwargs) -> Report:
     """check(fn, **kwargs), raising AssertionError with the SPEC 7 report unless it passed; pytest
     shows the report as the failure. Returns the report (its message names the seed on a pass)."""
+    __tracebackhide__ = True  # pytest: the failure points at the user's test, not at kvoracle
     report = check(fn, **kwargs)
     if not report.passed:
         raise AssertionError(report.message)

@@ -48,3 +48,26 @@ def test_the_pytest_plugin_sets_cases_and_seed_for_the_run(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"kvoracle {kvoracle.__version__}: campaign seed 0x1234, cases 7" in out.stdout
     assert "REPORT 4660 kvoracle check: seed 0x0000000000001234, 7 cases" in out.stdout, out.stdout
+
+
+def test_a_failing_assert_passes_points_at_the_users_test(tmp_path):
+    """kvoracle's own frames are hidden from pytest's traceback: the failure shows the user's line
+    and kvoracle's report, not assert_passes's body."""
+    (tmp_path / "test_user.py").write_text(textwrap.dedent("""
+        import functools
+        import kvoracle
+        import engines_numpy as eng
+        from kvoracle import adapters
+
+        def test_write():
+            buggy = functools.partial(eng.reshape_and_cache_flash, skip_negative=False)
+            kvoracle.assert_passes(adapters.vllm_reshape_and_cache_flash(buggy), op="write",
+                                   cases=30, shrink=False)
+        """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__)] + sys.path))
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_user.py"],
+                         capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
+    assert out.returncode == 1, out.stdout
+    assert "kvoracle.assert_passes(adapters.vllm_reshape_and_cache_flash(buggy)" in out.stdout
+    assert "raise AssertionError(report.message)" not in out.stdout, out.stdout
+    assert "first: layer" in out.stdout
