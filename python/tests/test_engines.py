@@ -110,16 +110,22 @@ def test_exit_status_passes_and_nothing_to_judge(tmp_path):
     assert _run(tmp_path, "--cases", "0").returncode == 2  # argparse's usage error
 
 
-def test_a_kernel_declined_on_every_case_is_not_a_pass(tmp_path):
-    """No GPU and no stand-in device: the rows say not judged, exit 3 (never pass)."""
+def test_without_a_gpu_an_installed_engine_is_not_judged(tmp_path, monkeypatch):
+    """No device to run on (device "none": what a machine without a GPU defaults to): an installed
+    engine's kernels are not judged, exit 3, never a pass."""
+    import importlib
+
     from kvoracle import engines
 
+    _install(tmp_path, only={"vllm"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(HERE)
+    importlib.invalidate_caches()
     rows = engines.judge_installed(cases=5, device="none",
                                    kernels=[k for k in engines.ENGINE_KERNELS
                                             if k.engine == "vllm"][:1])
-    if rows[0].verdict == "absent":
-        pytest.skip("vllm is not installed here: its rows are absent")
-    assert all(r.verdict == "not judged" for r in rows)
+    assert [r.verdict for r in rows] == ["not judged", "not judged"], rows
+    assert rows[0].version == "0.0.1+standin" and "no GPU" in rows[0].detail
     assert engines.exit_status(rows) == 3
 
 

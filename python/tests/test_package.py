@@ -71,3 +71,22 @@ def test_a_failing_assert_passes_points_at_the_users_test(tmp_path):
     assert "kvoracle.assert_passes(adapters.vllm_reshape_and_cache_flash(buggy)" in out.stdout
     assert "raise AssertionError(report.message)" not in out.stdout, out.stdout
     assert "first: layer" in out.stdout
+
+
+def test_the_fp8_e4m3_codec():
+    """kvoracle.bits: every finite e4m3 code round-trips; ties go to the even code; past 448
+    saturates (satfinite); NaN is 0x7F; the sign of -0 is kept."""
+    import numpy as np
+
+    from kvoracle.bits import float32_to_fp8_e4m3, fp8_e4m3_to_float32
+
+    codes = np.array([c for c in range(256) if c & 0x7F != 0x7F], dtype=np.uint8)
+    values = fp8_e4m3_to_float32(codes)
+    assert (float32_to_fp8_e4m3(values) == codes).all()
+    assert np.isnan(fp8_e4m3_to_float32(np.array([0x7F, 0xFF], dtype=np.uint8))).all()
+    x = np.array([1.0625, 1.1875, 2.0**-10, 3 * 2.0**-11, 449.0, 1e30, -1e30, -0.0, np.nan],
+                 dtype=np.float32)
+    # 1.0625: between 1.0 (0x38) and 1.125 (0x39), to the even 0x38; 1.1875 to 1.25 (0x3A);
+    # 2^-10: half the smallest subnormal, to +0; 0.75 * 2^-9 up to it (0x01).
+    assert float32_to_fp8_e4m3(x).tolist() == [0x38, 0x3A, 0x00, 0x01, 0x7E, 0x7E, 0xFE, 0x80,
+                                               0x7F]
