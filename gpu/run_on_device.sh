@@ -18,7 +18,9 @@
 # write and the sparse decode kernels, with their instruction mixes), cli
 # (check and replay), scaling (the
 # campaign over jobs, and over GPUs: check --gpus all), tier (the GPU reference tier against the CPU's), mutants, peer (kvoracle's
-# fused write against the Triton peer, bench/bench_write_peer.py), python, example, modes.
+# fused write against the Triton peer, bench/bench_write_peer.py), python (with `kvoracle engines`,
+# KVO_ENGINE_CASES cases a configuration, over the engines' code if .engines/site or
+# .device/engines.tar.xz is carried), example, modes.
 # KVO_TEST_FILTER and KVO_SAN_FILTER narrow the tests and sanitizer stages (gtest filters);
 # KVO_SAN_TOOLS (default "memcheck racecheck") and KVO_SAN_LIMIT_S (default 150 s a tool) the
 # sanitizer stage's tools and each one's limit (racecheck to its end: racecheck alone, 540 s);
@@ -235,14 +237,16 @@ T_SAN=$(($(date +%s) - START))
 fi
 
 # 3. Benchmarks (about 10 s).
+# KVO_BENCH_BINARIES (default "write read alias"): which of the three benchmark binaries run.
+bench_wanted() { [[ " ${KVO_BENCH_BINARIES:-write read alias} " == *" $1 "* ]]; }
 if want bench; then
-timeout $(budget 150) "$BIN/bench_write_gpu" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json \
+bench_wanted write && timeout $(budget 150) "$BIN/bench_write_gpu" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json \
   >"$LOGS/bench.txt" 2>&1
 echo "exit $?" >>"$LOGS/bench.txt"
-timeout $(budget 200) "$BIN/bench_read_gpu" --benchmark_out="$OUT/bench_read.json" --benchmark_out_format=json \
+bench_wanted read && timeout $(budget 200) "$BIN/bench_read_gpu" --benchmark_out="$OUT/bench_read.json" --benchmark_out_format=json \
   >"$LOGS/bench_read.txt" 2>&1
 echo "exit $?" >>"$LOGS/bench_read.txt"
-timeout $(budget 120) "$BIN/bench_alias_gpu" --benchmark_out="$OUT/bench_alias.json" \
+bench_wanted alias && timeout $(budget 120) "$BIN/bench_alias_gpu" --benchmark_out="$OUT/bench_alias.json" \
   --benchmark_out_format=json >"$LOGS/bench_alias.txt" 2>&1
 echo "exit $?" >>"$LOGS/bench_alias.txt"
 T_BENCH=$(($(date +%s) - START))
@@ -452,6 +456,18 @@ echo "exit $?" >>"$LOGS/python_tests.txt"
 PYTHONPATH=$PYBUILD timeout $(budget 120) "$PY" "$ROOT/python/bench/bench_python_path.py" \
   >"$LOGS/python_bench.txt" 2>&1
 echo "exit $?" >>"$LOGS/python_bench.txt"
+# The engines' own code (scripts/fetch_engines.sh: carried as .engines/site or packed as
+# .device/engines.tar.xz) judged through its real signatures: `kvoracle engines` on the GPU.
+ENGINES_SITE=$ROOT/.engines/site
+if [[ -f "$ROOT/.device/engines.tar.xz" ]]; then
+  mkdir -p /tmp/kvo-engines && tar -C /tmp/kvo-engines -xJf "$ROOT/.device/engines.tar.xz"
+  ENGINES_SITE=/tmp/kvo-engines/site
+fi
+if [[ -d $ENGINES_SITE ]]; then
+  PYTHONPATH=$PYBUILD:$ENGINES_SITE timeout $(budget 240) "$PY" -m kvoracle.engines \
+    --cases "${KVO_ENGINE_CASES:-200}" --json "$OUT/engines.json" >"$LOGS/engines.txt" 2>&1
+  echo "exit $?" >>"$LOGS/engines.txt"
+fi
 T_PY=$(($(date +%s) - START))
 fi
 # 3e. The user's-kernel example (examples/cpp): its CUDA twin judged in device memory through the
@@ -530,6 +546,7 @@ T_MODES=$(($(date +%s) - START))
     grep -h '^\[py-gpu\]' "$LOGS/python_tests.txt"
     grep -h '^FAILED\|^ERROR' "$LOGS/python_tests.txt" | head -5
     cat "$LOGS/python_bench.txt"
+    [[ -f $LOGS/engines.txt ]] && { echo "the engines' kernels (kvoracle engines):"; cat "$LOGS/engines.txt"; }
   fi
   if want modes; then
     echo "real-kernel modes (div_approx, mode detection, flash profiles):"

@@ -20,8 +20,9 @@ namespace {
 /// multiprocessor with r running gets through kSmRate[r] of what it did with three (the score
 /// pass is bound by issue and latency: one CUDA block leaves it idle), plus kCtaOverhead passes a
 /// CUDA block (q, the shared maxima, the score rows, the counter). Fitted to the span x lanes sweep
-/// of session 31 (gpu/NOTES.md); bench_read_gpu's x_best_shape checks it against every forced
-/// shape in the same run (within 2% of the best at every benchmarked size, session 31).
+/// of session 31 (gpu/results/2026-12-04-session-31.md); bench_read_gpu's x_best_shape checks it
+/// against every forced shape in the same run (within 2% of the best at every benchmarked size,
+/// session 31).
 constexpr double kSmRate[] = {0.0, 0.70, 0.93};  // r <= kFusedMinBlocks
 constexpr double kCtaOverhead = 0.5;
 double fused_span_cost(std::int64_t rows, std::int64_t max_nv, std::int64_t sb, std::int64_t span,

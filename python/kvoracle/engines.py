@@ -353,7 +353,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(table(rows))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump([{k: v for k, v in asdict(r).items() if k != "report"} for r in rows], f,
+            json.dump([{k: v for k, v in asdict(r).items() if k != "report" or r.verdict != "pass"}
+                       for r in rows], f,
                       indent=2)
     if a.junit:
         with open(a.junit, "w") as f:

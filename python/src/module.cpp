@@ -25,7 +25,7 @@
 #include <tuple>
 #include <vector>
 
-#include "case_flags.hpp"
+#include "../../cli/case_flags.hpp"
 #include "kvo/gpu/device.hpp"
 #include "kvo/gpu/device_calls.hpp"
 #include "kvo/oracle/campaign.hpp"

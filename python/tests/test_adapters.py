@@ -4,6 +4,8 @@ kernels pass, and the bug classes real kernels had fail."""
 import functools
 import re
 
+import numpy as np
+
 import engines_numpy as eng
 import pytest
 import kvoracle
@@ -64,15 +66,23 @@ def test_sglang_set_kv_buffer_as_its_pool_method():
 
 
 def test_sglang_fused_fp8_set_kv_buffer():
-    """The masked kernel passes with mul_recip declared; the real one (no mask) writes -1 rows
-    outside the cache, which kvoracle reports as a stray write."""
+    """The real kernel (no slot mask) and a masked one both pass with mul_recip declared: SGLang
+    never pads with -1, so the adapter passes the written tokens only; a kernel that rounds x / s
+    instead of x * fl(1 / s), or writes each row one slot on, fails."""
     masked = functools.partial(eng.fused_fp8_set_kv_buffer, skip_negative=True)
-    report = kvoracle.check(adapters.sglang_fused_fp8_set_kv_buffer(masked), op="write", cases=60)
-    assert report.passed, report.message
-    report = kvoracle.check(adapters.sglang_fused_fp8_set_kv_buffer(eng.fused_fp8_set_kv_buffer),
-                            op="write", cases=60, shrink=False)
+    for kernel in (eng.fused_fp8_set_kv_buffer, masked):
+        report = kvoracle.check(adapters.sglang_fused_fp8_set_kv_buffer(kernel), op="write",
+                                cases=60)
+        assert report.passed, report.message
+
+    def one_slot_on(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size):
+        last = k_cache.shape[0] - 1
+        eng.fused_fp8_set_kv_buffer(k, v, k_cache, v_cache, np.minimum(cache_loc + 1, last),
+                                    k_scale, v_scale, page_size)
+
+    report = kvoracle.check(adapters.sglang_fused_fp8_set_kv_buffer(one_slot_on), op="write",
+                            cases=60, shrink=False)
     assert report.outcome == "mismatch", report.message
-    assert "stray write" in report.message, report.message
 
 
 def test_trtllm_fused_write_layer_caches_sparse_layers():

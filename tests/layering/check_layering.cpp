@@ -1,6 +1,6 @@
 // check_layering ROOT: the module layering check (layering.hpp) over the repository at ROOT. Prints
-// every module with its declared and its actual dependencies, then every problem as
-// "file:line: what". Exit status: 0 clean, 1 problems found, 2 usage.
+// every module with its declared dependencies and those its sources include and its CMake files
+// link, then every problem as "file:line: what". Exit status: 0 clean, 1 problems found, 2 usage.
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -25,8 +25,9 @@ int main(int argc, char** argv) {
   }
   const kvo::layering::Result r = kvo::layering::check_tree(argv[1]);
   for (const auto& m : r.modules) {
-    std::printf("%-10s %3zu files  declared: %-40s includes: %s\n", m.name.c_str(), m.files,
-                m.declared ? join(m.depends).c_str() : "(missing)", join(m.included).c_str());
+    std::printf("%-10s %3zu files  declared: %-40s includes: %-40s links: %s\n", m.name.c_str(),
+                m.files, m.declared ? join(m.depends).c_str() : "(missing)",
+                join(m.included).c_str(), join(m.linked).c_str());
   }
   for (const auto& p : r.problems) std::printf("%s\n", p.describe().c_str());
   if (r.modules.empty()) {

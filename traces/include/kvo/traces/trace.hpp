@@ -2,7 +2,7 @@
 /// \file trace.hpp
 /// A serving trace: the model configuration and, per engine step, the slot mapping and the batch
 /// metadata an attention backend sees (block table, sequence lengths, query start locations).
-/// Stored as a safetensors file (traces/README.md gives the format); read strictly: a file that
+/// Stored as a safetensors file (docs/trace-format.md gives the format); read strictly: a file that
 /// parses is structurally sound (every per-token quantity can be computed without a bounds check),
 /// and everything else is spec::InvalidInput naming the tensor or byte offset. Whether its slots
 /// are *legal* for the cache is trace validate's job (analysis.hpp), so that a broken engine
