@@ -14,6 +14,7 @@
 
 #include "call_inputs.hpp"
 #include "kvo/spec/types.hpp"
+#include "number_formats.cuh"
 
 namespace kvo::gpu::detail {
 
@@ -23,12 +24,6 @@ using spec::ScaleMode;
 
 /// Elements one thread moves per item: 16 bytes of bf16/fp16 source, 32 of f32.
 inline constexpr int kVec = 8;
-
-/// Bytes of one element of dtype D.
-template <DType D>
-inline constexpr std::int64_t kBytes = D == DType::kF32
-                                           ? 4
-                                           : (D == DType::kBF16 || D == DType::kF16 ? 2 : 1);
 
 /// Activation element types, as C++ types for templates.
 template <DType A>
@@ -371,10 +366,6 @@ __device__ __forceinline__ void scale8(const float (&x)[kVec], float (&y)[kVec],
     for (int i = 0; i < kVec; ++i) y[i] = round_to_act<A>(y[i]);
   }
 }
-
-/// fp8 interpretation of CUDA's interpretation enum for a cache dtype.
-template <DType C>
-inline constexpr __nv_fp8_interpretation_t kFp8Kind = C == DType::kFp8E5M2 ? __NV_E5M2 : __NV_E4M3;
 
 /// One fp8 code without saturation (nosat, torch) through CUDA's software conversion; kept out of
 /// line so that the hot (satfinite) path of every kernel stays short. torch is nosat except that a

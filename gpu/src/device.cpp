@@ -2,6 +2,9 @@
 // types of device tensors, and (built without CUDA) the device API's entry points, which report
 // that they cannot run.
 #include <array>
+#include <optional>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -14,30 +17,46 @@
 namespace kvo::gpu {
 namespace {
 
+/// An element type: a value format (its name and bytes are its spec::NumberFormat row's) or an
+/// integer type of its own.
 struct ElementFacts {
   ElementType type;
-  std::string_view name;
-  std::size_t bytes;
+  std::optional<spec::DType> format;
+  std::string_view integer_name;
+  std::size_t integer_bytes;
 };
-/// One row per ElementType, in enum order (the value dtypes first, in spec::DType order).
-constexpr std::array<ElementFacts, 8> kElementFacts{{{ElementType::kF32, "f32", 4},
-                                                     {ElementType::kBF16, "bf16", 2},
-                                                     {ElementType::kF16, "fp16", 2},
-                                                     {ElementType::kFp8E4M3, "fp8_e4m3", 1},
-                                                     {ElementType::kFp8E5M2, "fp8_e5m2", 1},
-                                                     {ElementType::kI32, "i32", 4},
-                                                     {ElementType::kI64, "i64", 8},
-                                                     {ElementType::kU8, "u8", 1}}};
-static_assert(static_cast<std::size_t>(ElementType::kFp8E5M2) ==
-              static_cast<std::size_t>(spec::DType::kFp8E5M2));
+/// One row per ElementType, in enum order (checked below).
+constexpr std::array<ElementFacts, 8> kElementFacts{
+    {{ElementType::kF32, spec::DType::kF32, {}, 0},
+     {ElementType::kBF16, spec::DType::kBF16, {}, 0},
+     {ElementType::kF16, spec::DType::kF16, {}, 0},
+     {ElementType::kFp8E4M3, spec::DType::kFp8E4M3, {}, 0},
+     {ElementType::kFp8E5M2, spec::DType::kFp8E5M2, {}, 0},
+     {ElementType::kI32, std::nullopt, "i32", 4},
+     {ElementType::kI64, std::nullopt, "i64", 8},
+     {ElementType::kU8, std::nullopt, "u8", 1}}};
+static_assert([] {
+  for (std::size_t i = 0; i < kElementFacts.size(); ++i)
+    if (static_cast<std::size_t>(kElementFacts[i].type) != i) return false;
+  return true;
+}());
+const ElementFacts& facts_of(ElementType t) { return kElementFacts[static_cast<std::size_t>(t)]; }
 
 }  // namespace
 
-std::string_view name_of(ElementType t) { return kElementFacts[static_cast<std::size_t>(t)].name; }
-std::size_t element_bytes(ElementType t) {
-  return kElementFacts[static_cast<std::size_t>(t)].bytes;
+std::string_view name_of(ElementType t) {
+  const ElementFacts& f = facts_of(t);
+  return f.format ? spec::name_of(*f.format) : f.integer_name;
 }
-ElementType element_type_of(spec::DType t) { return static_cast<ElementType>(t); }
+std::size_t element_bytes(ElementType t) {
+  const ElementFacts& f = facts_of(t);
+  return f.format ? spec::dtype_bytes(*f.format) : f.integer_bytes;
+}
+ElementType element_type_of(spec::DType t) {
+  for (const ElementFacts& f : kElementFacts)
+    if (f.format == t) return f.type;
+  throw std::logic_error("no device element type for the format " + std::string(spec::name_of(t)));
+}
 
 std::int64_t DeviceTensor::numel() const {
   std::int64_t n = 1;

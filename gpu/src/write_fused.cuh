@@ -105,17 +105,6 @@ __device__ float value_of(std::uint32_t code) {
         __half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), kFp8Kind<C>)));
   }
 }
-template <DType C>
-inline constexpr std::uint32_t kSignBit = C == DType::kF32
-                                              ? 0x80000000u
-                                              : (C == DType::kBF16 || C == DType::kF16 ? 0x8000u
-                                                                                       : 0x80u);
-template <DType C>
-inline constexpr std::uint32_t kMaxFiniteMagnitude = C == DType::kF32       ? 0x7F7FFFFFu
-                                                     : C == DType::kBF16    ? 0x7F7Fu
-                                                     : C == DType::kF16     ? 0x7BFFu
-                                                     : C == DType::kFp8E5M2 ? 0x7Bu
-                                                                            : 0x7Eu;
 
 /// kDivApproxOneCodeBeyond: a value whose cache code lies one code outside div_approx's admissible
 /// set for x / s (SPEC 2: the codes of cvt(act?(y)) for every fp32 y within 2 ulp of the correctly
@@ -157,9 +146,8 @@ template <DType C, WriteBug F>
 __device__ std::uint32_t planted_fp8_code(float y, Saturation sat) {
   const std::uint32_t code = code_of<C>(y, sat);
   if constexpr (F == WriteBug::kFp8FlushToZero) {
-    constexpr int kMantissaBits = C == DType::kFp8E4M3 ? 3 : 2;
-    const std::uint32_t magnitude = code & 0x7Fu;
-    return magnitude != 0u && (magnitude >> kMantissaBits) == 0u ? code & 0x80u : code;
+    const std::uint32_t magnitude = code & (kSignBit<C> - 1u);
+    return magnitude != 0u && (magnitude >> kMantissaBits<C>) == 0u ? code & kSignBit<C> : code;
   } else {
     const std::uint32_t away =
         code_of<C>(nextafterf(y, copysignf(__int_as_float(0x7F800000), y)), sat);
@@ -171,9 +159,8 @@ __device__ std::uint32_t planted_fp8_code(float y, Saturation sat) {
 
 /// Bugs of the planted fp8 cast (planted_fp8_code): eight codes in one 8-byte store.
 template <DType C, WriteBug F>
-inline constexpr bool kPlantedFp8Cast = (C == DType::kFp8E4M3 || C == DType::kFp8E5M2) &&
-                                        (F == WriteBug::kFp8FlushToZero ||
-                                         F == WriteBug::kRoundHalfAway);
+inline constexpr bool kPlantedFp8Cast = spec::is_fp8(C) && (F == WriteBug::kFp8FlushToZero ||
+                                                            F == WriteBug::kRoundHalfAway);
 
 /// 16-bit activations: 4 blocks of 256 per SM (64 registers, no spill); f32 ones need more.
 /// F: the planted bug (kNone in production); kWrapNegativeSlots wraps -1 in strict mode too.

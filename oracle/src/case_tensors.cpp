@@ -4,6 +4,8 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "kvo/reference/paged_cache.hpp"
 
@@ -15,10 +17,6 @@ static_assert(std::endian::native == std::endian::little,
 
 /// Element size per TensorDType, in enum order.
 constexpr std::array<std::size_t, 8> kElementSize{1, 4, 8, 4, 2, 2, 1, 1};
-/// The tensor dtype of each spec::DType, in that enum's order.
-constexpr std::array<TensorDType, 5> kOfDType{TensorDType::kF32, TensorDType::kBF16,
-                                              TensorDType::kF16, TensorDType::kF8E4M3,
-                                              TensorDType::kF8E5M2};
 
 std::string field_of(const std::string& name) { return "tensor '" + name + "'"; }
 
@@ -38,7 +36,12 @@ std::vector<T> typed(const std::vector<std::uint8_t>& bytes) {
 
 }  // namespace
 
-TensorDType tensor_dtype(spec::DType t) { return kOfDType[static_cast<std::size_t>(t)]; }
+TensorDType tensor_dtype(spec::DType t) {
+  // A case file spells a value format as its row's safetensors name ("F8_E4M3").
+  for (const auto& entry : spec::EnumInfo<TensorDType>::kNames)
+    if (entry.name == spec::format_of(t).safetensors_name) return entry.value;
+  throw std::logic_error("no case tensor dtype for the format " + std::string(spec::name_of(t)));
+}
 std::size_t element_size(TensorDType t) { return kElementSize[static_cast<std::size_t>(t)]; }
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {

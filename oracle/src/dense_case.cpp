@@ -87,7 +87,7 @@ DenseCase make_case_impl(std::uint64_t seed, const CaseOverrides& o, const Dense
   c.act_dtype = fixed_or(
       o.act_dtype, std::array<DType, 3>{DType::kF32, DType::kBF16,
                                         DType::kF16}[static_cast<std::size_t>(rng.uniform(0, 2))]);
-  if (!spec::facts(c.act_dtype).is_activation) {
+  if (!spec::format_of(c.act_dtype).is_activation) {
     throw spec::InvalidInput("act-dtype", -1, std::string(spec::name_of(c.act_dtype)),
                              "an activation dtype is f32, bf16 or fp16");
   }

@@ -294,7 +294,7 @@ void validate(const ModelConfig& c) {
                        "applies to the blockscale index layout only (index layout is " +
                            std::string(name_of(c.index.layout)) + ")");
   }
-  if (!facts(c.act_dtype).is_activation) {
+  if (!format_of(c.act_dtype).is_activation) {
     throw InvalidInput("act_dtype", -1, std::string(name_of(c.act_dtype)),
                        "activations are f32, bf16 or fp16");
   }

@@ -174,7 +174,7 @@ void validate_attention(const ModelConfig& c, const AttentionParams& p) {
     throw InvalidInput("sm_scale", -1, std::to_string(p.sm_scale),
                        "must be finite and >= 0 (0: default)");
   }
-  if (!facts(p.out_dtype).is_activation) {
+  if (!format_of(p.out_dtype).is_activation) {
     throw InvalidInput("out_dtype", -1, std::string(name_of(p.out_dtype)),
                        "attention outputs f32, bf16 or fp16");
   }

@@ -109,11 +109,12 @@ std::uint32_t quantize_element(float x, float s, const spec::ModelConfig& config
         reference::apply_scale(x, reference::effective_scale(s, q, config.act_dtype), q.scale_mode);
     if (q.via_model_dtype) v = reference::round_to(v, config.act_dtype);
     std::uint32_t code = encode(v, q.cache_dtype, q.saturation);
-    const std::uint32_t magnitude = code & 0x7Fu;
-    const int mantissa_bits = q.cache_dtype == spec::DType::kFp8E4M3 ? 3 : 2;
+    const std::uint32_t sign = spec::sign_bit(q.cache_dtype);
+    const std::uint32_t magnitude = code & (sign - 1u);
+    const int mantissa_bits = spec::format_of(q.cache_dtype).mantissa_bits;
     if (mutation == WriteMutation::kFp8FlushToZero) {
       const bool subnormal = magnitude != 0 && (magnitude >> mantissa_bits) == 0;
-      return subnormal ? code & 0x80u : code;
+      return subnormal ? code & sign : code;
     }
     // A tie: v exactly halfway between its code and the next code away from zero.
     const std::uint32_t away =

@@ -489,6 +489,95 @@ TEST(Exhaustive, Fp8AllCodesRoundTrip) {
   }
 }
 
+// The format table (spec::kNumberFormats) describes each format's bits once; every row's facts are
+// checked through the codecs that read them, so that a row and its format cannot disagree.
+TEST(NumberFormats, EveryRowAgreesWithItsCodec) {
+  std::vector<std::string_view> names;
+  for (const spec::NumberFormat& f : spec::kNumberFormats) {
+    const std::string what(spec::name_of(f.dtype));
+    names.push_back(f.safetensors_name);
+    EXPECT_EQ(f.bits, 1 + f.exponent_bits + f.mantissa_bits) << what;
+    EXPECT_EQ(f.bytes * 8, static_cast<std::size_t>(f.bits)) << what;
+    EXPECT_EQ(spec::is_fp8(f.dtype), f.bits == 8) << what;
+    EXPECT_EQ(decode(f.max_finite_code, f.dtype), f.max_finite) << what;
+    EXPECT_TRUE(std::isnan(decode(f.nan_code, f.dtype))) << what;
+    const float overflow = decode(f.overflow_code, f.dtype);
+    EXPECT_TRUE(f.has_infinity ? std::isinf(overflow) : std::isnan(overflow)) << what;
+    EXPECT_EQ(encode(f.max_finite, f.dtype, Saturation::kSatFinite), f.max_finite_code) << what;
+    EXPECT_EQ(encode(INFINITY, f.dtype, Saturation::kNoSat), f.overflow_code) << what;
+    // f32 stores a NaN as it is; nan_code is the canonical NaN of GPU arithmetic there.
+    if (f.codec != spec::Codec::kF32) {
+      EXPECT_EQ(encode(NAN, f.dtype, Saturation::kSatFinite), f.nan_code) << what;
+    }
+    EXPECT_EQ(encode(-0.0f, f.dtype, Saturation::kSatFinite),
+              f.has_negative_zero ? spec::sign_bit(f.dtype) : 0u)
+        << what;
+    // The smallest subnormal is 2^(1 - bias - M).
+    EXPECT_EQ(decode(1, f.dtype), std::ldexp(1.0f, 1 - f.bias - f.mantissa_bits)) << what;
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end());
+}
+
+// The generic narrow-float codec on rows that are not (yet) in the table: ROCm's fnuz formats,
+// defined here by their definition (no -0, no infinity, 0x80 the only NaN, bias one more than the
+// OCP format's). Every code decodes to its definition's value and encodes back; overflow saturates
+// to the largest code or becomes the NaN; -0 becomes +0.
+struct FnuzCase {
+  spec::NumberFormat row;
+  float max;
+  int min_subnormal_exp;
+};
+TEST(NumberFormats, FnuzRowsFollowTheirDefinition) {
+  const std::array<FnuzCase, 2> cases{{
+      {{DType::kFp8E4M3, spec::Codec::kSmallFloat, 1, 8, 4, 3, 8, spec::NanEncoding::kNegativeZero,
+        false, false, 0x7Fu, 0x80u, 0x80u, 240.0f, false, "F8_E4M3FNUZ"},
+       240.0f,
+       -10},
+      {{DType::kFp8E5M2, spec::Codec::kSmallFloat, 1, 8, 5, 2, 16, spec::NanEncoding::kNegativeZero,
+        false, false, 0x7Fu, 0x80u, 0x80u, 57344.0f, false, "F8_E5M2FNUZ"},
+       57344.0f,
+       -17},
+  }};
+  for (const FnuzCase& c : cases) {
+    const spec::NumberFormat& f = c.row;
+    const std::string what(f.safetensors_name);
+    for (std::uint32_t code = 0; code < 256; ++code) {
+      const float v = detail::small_float_value(code, f);
+      if (code == 0x80) {
+        EXPECT_TRUE(std::isnan(v)) << what;
+        continue;
+      }
+      // The definition: sign, then e == 0 ? m * 2^(1 - bias - M) : (2^M + m) * 2^(e - bias - M).
+      const int e = static_cast<int>(code >> f.mantissa_bits) & ((1 << f.exponent_bits) - 1);
+      const int m = static_cast<int>(code) & ((1 << f.mantissa_bits) - 1);
+      float want = e == 0 ? std::ldexp(static_cast<float>(m), c.min_subnormal_exp)
+                          : std::ldexp(static_cast<float>((1 << f.mantissa_bits) + m),
+                                       e + c.min_subnormal_exp - 1);
+      if (code & 0x80) want = -want;
+      EXPECT_EQ(v, want) << what << " code " << hex(code, 2);
+      for (const Saturation sat : {Saturation::kSatFinite, Saturation::kNoSat}) {
+        EXPECT_EQ(hex(f32_to_small_float(v, f, sat), 2), hex(code == 0x80 || v == 0 ? 0 : code, 2))
+            << what << " code " << hex(code, 2);
+      }
+    }
+    EXPECT_EQ(detail::small_float_value(0x7F, f), c.max) << what;
+    EXPECT_EQ(f32_to_small_float(-0.0f, f, Saturation::kSatFinite), 0u) << what;
+    EXPECT_EQ(f32_to_small_float(1e30f, f, Saturation::kSatFinite), 0x7Fu) << what;
+    EXPECT_EQ(f32_to_small_float(-1e30f, f, Saturation::kSatFinite), 0xFFu) << what;
+    EXPECT_EQ(f32_to_small_float(-1e30f, f, Saturation::kNoSat), 0x80u) << what;
+    EXPECT_EQ(f32_to_small_float(-INFINITY, f, Saturation::kNoSat), 0x80u) << what;
+    EXPECT_EQ(f32_to_small_float(NAN, f, Saturation::kTorch), 0x80u) << what;
+    EXPECT_EQ(f32_to_small_float(-NAN, f, Saturation::kTorch), 0x80u) << what;
+    // Half the smallest subnormal is a tie to even: +0; just above it rounds up to code 1.
+    const float half = std::ldexp(1.0f, c.min_subnormal_exp - 1);
+    EXPECT_EQ(f32_to_small_float(half, f, Saturation::kSatFinite), 0u) << what;
+    EXPECT_EQ(f32_to_small_float(std::nextafter(half, 1.0f), f, Saturation::kSatFinite), 1u)
+        << what;
+    EXPECT_EQ(f32_to_small_float(-half, f, Saturation::kSatFinite), 0u) << what << " -0 is +0";
+  }
+}
+
 TEST(Exhaustive, Bf16AllCodesRoundTrip) {
   for (std::uint32_t b = 0; b < 0x10000; ++b) {
     const float x = bf16_to_f32(static_cast<std::uint16_t>(b));

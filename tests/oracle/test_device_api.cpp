@@ -19,7 +19,7 @@ namespace kvo {
 namespace {
 
 TEST(DeviceApi, ElementTypesFollowTheSpecDtypes) {
-  for (const spec::DTypeFacts& f : spec::kDTypeFacts) {
+  for (const spec::NumberFormat& f : spec::kNumberFormats) {
     const gpu::ElementType t = gpu::element_type_of(f.dtype);
     EXPECT_EQ(gpu::element_bytes(t), f.bytes);
     EXPECT_EQ(gpu::name_of(t), spec::name_of(f.dtype));

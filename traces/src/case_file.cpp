@@ -27,10 +27,7 @@ std::string hex64(std::uint64_t v) {
 
 /// The container's dtype of a case tensor: the one spelled the same.
 StDType st_dtype(TensorDType t) {
-  for (std::size_t i = 0; i <= static_cast<std::size_t>(StDType::kF8E5M2); ++i) {
-    const auto st = static_cast<StDType>(i);
-    if (st_dtype_name(st) == spec::name_of(t)) return st;
-  }
+  if (const std::optional<StDType> st = st_dtype_named(spec::name_of(t))) return *st;
   throw std::logic_error("no safetensors dtype for a case tensor dtype");
 }
 

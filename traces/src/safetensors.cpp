@@ -154,6 +154,11 @@ Json parse_header_json(const std::uint8_t* begin, const std::uint8_t* end) {
 
 std::string_view st_dtype_name(StDType t) { return kDTypes[static_cast<std::size_t>(t)].name; }
 std::size_t st_dtype_bytes(StDType t) { return kDTypes[static_cast<std::size_t>(t)].bytes; }
+std::optional<StDType> st_dtype_named(std::string_view name) {
+  for (const DTypeRow& r : kDTypes)
+    if (r.name == name) return r.dtype;
+  return std::nullopt;
+}
 
 StFile parse_safetensors(std::span<const std::uint8_t> bytes) {
   StFile file;

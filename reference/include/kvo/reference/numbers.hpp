@@ -1,6 +1,7 @@
 #pragma once
 /// \file numbers.hpp
-/// Bit-exact number conversions of SPEC section 2, following research/fp8_spec.md: float32 to and
+/// Bit-exact number conversions of SPEC section 2, each format read from its spec::NumberFormat row
+/// (fp8_spec.md gives the rules): float32 to and
 /// from bf16, fp16, fp8 e4m3 (OCP E4M3FN) and fp8 e5m2, the three saturation modes, the three scale
 /// modes, `via_model_dtype`, and the 128-group block scale with and without ue8m0. Integer-only
 /// rounding: every narrowing rounds once, to nearest even, directly from the float32 value.
@@ -48,16 +49,6 @@ inline std::uint32_t round_shift_rne(std::uint32_t m, int shift) {
   return (rem > half || (rem == half && (q & 1u))) ? q + 1u : q;
 }
 
-/// An fp8 format: mantissa bits, minimum normal exponent, largest finite magnitude code.
-struct Fp8Format {
-  int mantissa_bits;
-  int emin;
-  std::uint8_t max_finite;    ///< 0x7E (448) or 0x7B (57344)
-  std::uint8_t nosat_result;  ///< magnitude code of an overflow without saturation: NaN or inf
-};
-inline constexpr Fp8Format kE4M3{3, -6, 0x7E, 0x7F};
-inline constexpr Fp8Format kE5M2{2, -14, 0x7B, 0x7C};
-
 /// 2^e, exactly (|e| < 126), in a constant expression: std::ldexp is not constexpr in C++20.
 constexpr float exp2_exact(int e) {
   float v = 1.0f;
@@ -66,36 +57,62 @@ constexpr float exp2_exact(int e) {
   return v;
 }
 
-/// SPEC 2's decoding of an fp8 code, as the spec writes it; fp8_to_f32 looks its results up.
-constexpr float fp8_value(std::uint8_t code, spec::DType format) {
-  const bool negative = (code & 0x80u) != 0;
-  float mag = 0.0f;
-  if (format == spec::DType::kFp8E4M3) {
-    if ((code & 0x7Fu) == 0x7Fu) return std::bit_cast<float>(0x7FFFFFFFu);
-    const int e = (code >> 3) & 0xF;
-    const int m = code & 0x7;
-    mag = e == 0 ? static_cast<float>(m) * exp2_exact(-9)
-                 : static_cast<float>(8 + m) * exp2_exact(e - 10);
-  } else {
-    const int e = (code >> 2) & 0x1F;
-    const int m = code & 0x3;
-    if (e == 0x1F) {
-      if (m != 0) return std::bit_cast<float>(0x7FFFFFFFu);
-      mag = std::bit_cast<float>(0x7F800000u);
-    } else {
-      mag = e == 0 ? static_cast<float>(m) * exp2_exact(-16)
-                   : static_cast<float>(4 + m) * exp2_exact(e - 17);
-    }
+/// SPEC 2's decoding of a narrow float code of format `f`, as the spec writes it, from the row's
+/// fields alone: sign, exponent field e, mantissa m; NaN as the row encodes it; e == 0 a subnormal
+/// m * 2^(1 - bias - M), else (2^M + m) * 2^(e - bias - M). small_float_to_f32 looks it up.
+constexpr float small_float_value(std::uint32_t code, const spec::NumberFormat& f) {
+  const std::uint32_t sign = 1u << (f.bits - 1);
+  const std::uint32_t mag = code & (sign - 1u);
+  const std::uint32_t e = mag >> f.mantissa_bits;
+  const std::uint32_t m = mag & ((1u << f.mantissa_bits) - 1u);
+  const std::uint32_t top = (1u << f.exponent_bits) - 1u;
+  const float nan = std::bit_cast<float>(0x7FFFFFFFu);
+  switch (f.nan) {
+    case spec::NanEncoding::kIeee:
+      if (e == top) {
+        if (m != 0) return nan;
+        return std::bit_cast<float>((code & sign) ? 0xFF800000u : 0x7F800000u);
+      }
+      break;
+    case spec::NanEncoding::kAllOnes:
+      if (mag == sign - 1u) return nan;
+      break;
+    case spec::NanEncoding::kNegativeZero:
+      if (code == sign) return nan;
+      break;
+    case spec::NanEncoding::kNone:
+      break;
   }
-  return negative ? -mag : mag;
+  const float v = e == 0 ? static_cast<float>(m) * exp2_exact(1 - f.bias - f.mantissa_bits)
+                         : static_cast<float>((1u << f.mantissa_bits) + m) *
+                               exp2_exact(static_cast<int>(e) - f.bias - f.mantissa_bits);
+  return (code & sign) ? -v : v;
 }
 
-/// Every code of both formats decoded once, by the formula, at compile time: [e4m3, e5m2][code].
-inline constexpr std::array<std::array<float, 256>, 2> kFp8Values = [] {
-  std::array<std::array<float, 256>, 2> t{};
-  for (std::uint32_t c = 0; c < 256; ++c) {
-    t[0][c] = fp8_value(static_cast<std::uint8_t>(c), spec::DType::kFp8E4M3);
-    t[1][c] = fp8_value(static_cast<std::uint8_t>(c), spec::DType::kFp8E5M2);
+/// The 8-bit formats, in kNumberFormats order: the rows small_float_to_f32 has a table for.
+inline constexpr std::size_t kByteFormatCount = [] {
+  std::size_t n = 0;
+  for (const spec::NumberFormat& f : spec::kNumberFormats) n += f.codec == spec::Codec::kSmallFloat;
+  return n;
+}();
+/// The position of `t` among the 8-bit formats (its table in kByteFormatValues).
+constexpr std::size_t byte_format_index(spec::DType t) {
+  std::size_t n = 0;
+  for (const spec::NumberFormat& f : spec::kNumberFormats) {
+    if (f.dtype == t) return n;
+    n += f.codec == spec::Codec::kSmallFloat;
+  }
+  return n;
+}
+
+/// Every code of every 8-bit format decoded once, by the formula, at compile time:
+/// [byte_format_index(format)][code].
+inline constexpr std::array<std::array<float, 256>, kByteFormatCount> kByteFormatValues = [] {
+  std::array<std::array<float, 256>, kByteFormatCount> t{};
+  for (const spec::NumberFormat& f : spec::kNumberFormats) {
+    if (f.codec != spec::Codec::kSmallFloat) continue;
+    for (std::uint32_t c = 0; c < 256; ++c)
+      t[byte_format_index(f.dtype)][c] = small_float_value(c, f);
   }
   return t;
 }();
@@ -140,73 +157,85 @@ inline float f16_to_f32(std::uint16_t h) {
   return float_of(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
-/// float32 -> fp8 code (format kFp8E4M3 or kFp8E5M2). One RNE rounding from the float32 value;
-/// overflow and NaN per `sat` (fp8_spec.md 4a):
-///   satfinite: overflow and +-inf -> +-max finite; NaN -> 0x7F.
-///   nosat:     overflow and +-inf -> e4m3 +-NaN (0x7F|s), e5m2 +-inf; NaN -> 0x7F.
-///   torch:     as nosat, but a NaN input keeps its sign (0xFF for -NaN).
-inline std::uint8_t f32_to_fp8(float x, spec::DType format, spec::Saturation sat) {
-  const detail::Fp8Format& f = format == spec::DType::kFp8E5M2 ? detail::kE5M2 : detail::kE4M3;
+/// float32 -> code of the 8-bit (or narrower) format `format`, from its row alone. One RNE
+/// rounding from the float32 value; overflow and NaN per `sat` (fp8_spec.md 4a):
+///   satfinite: overflow and +-inf -> +-max finite; NaN -> the row's NaN code.
+///   nosat:     overflow and +-inf -> +-the row's overflow code (e4m3 NaN, e5m2 inf); NaN -> the
+///              row's NaN code.
+///   torch:     as nosat, but a NaN input keeps its sign (0xFF for -NaN in e4m3).
+/// A zero of a format without -0 (fnuz) is +0.
+inline std::uint32_t f32_to_small_float(float x, const spec::NumberFormat& f,
+                                        spec::Saturation sat) {
+  const int emin = 1 - f.bias;  // exponent of the smallest normal
+  const int emax = static_cast<int>(f.max_finite_code >> f.mantissa_bits) - f.bias;
   const std::uint32_t u = bits_of(x);
   const std::uint32_t a = u & 0x7FFFFFFFu;
-  const std::uint8_t sign = static_cast<std::uint8_t>((u >> 24) & 0x80u);
-  if (a > 0x7F800000u) return sat == spec::Saturation::kTorch ? (sign | 0x7F) : 0x7F;
+  const std::uint32_t sign = u >> 31 << (f.bits - 1);
+  if (a > 0x7F800000u) return sat == spec::Saturation::kTorch ? (sign | f.nan_code) : f.nan_code;
   std::uint32_t code = 0;
   if (a == 0x7F800000u) {
-    code = 0x100;  // beyond every finite code: overflow
+    code = f.max_finite_code + 1u;  // beyond every finite code: overflow
   } else if ((a >> 23) != 0) {
     const int e = static_cast<int>(a >> 23) - 127;
-    if (e > 16) {
-      code = 0x100;  // above 2^16 > 57344: overflow in both formats
-    } else if (e >= f.emin) {
+    if (e > emax + 1) {
+      code = f.max_finite_code + 1u;  // twice the largest binade or more: overflow
+    } else if (e >= emin) {
       // A normal code: the float32 bits with the exponent rebiased (field e - emin + 1), cut to M
       // mantissa bits; a carry past the largest finite code is an overflow.
-      const std::uint32_t rebiased = a - (static_cast<std::uint32_t>(126 + f.emin) << 23);
+      const std::uint32_t rebiased = a - (static_cast<std::uint32_t>(126 + emin) << 23);
       code = detail::cut_rne(rebiased, 23 - f.mantissa_bits);
     } else {
       // A subnormal code (or zero): the magnitude in quanta 2^(emin - M), the code itself; a
       // carry to 2^M is the first normal code.
       const std::uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
-      code = detail::round_shift_rne(m, f.emin - e + 23 - f.mantissa_bits);
+      code = detail::round_shift_rne(m, emin - e + 23 - f.mantissa_bits);
     }
   }  // float32 subnormals: code 0 (signed zero)
-  if (code > f.max_finite) {
-    return sign | (sat == spec::Saturation::kSatFinite ? f.max_finite : f.nosat_result);
+  if (code > f.max_finite_code) {
+    return sign | (sat == spec::Saturation::kSatFinite ? f.max_finite_code : f.overflow_code);
   }
-  return static_cast<std::uint8_t>(sign | code);
+  if (code == 0 && !f.has_negative_zero) return 0;
+  return sign | code;
 }
-/// fp8 code -> float32, exact; NaN codes -> 0x7FFFFFFF; e5m2 infinities keep their sign.
+inline std::uint32_t f32_to_small_float(float x, spec::DType format, spec::Saturation sat) {
+  return f32_to_small_float(x, spec::format_of(format), sat);
+}
+/// float32 -> fp8 code (an 8-bit format's row).
+inline std::uint8_t f32_to_fp8(float x, spec::DType format, spec::Saturation sat) {
+  return static_cast<std::uint8_t>(f32_to_small_float(x, format, sat));
+}
+/// fp8 code -> float32, exact; NaN codes -> 0x7FFFFFFF; infinities keep their sign.
 inline float fp8_to_f32(std::uint8_t code, spec::DType format) {
-  return detail::kFp8Values[format == spec::DType::kFp8E4M3 ? 0 : 1][code];
+  const std::size_t table = detail::byte_format_index(format);
+  if (table >= detail::kByteFormatCount) return float_of(0x7FFFFFFFu);  // not an 8-bit format
+  return detail::kByteFormatValues[table][code];
 }
 
 /// float32 -> one element of `dtype`, returned as its code in the low bytes (f32 bits, 16-bit or
 /// 8-bit code). `sat` applies to fp8 only.
 inline std::uint32_t encode(float x, spec::DType dtype, spec::Saturation sat) {
-  switch (dtype) {
-    case spec::DType::kF32:
+  switch (spec::format_of(dtype).codec) {
+    case spec::Codec::kF32:
       return bits_of(x);
-    case spec::DType::kBF16:
+    case spec::Codec::kBf16:
       return f32_to_bf16(x);
-    case spec::DType::kF16:
+    case spec::Codec::kF16:
       return f32_to_f16(x);
-    case spec::DType::kFp8E4M3:
-    case spec::DType::kFp8E5M2:
-      return f32_to_fp8(x, dtype, sat);
+    case spec::Codec::kSmallFloat:
+      return f32_to_small_float(x, dtype, sat);
   }
   return 0;
 }
 /// The element code of `dtype` -> float32.
 inline float decode(std::uint32_t code, spec::DType dtype) {
-  switch (dtype) {
-    case spec::DType::kF32:
+  switch (spec::format_of(dtype).codec) {
+    case spec::Codec::kF32:
       return float_of(code);
-    case spec::DType::kBF16:
+    case spec::Codec::kBf16:
       return bf16_to_f32(static_cast<std::uint16_t>(code));
-    case spec::DType::kF16:
+    case spec::Codec::kF16:
       return f16_to_f32(static_cast<std::uint16_t>(code));
-    case spec::DType::kFp8E4M3:
-    case spec::DType::kFp8E5M2:
+    case spec::Codec::kSmallFloat:
       return fp8_to_f32(static_cast<std::uint8_t>(code), dtype);
   }
   return 0.0f;

@@ -173,22 +173,63 @@ std::string enum_choices() {
   return out;
 }
 
-/// Per-dtype facts, one row per DType in enum order.
-struct DTypeFacts {
-  DType dtype;
-  std::size_t bytes;
-  bool is_fp8;
-  bool is_activation;  ///< may be an input activation type
-};
-inline constexpr std::array<DTypeFacts, 5> kDTypeFacts{{{DType::kF32, 4, false, true},
-                                                        {DType::kBF16, 2, false, true},
-                                                        {DType::kF16, 2, false, true},
-                                                        {DType::kFp8E4M3, 1, true, false},
-                                                        {DType::kFp8E5M2, 1, true, false}}};
+/// How a format spells NaN (SPEC 2): kIeee the exponent field all ones with a non-zero mantissa
+/// (f32, bf16, f16, e5m2); kAllOnes only S.1111.111 (OCP e4m3fn: no infinity); kNegativeZero the
+/// code 0x80 alone (the fnuz formats: no -0, no infinity); kNone no NaN at all (e2m1).
+enum class NanEncoding : std::uint8_t { kIeee, kAllOnes, kNegativeZero, kNone };
 
-constexpr const DTypeFacts& facts(DType t) { return kDTypeFacts[static_cast<std::size_t>(t)]; }
-constexpr std::size_t dtype_bytes(DType t) { return facts(t).bytes; }
-constexpr bool is_fp8(DType t) { return facts(t).is_fp8; }
+/// Which float32 -> code rounding routine a format uses: kF32 the bits themselves; kBf16 and kF16
+/// their own (16-bit NaN rule 0x7FFF); kSmallFloat the generic narrow-float codec driven by the
+/// row (every 8-bit format, and any narrower one).
+enum class Codec : std::uint8_t { kF32, kBf16, kF16, kSmallFloat };
+
+/// A number format: one row per DType of kNumberFormats, the only place its bits are described.
+/// The reference's codecs, the CUDA conversions' constants, the diffs' code ordering, case files
+/// and traces read their facts from it; a new format is a new row (and its DType enumerator).
+struct NumberFormat {
+  DType dtype;
+  Codec codec;
+  std::size_t bytes;  ///< storage per element
+  int bits;           ///< code width: sign, exponent and mantissa
+  int exponent_bits;
+  int mantissa_bits;
+  int bias;  ///< a normal code's value is (1.m) * 2^(field - bias); subnormals 2^(1 - bias)
+  NanEncoding nan;
+  bool has_infinity;
+  bool has_negative_zero;
+  std::uint32_t max_finite_code;  ///< magnitude code of the largest finite value
+  std::uint32_t overflow_code;    ///< magnitude code of an overflow without saturation
+  std::uint32_t nan_code;         ///< the NaN code written for a NaN input (positive)
+  float max_finite;
+  bool is_activation;                 ///< may be an input activation type
+  std::string_view safetensors_name;  ///< its case-file and safetensors dtype ("F8_E4M3")
+};
+inline constexpr std::array<NumberFormat, 5> kNumberFormats{{
+    {DType::kF32, Codec::kF32, 4, 32, 8, 23, 127, NanEncoding::kIeee, true, true, 0x7F7FFFFFu,
+     0x7F800000u, 0x7FFFFFFFu, 3.40282347e38f, true, "F32"},
+    {DType::kBF16, Codec::kBf16, 2, 16, 8, 7, 127, NanEncoding::kIeee, true, true, 0x7F7Fu, 0x7F80u,
+     0x7FFFu, 3.38953139e38f, true, "BF16"},
+    {DType::kF16, Codec::kF16, 2, 16, 5, 10, 15, NanEncoding::kIeee, true, true, 0x7BFFu, 0x7C00u,
+     0x7FFFu, 65504.0f, true, "F16"},
+    {DType::kFp8E4M3, Codec::kSmallFloat, 1, 8, 4, 3, 7, NanEncoding::kAllOnes, false, true, 0x7Eu,
+     0x7Fu, 0x7Fu, 448.0f, false, "F8_E4M3"},
+    {DType::kFp8E5M2, Codec::kSmallFloat, 1, 8, 5, 2, 15, NanEncoding::kIeee, true, true, 0x7Bu,
+     0x7Cu, 0x7Fu, 57344.0f, false, "F8_E5M2"},
+}};
+
+/// The row of `t`: rows are kept in enum order (checked below), so the lookup is an index.
+constexpr const NumberFormat& format_of(DType t) {
+  return kNumberFormats[static_cast<std::size_t>(t)];
+}
+static_assert([] {
+  for (std::size_t i = 0; i < kNumberFormats.size(); ++i)
+    if (static_cast<std::size_t>(kNumberFormats[i].dtype) != i) return false;
+  return kNumberFormats.size() == EnumInfo<DType>::kNames.size();
+}());
+constexpr std::size_t dtype_bytes(DType t) { return format_of(t).bytes; }
+constexpr bool is_fp8(DType t) { return format_of(t).bits == 8; }
+/// The sign bit of a code of `t`.
+constexpr std::uint32_t sign_bit(DType t) { return 1u << (format_of(t).bits - 1); }
 
 /// Per-layout facts: whether K and V share one tensor, and the layout of the same buffer sizes with
 /// the head and token axes exchanged (what a kernel that mixes up HND and NHD strides writes; the
@@ -256,7 +297,7 @@ constexpr const LayoutAxes& layout_axes(KvLayout l) {
 /// Elements per block-scale group of the index-K blockscale layout (SPEC 2).
 inline constexpr std::int64_t kScaleGroup = 128;
 /// Divisor of the block scale: the e4m3 maximum.
-inline constexpr float kFp8E4M3Max = 448.0f;
+inline constexpr float kFp8E4M3Max = format_of(DType::kFp8E4M3).max_finite;
 /// Lower clamp of a block's amax (SPEC 2).
 inline constexpr float kBlockScaleAmaxFloor = 1e-4f;
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,6 +41,8 @@ enum class StDType : std::uint8_t {
 
 /// The format's spelling of a dtype ("I32") and its element size.
 std::string_view st_dtype_name(StDType t);
+/// The dtype the format spells `name`, if any.
+std::optional<StDType> st_dtype_named(std::string_view name);
 std::size_t st_dtype_bytes(StDType t);
 
 /// Largest header accepted (the reference reader's limit), so a hostile length cannot make the
