@@ -1,6 +1,9 @@
 #include "options.hpp"
 
+#include <type_traits>
+
 #include "kvo/oracle/campaign.hpp"
+#include "kvo/oracle/write_dimensions.hpp"
 #include "kvo/spec/outcome.hpp"
 
 namespace kvo::cli {
@@ -21,53 +24,32 @@ CLI::Option* add_bool(CLI::App& app, const std::string& flag, std::optional<bool
 }  // namespace
 
 void add_model_flags(CLI::App& app, oracle::CaseOverrides& o) {
-  app.add_option_function<std::string>(
-      "--layers", [&o](const std::string& v) { o.layers = v; },
-      "layer mix: run-length (3D57S) or one letter per layer (DDSS); D dense, S sparse");
-  add_int(app, "--num-blocks", o.num_blocks, "cache blocks (pages)");
-  add_int(app, "--block-size", o.block_size, "tokens per block (page size), >= 1");
-  add_int(app, "--num-kv-heads", o.num_kv_heads, "KV heads");
-  add_int(app, "--head-dim", o.head_dim, "head dimension, a multiple of 8");
-  add_int(app, "--index-dim", o.index_dim, "index-K dimension (a multiple of 128 with blockscale)");
-  add_int(app, "--tokens", o.tokens, "tokens written per step (before the -1 padding)");
-  add_int(app, "--requests", o.requests, "requests the step's tokens are split over evenly");
-  add_enum_option(app, "--act-dtype", o.act_dtype, "activation dtype");
-  add_enum_option(app, "--kv-dtype", o.kv_dtype, "K/V cache dtype");
-  add_enum_option(app, "--index-dtype", o.index_dtype, "flat index-K cache dtype");
-  add_enum_option(app, "--layout", o.layout, "K/V cache layout");
-  add_enum_option(app, "--sat", o.saturation, "fp8 saturation");
-  add_enum_option(app, "--scale-mode", o.scale_mode, "KV scale mode");
-  add_enum_option(app, "--index-layout", o.index_layout, "index-K cache layout");
-  add_enum_option(app, "--blockscale-scale", o.blockscale_scale,
-                  "index-K block scale: amax / 448 (divide) or amax * fl(1/448) (mul_recip)");
-  add_enum_option(app, "--slot-mode", o.slot_mode, "meaning of negative slots");
-  add_enum_option(app, "--slot-type", o.slot_type, "slot mapping storage type");
-  add_enum_option(app, "--allocator", o.allocator, "how the step's blocks are handed out");
-  add_bool(app, "--per-head-scale", o.per_head_scale,
-           "one KV scale per head instead of per tensor");
-  add_bool(app, "--via-model-dtype", o.via_model_dtype,
-           "round the scaled value to the activation dtype first");
-  add_bool(app, "--scale-in-model-dtype", o.scale_in_model_dtype,
-           "round the KV scale to the activation dtype before scaling (torch's promotion)");
-  add_bool(app, "--ue8m0", o.ue8m0, "power-of-two index-K block scales");
-  add_bool(app, "--separate-index-slots", o.separate_index_slots,
-           "index-K through its own slot mapping");
-  add_bool(app, "--edge-values", o.edge_values,
-           "mix in edge values (zeros, ties, fp8 maxima, inf, NaN)");
-  app.add_option_function<std::string>(
-      "--kv-strides",
-      [&o](const std::string& text) {
-        o.kv_strides = spec::parse_kv_strides(text, "--kv-strides");
-      },
-      "K/V caches as strided views (SPEC 3): dense, or block,token,head,kv_part,offset in "
-      "elements");
-  app.add_option_function<std::string>(
-      "--index-strides",
-      [&o](const std::string& text) {
-        o.index_strides = spec::parse_index_strides(text, "--index-strides");
-      },
-      "the index-K cache as a strided view (SPEC 3): dense, or block,token,offset (flat: "
-      "elements; blockscale: bytes, token 0)");
+  // One flag per row of the write dimensions' table, typed by its field.
+  oracle::visit_write_dimensions([&](const oracle::DimensionInfo& d, auto member, auto) {
+    auto& target = o.*member;
+    using T = typename std::remove_reference_t<decltype(target)>::value_type;
+    const std::string flag(d.flag), help(d.help);
+    if constexpr (std::is_same_v<T, bool>) {
+      add_bool(app, flag, target, help);
+    } else if constexpr (std::is_same_v<T, std::int64_t>) {
+      add_int(app, flag, target, help);
+    } else if constexpr (std::is_enum_v<T>) {
+      add_enum_option(app, flag, target, help);
+    } else if constexpr (std::is_same_v<T, spec::KvStrides>) {
+      app.add_option_function<std::string>(
+          flag, [&target, flag](const std::string& v) { target = spec::parse_kv_strides(v, flag); },
+          help);
+    } else if constexpr (std::is_same_v<T, spec::IndexStrides>) {
+      app.add_option_function<std::string>(
+          flag,
+          [&target, flag](const std::string& v) { target = spec::parse_index_strides(v, flag); },
+          help);
+    } else {
+      static_assert(std::is_same_v<T, std::string>, "a write dimension of a type with no flag");
+      app.add_option_function<std::string>(
+          flag, [&target](const std::string& v) { target = v; }, help);
+    }
+  });
 }
 
 void add_read_flags(CLI::App& app, oracle::ReadOverrides& r) {

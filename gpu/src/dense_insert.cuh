@@ -216,18 +216,7 @@ void launch_e(const DenseParams& p, int e, unsigned blocks, cudaStream_t stream)
 
 template <DType A, bool kEngine, DenseBug F>
 void launch_c(const DenseParams& p, DType cache, int e, unsigned blocks, cudaStream_t stream) {
-  switch (cache) {
-    case DType::kF32:
-      return launch_e<A, DType::kF32, kEngine, F>(p, e, blocks, stream);
-    case DType::kBF16:
-      return launch_e<A, DType::kBF16, kEngine, F>(p, e, blocks, stream);
-    case DType::kF16:
-      return launch_e<A, DType::kF16, kEngine, F>(p, e, blocks, stream);
-    case DType::kFp8E4M3:
-      return launch_e<A, DType::kFp8E4M3, kEngine, F>(p, e, blocks, stream);
-    case DType::kFp8E5M2:
-      return launch_e<A, DType::kFp8E5M2, kEngine, F>(p, e, blocks, stream);
-  }
+  with_cache_format(cache, [&]<DType C>() { launch_e<A, C, kEngine, F>(p, e, blocks, stream); });
 }
 
 /// The dense insert of one call on its stream: the canonical kernel, or (kEngine) vLLM's

@@ -12,6 +12,9 @@
 #include "kvo/gpu/device_caches.hpp"
 #include "kvo/gpu/device_calls.hpp"
 #include "kvo/gpu/memory_pool.hpp"
+#include "kvo/gpu/read.hpp"
+#include "kvo/gpu/resident.hpp"
+#include "kvo/gpu/write.hpp"
 #include "kvo/spec/outcome.hpp"
 
 namespace kvo::gpu {
@@ -144,6 +147,25 @@ spec::HostTensor run_resident_attention(const DeviceAttentionFunction&, const sp
   no_cuda();
 }
 void* calling_thread_stream() { return nullptr; }
+
+// kvoracle's own kernels as device functions: without CUDA there are none to run.
+DeviceWriteFunction device_write_function(WritePath) {
+  return [](const DeviceWriteCall&) { no_cuda(); };
+}
+DeviceIndexerFunction device_indexer_function(ReadKernel) {
+  return [](const DeviceIndexerCall&) { no_cuda(); };
+}
+DeviceAttentionFunction device_attention_function(ReadKernel, AttentionPath) {
+  return [](const DeviceAttentionCall&) { no_cuda(); };
+}
+
+// Replay's resident path holds PagesInFlight only after a ResidentReplay exists, which a build
+// without CUDA never makes; the symbols still have to link.
+struct PagesInFlight::State {};
+PagesInFlight::~PagesInFlight() = default;
+std::int64_t PagesInFlight::bytes() const { no_cuda(); }
+void PagesInFlight::store(std::size_t, spec::LayerCaches&) const { no_cuda(); }
+bool PagesInFlight::same_as(std::size_t, const spec::LayerCaches&) const { no_cuda(); }
 #endif
 
 }  // namespace kvo::gpu

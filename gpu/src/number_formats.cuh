@@ -10,6 +10,9 @@
 
 #include <cstdint>
 
+#include <string>
+
+#include "kvo/spec/outcome.hpp"
 #include "kvo/spec/types.hpp"
 
 namespace kvo::gpu::detail {
@@ -45,5 +48,29 @@ constexpr __nv_fp8_interpretation_t cuda_fp8_kind() {
 }
 template <spec::DType C>
 inline constexpr __nv_fp8_interpretation_t kFp8Kind = cuda_fp8_kind<C>();
+
+/// Calls launch.template operator()<C>() with the cache format C that `t` is: the one list of the
+/// formats the write kernels are instantiated for. A row the kernels are not built for (a new
+/// format) is spec::Unsupported, so that a CUDA subject declines its cases instead of failing to
+/// compile or writing another format's codes.
+template <class Launch>
+void with_cache_format(spec::DType t, Launch&& launch) {
+  using spec::DType;
+  switch (t) {
+    case DType::kF32:
+      return launch.template operator()<DType::kF32>();
+    case DType::kBF16:
+      return launch.template operator()<DType::kBF16>();
+    case DType::kF16:
+      return launch.template operator()<DType::kF16>();
+    case DType::kFp8E4M3:
+      return launch.template operator()<DType::kFp8E4M3>();
+    case DType::kFp8E5M2:
+      return launch.template operator()<DType::kFp8E5M2>();
+    default:
+      throw spec::Unsupported("the CUDA writers are not built for the cache format " +
+                              std::string(spec::name_of(t)));
+  }
+}
 
 }  // namespace kvo::gpu::detail

@@ -410,18 +410,7 @@ void launch_one(const FusedParams& p, dim3 grid, cudaStream_t stream) {
 
 template <DType A, WriteBug F>
 void launch_for_act(const FusedParams& p, spec::DType cache, dim3 grid, cudaStream_t stream) {
-  switch (cache) {
-    case DType::kF32:
-      return launch_one<A, DType::kF32, F>(p, grid, stream);
-    case DType::kBF16:
-      return launch_one<A, DType::kBF16, F>(p, grid, stream);
-    case DType::kF16:
-      return launch_one<A, DType::kF16, F>(p, grid, stream);
-    case DType::kFp8E4M3:
-      return launch_one<A, DType::kFp8E4M3, F>(p, grid, stream);
-    case DType::kFp8E5M2:
-      return launch_one<A, DType::kFp8E5M2, F>(p, grid, stream);
-  }
+  with_cache_format(cache, [&]<DType C>() { launch_one<A, C, F>(p, grid, stream); });
 }
 
 /// launch_fused_write (kvo/gpu/write.hpp) with bug F planted. F = kSwapHndNhd: the kernel is

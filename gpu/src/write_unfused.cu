@@ -182,18 +182,7 @@ void launch_kv_scatter(const FusedParams& p, int kv, UnfusedWorkspace& ws, cudaS
 template <DType A>
 void launch_kv_scatter_for_act(const FusedParams& p, DType cache, int kv, UnfusedWorkspace& ws,
                                cudaStream_t stream) {
-  switch (cache) {
-    case DType::kF32:
-      return launch_kv_scatter<A, DType::kF32>(p, kv, ws, stream);
-    case DType::kBF16:
-      return launch_kv_scatter<A, DType::kBF16>(p, kv, ws, stream);
-    case DType::kF16:
-      return launch_kv_scatter<A, DType::kF16>(p, kv, ws, stream);
-    case DType::kFp8E4M3:
-      return launch_kv_scatter<A, DType::kFp8E4M3>(p, kv, ws, stream);
-    case DType::kFp8E5M2:
-      return launch_kv_scatter<A, DType::kFp8E5M2>(p, kv, ws, stream);
-  }
+  with_cache_format(cache, [&]<DType C>() { launch_kv_scatter<A, C>(p, kv, ws, stream); });
 }
 
 template <DType A>

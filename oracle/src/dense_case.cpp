@@ -92,7 +92,9 @@ DenseCase make_case_impl(std::uint64_t seed, const CaseOverrides& o, const Dense
                              "an activation dtype is f32, bf16 or fp16");
   }
   c.layout = fixed_or(o.layout, pick<spec::KvLayout>(rng));
-  const DType drawn_cache = pick<DType>(rng);
+  const std::vector<DType> cache_formats = spec::drawn_cache_formats();
+  const DType drawn_cache = cache_formats[static_cast<std::size_t>(
+      rng.uniform(0, static_cast<std::int64_t>(cache_formats.size()) - 1))];
   // Its stress theme (write_case.hpp) needs an fp8 cache.
   c.kv.cache_dtype =
       fixed_or(o.kv_dtype, theme_slot(seed) == kThemeFp8Identity ? DType::kFp8E4M3 : drawn_cache);

@@ -1,7 +1,8 @@
 #pragma once
-// Internal to the oracle: the write modes of SPEC 2-3 as mode-detection axes (SPEC 7), one table
-// shared by the write and dense drivers: each axis's values, how a value sets the configuration
-// and the overrides, its default, and when it can change a byte.
+// Internal to the oracle: the write modes of SPEC 2-3 as mode-detection axes (SPEC 7), shared by
+// the write and dense drivers: the mode rows of kvo/oracle/write_dimensions.hpp (each axis's
+// values, how a value sets the configuration and the overrides, its default, and when it can
+// change a byte).
 
 #include <cstdint>
 #include <vector>
@@ -11,10 +12,6 @@
 #include "kvo/spec/write.hpp"
 
 namespace kvo::oracle {
-
-/// Which ops an axis belongs to: every write mode applies to the write op; the dense insert has
-/// no index-K, so the blockscale modes are not its.
-enum class KvModeScope : std::uint8_t { kWriteOnly, kWriteAndDense };
 
 /// The axes of `op` (kWrite or kDense), in table order.
 std::vector<ModeAxis> kv_mode_axes(spec::Op op);

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <numeric>
 #include <sstream>
+#include <type_traits>
 
+#include "kvo/oracle/write_dimensions.hpp"
 #include "kvo/reference/generator.hpp"
 #include "kvo/reference/numbers.hpp"
 #include "kvo/reference/paged_cache.hpp"
@@ -57,70 +59,20 @@ std::vector<float> make_scales(SplitMix64& rng, std::int64_t n) {
 }  // namespace
 
 std::string CaseOverrides::to_flags() const {
-  std::ostringstream s;
-  auto num = [&](const char* flag, const std::optional<std::int64_t>& v) {
-    if (v) s << " " << flag << " " << *v;
-  };
-  auto boolean = [&](const char* flag, const std::optional<bool>& v) {
-    if (v) s << " " << flag << " " << (*v ? "true" : "false");
-  };
-  auto name = [&](const char* flag, const auto& v) {
-    if (v) s << " " << flag << " " << spec::name_of(*v);
-  };
-  if (layers) s << " --layers " << *layers;
-  num("--num-blocks", num_blocks);
-  num("--block-size", block_size);
-  num("--num-kv-heads", num_kv_heads);
-  num("--head-dim", head_dim);
-  num("--index-dim", index_dim);
-  num("--tokens", tokens);
-  num("--requests", requests);
-  name("--act-dtype", act_dtype);
-  name("--kv-dtype", kv_dtype);
-  name("--index-dtype", index_dtype);
-  name("--layout", layout);
-  name("--sat", saturation);
-  name("--scale-mode", scale_mode);
-  name("--index-layout", index_layout);
-  name("--blockscale-scale", blockscale_scale);
-  name("--slot-mode", slot_mode);
-  name("--slot-type", slot_type);
-  name("--allocator", allocator);
-  boolean("--per-head-scale", per_head_scale);
-  boolean("--via-model-dtype", via_model_dtype);
-  boolean("--scale-in-model-dtype", scale_in_model_dtype);
-  boolean("--ue8m0", ue8m0);
-  boolean("--separate-index-slots", separate_index_slots);
-  boolean("--edge-values", edge_values);
-  if (kv_strides) s << " --kv-strides " << spec::kv_strides_text(*kv_strides);
-  if (index_strides) s << " --index-strides " << spec::index_strides_text(*index_strides);
-  return s.str();
+  std::string flags;
+  visit_write_dimensions([&](const DimensionInfo& d, auto member, auto) {
+    if (const auto& v = this->*member)
+      flags += " " + std::string(d.flag) + " " + dimension_text(*v);
+  });
+  return flags;
 }
 
 void apply_overrides(const CaseOverrides& o, spec::ModelConfig& c) {
-  if (o.layers) c.layers = spec::parse_layer_mix(*o.layers);
-  if (o.num_blocks) c.geometry.num_blocks = *o.num_blocks;
-  if (o.block_size) c.geometry.block_size = *o.block_size;
-  if (o.num_kv_heads) c.geometry.num_kv_heads = *o.num_kv_heads;
-  if (o.head_dim) c.geometry.head_dim = *o.head_dim;
-  if (o.index_dim) c.geometry.index_dim = *o.index_dim;
-  if (o.act_dtype) c.act_dtype = *o.act_dtype;
-  if (o.kv_dtype) c.kv.cache_dtype = *o.kv_dtype;
-  if (o.index_dtype) c.index.flat_dtype = *o.index_dtype;
-  if (o.layout) c.layout = *o.layout;
-  if (o.saturation) c.kv.saturation = *o.saturation;
-  if (o.scale_mode) c.kv.scale_mode = *o.scale_mode;
-  if (o.index_layout) c.index.layout = *o.index_layout;
-  if (o.slot_mode) c.slot_mode = *o.slot_mode;
-  if (o.slot_type) c.slot_type = *o.slot_type;
-  if (o.per_head_scale) c.kv.per_head_scale = *o.per_head_scale;
-  if (o.via_model_dtype) c.kv.via_model_dtype = *o.via_model_dtype;
-  if (o.scale_in_model_dtype) c.kv.scale_in_model_dtype = *o.scale_in_model_dtype;
-  if (o.blockscale_scale) c.index.blockscale_scale = *o.blockscale_scale;
-  if (o.ue8m0) c.index.ue8m0 = *o.ue8m0;
-  if (o.separate_index_slots) c.separate_index_slots = *o.separate_index_slots;
-  if (o.kv_strides) c.kv_strides = *o.kv_strides;
-  if (o.index_strides) c.index_strides = *o.index_strides;
+  visit_write_dimensions([&](const DimensionInfo&, auto member, auto set) {
+    if constexpr (!std::is_null_pointer_v<decltype(set)>) {
+      if (const auto& v = o.*member) set(c, *v);
+    }
+  });
 }
 
 std::uint64_t case_seed(std::uint64_t campaign_seed, std::uint64_t index) {
@@ -246,7 +198,9 @@ WriteCase make_write_case(std::uint64_t seed, const CaseOverrides& o, CaseValues
     c.geometry.index_dim = 8 * rng.uniform(1, 24);  // flat layouts take any multiple of 8
   c.act_dtype =
       std::array{spec::DType::kBF16, spec::DType::kF16, spec::DType::kF32}[rng.uniform(0, 2)];
-  c.kv.cache_dtype = pick_enum<spec::DType>(rng);
+  const std::vector<spec::DType> cache_formats = spec::drawn_cache_formats();
+  c.kv.cache_dtype = cache_formats[static_cast<std::size_t>(
+      rng.uniform(0, static_cast<std::int64_t>(cache_formats.size()) - 1))];
   c.layout = pick_enum<spec::KvLayout>(rng);
   c.kv.saturation = pick_enum<spec::Saturation>(rng);
   c.kv.scale_mode = pick_enum<spec::ScaleMode>(rng);

@@ -462,11 +462,9 @@ def detect_modes(fn: Optional[Callable] = None, *, op: Optional[str] = None, cas
             for o, outcome, matched, report in out]
 
 
-# The override keys that are detection axes, by the name detection prints them under.
-_DETECTION_AXES = {"sat": "saturation", "scale_mode": "scale_mode",
-                   "via_model_dtype": "via_model_dtype",
-                   "scale_in_model_dtype": "scale_in_model_dtype",
-                   "blockscale_scale": "blockscale_scale", "ue8m0": "ue8m0", "slot_mode": "slot_mode"}
+# The override keys that are detection axes, by the name detection prints them under (the mode
+# rows of the C++ table of write dimensions).
+_DETECTION_AXES = {flag[2:].replace("-", "_"): axis for flag, axis in _core.mode_axes()}
 
 
 def _declared_first(matched: List[str], declared: Mapping[str, Any]) -> List[str]:

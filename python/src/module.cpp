@@ -34,6 +34,7 @@
 #include "kvo/oracle/op_driver.hpp"
 #include "kvo/oracle/subject.hpp"
 #include "kvo/oracle/test_campaign.hpp"
+#include "kvo/oracle/write_dimensions.hpp"
 #include "kvo/spec/metadata.hpp"
 #include "kvo/spec/outcome.hpp"
 #include "kvo/traces/case_file.hpp"
@@ -372,6 +373,15 @@ NB_MODULE(_core, m) {
     return names;
   });
   m.def("case_flag_names", &cli::case_flag_names);
+  // The write modes' rows (kvo/oracle/write_dimensions.hpp): each flag and the name mode detection
+  // prints it under, so that the Python side keeps no copy of the table.
+  m.def("mode_axes", [] {
+    std::vector<std::pair<std::string, std::string>> axes;
+    oracle::visit_write_dimensions([&](const oracle::DimensionInfo& d, auto, auto) {
+      if (d.mode != oracle::ModeScope::kNotAMode) axes.emplace_back(d.flag, d.name);
+    });
+    return axes;
+  });
   m.def("parse_flags", [](const std::vector<std::string>& flags) {
     const oracle::Overrides o = cli::parse_case_flags(flags);
     std::string out;

@@ -164,15 +164,14 @@ const std::array<Column81, 8> kColumns81{{
 
 /// The dedicated function of each target type (encode() is checked separately: both must agree).
 std::uint32_t convert_direct(float x, DType t, Saturation sat) {
-  switch (t) {
-    case DType::kBF16:
+  switch (spec::format_of(t).codec) {
+    case spec::Codec::kBf16:
       return f32_to_bf16(x);
-    case DType::kF16:
+    case spec::Codec::kF16:
       return f32_to_f16(x);
-    case DType::kFp8E4M3:
-    case DType::kFp8E5M2:
+    case spec::Codec::kSmallFloat:
       return f32_to_fp8(x, t, sat);
-    case DType::kF32:
+    case spec::Codec::kF32:
       break;
   }
   return bits_of(x);
@@ -531,11 +530,11 @@ struct FnuzCase {
 TEST(NumberFormats, FnuzRowsFollowTheirDefinition) {
   const std::array<FnuzCase, 2> cases{{
       {{DType::kFp8E4M3, spec::Codec::kSmallFloat, 1, 8, 4, 3, 8, spec::NanEncoding::kNegativeZero,
-        false, false, 0x7Fu, 0x80u, 0x80u, 240.0f, false, "F8_E4M3FNUZ"},
+        false, false, 0x7Fu, 0x80u, 0x80u, 240.0f, false, "F8_E4M3FNUZ", false},
        240.0f,
        -10},
       {{DType::kFp8E5M2, spec::Codec::kSmallFloat, 1, 8, 5, 2, 16, spec::NanEncoding::kNegativeZero,
-        false, false, 0x7Fu, 0x80u, 0x80u, 57344.0f, false, "F8_E5M2FNUZ"},
+        false, false, 0x7Fu, 0x80u, 0x80u, 57344.0f, false, "F8_E5M2FNUZ", false},
        57344.0f,
        -17},
   }};

@@ -287,7 +287,7 @@ void flip_first_byte(void* p, void* stream) {
 
 /// kvoracle's canonical read kernels as a user's device subject; `damage`: its attention's first
 /// output byte flipped (kOutput), or its indexer writing into the index-K cache it read (kIds).
-std::unique_ptr<Subject> device_reads(const std::string& name, ReadDamage damage) {
+std::unique_ptr<Subject> device_reads(const std::string& name, [[maybe_unused]] ReadDamage damage) {
   DeviceSubjectFunctions f;
   f.indexer = gpu::device_indexer_function(gpu::ReadKernel::kCanonical);
   f.attention = gpu::device_attention_function(gpu::ReadKernel::kCanonical);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kvo::spec {
 
@@ -203,18 +204,22 @@ struct NumberFormat {
   float max_finite;
   bool is_activation;                 ///< may be an input activation type
   std::string_view safetensors_name;  ///< its case-file and safetensors dtype ("F8_E4M3")
+  /// The case generators draw it as a K/V cache dtype, uniformly among the rows that say so (in
+  /// table order). A new row starts false, so that every recorded seed keeps its case; it is drawn
+  /// through a stream of its own once it is (docs/extending.md).
+  bool drawn_as_cache;
 };
 inline constexpr std::array<NumberFormat, 5> kNumberFormats{{
     {DType::kF32, Codec::kF32, 4, 32, 8, 23, 127, NanEncoding::kIeee, true, true, 0x7F7FFFFFu,
-     0x7F800000u, 0x7FFFFFFFu, 3.40282347e38f, true, "F32"},
+     0x7F800000u, 0x7FFFFFFFu, 3.40282347e38f, true, "F32", true},
     {DType::kBF16, Codec::kBf16, 2, 16, 8, 7, 127, NanEncoding::kIeee, true, true, 0x7F7Fu, 0x7F80u,
-     0x7FFFu, 3.38953139e38f, true, "BF16"},
+     0x7FFFu, 3.38953139e38f, true, "BF16", true},
     {DType::kF16, Codec::kF16, 2, 16, 5, 10, 15, NanEncoding::kIeee, true, true, 0x7BFFu, 0x7C00u,
-     0x7FFFu, 65504.0f, true, "F16"},
+     0x7FFFu, 65504.0f, true, "F16", true},
     {DType::kFp8E4M3, Codec::kSmallFloat, 1, 8, 4, 3, 7, NanEncoding::kAllOnes, false, true, 0x7Eu,
-     0x7Fu, 0x7Fu, 448.0f, false, "F8_E4M3"},
+     0x7Fu, 0x7Fu, 448.0f, false, "F8_E4M3", true},
     {DType::kFp8E5M2, Codec::kSmallFloat, 1, 8, 5, 2, 15, NanEncoding::kIeee, true, true, 0x7Bu,
-     0x7Cu, 0x7Fu, 57344.0f, false, "F8_E5M2"},
+     0x7Cu, 0x7Fu, 57344.0f, false, "F8_E5M2", true},
 }};
 
 /// The row of `t`: rows are kept in enum order (checked below), so the lookup is an index.
@@ -228,6 +233,13 @@ static_assert([] {
 }());
 constexpr std::size_t dtype_bytes(DType t) { return format_of(t).bytes; }
 constexpr bool is_fp8(DType t) { return format_of(t).bits == 8; }
+/// The rows drawn as K/V cache dtypes, in table order.
+inline std::vector<DType> drawn_cache_formats() {
+  std::vector<DType> out;
+  for (const NumberFormat& f : kNumberFormats)
+    if (f.drawn_as_cache) out.push_back(f.dtype);
+  return out;
+}
 /// The sign bit of a code of `t`.
 constexpr std::uint32_t sign_bit(DType t) { return 1u << (format_of(t).bits - 1); }
 
