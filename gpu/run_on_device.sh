@@ -18,7 +18,8 @@
 # write and the sparse decode kernels, with their instruction mixes), cli
 # (check and replay), scaling (the
 # campaign over jobs, and over GPUs: check --gpus all), tier (the GPU reference tier against the CPU's), mutants, peer (kvoracle's
-# fused write against the Triton peer, bench/bench_write_peer.py), python (with `kvoracle engines`,
+# fused write against the Triton peer, bench/bench_write_peer.py), python (KVO_PYTHON_PARTS of
+# "tests bench engines"; engines: `kvoracle engines`,
 # KVO_ENGINE_CASES cases a configuration, over the engines' code if .engines/site or
 # .device/engines.tar.xz is carried), example, modes.
 # KVO_TEST_FILTER and KVO_SAN_FILTER narrow the tests and sanitizer stages (gtest filters);
@@ -449,13 +450,19 @@ PYTHONPATH=$PYBUILD timeout $(budget 240) "$PY" "$ROOT/bench/bench_write_peer.py
 echo "exit $?" >>"$LOGS/bench_peer.txt"
 T_PEER=$(($(date +%s) - START))
 fi
+# KVO_PYTHON_PARTS (default "tests bench engines"): which parts of the python stage run.
+python_wanted() { [[ " ${KVO_PYTHON_PARTS:-tests bench engines} " == *" $1 "* ]]; }
 if want python; then
+if python_wanted tests; then
 PYTHONPATH=$PYBUILD timeout $(budget 420) "$PY" -m pytest -q -s -p no:cacheprovider -rs \
   "$ROOT/python/tests" "$ROOT/examples/python" >"$LOGS/python_tests.txt" 2>&1
 echo "exit $?" >>"$LOGS/python_tests.txt"
+fi
+if python_wanted bench; then
 PYTHONPATH=$PYBUILD timeout $(budget 120) "$PY" "$ROOT/python/bench/bench_python_path.py" \
   >"$LOGS/python_bench.txt" 2>&1
 echo "exit $?" >>"$LOGS/python_bench.txt"
+fi
 # The engines' own code (scripts/fetch_engines.sh: carried as .engines/site or packed as
 # .device/engines.tar.xz) judged through its real signatures: `kvoracle engines` on the GPU.
 ENGINES_SITE=$ROOT/.engines/site
@@ -463,7 +470,7 @@ if [[ -f "$ROOT/.device/engines.tar.xz" ]]; then
   mkdir -p /tmp/kvo-engines && tar -C /tmp/kvo-engines -xJf "$ROOT/.device/engines.tar.xz"
   ENGINES_SITE=/tmp/kvo-engines/site
 fi
-if [[ -d $ENGINES_SITE ]]; then
+if [[ -d $ENGINES_SITE ]] && python_wanted engines; then
   PYTHONPATH=$PYBUILD:$ENGINES_SITE timeout $(budget 240) "$PY" -m kvoracle.engines \
     --cases "${KVO_ENGINE_CASES:-200}" --json "$OUT/engines.json" >"$LOGS/engines.txt" 2>&1
   echo "exit $?" >>"$LOGS/engines.txt"
