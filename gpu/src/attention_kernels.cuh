@@ -89,7 +89,7 @@ template <bool kCanonical, int KvDt, int NH, bool kScaled>
 __device__ inline void accumulate_v(const unsigned char* vraw, int row_bytes, int dp, int n, int t0,
                                     const float* const (&pr)[4], float vs, float (&o0)[4],
                                     float (&o1)[4], float (&e0)[4], float (&e1)[4]) {
-  constexpr int eb = dtype_size(KvDt);
+  constexpr int eb = KvDt == kDtF32 ? 4 : KvDt <= kDtF16 ? 2 : 1;
   const unsigned char* v_at = vraw + 2 * dp * eb;
 #pragma unroll 4
   for (int i = 0; i < n; ++i) {
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kReadThreads) attention_chunk_kernel(AttnArgs 
   const long long n_valid = pos / a.sb + 1;
   const long long j = chunk_of(a, row, kvh, slot, n_valid);
   if (j < 0) return;
-  constexpr int eb = dtype_size(KvDt);
+  constexpr int eb = KvDt == kDtF32 ? 4 : KvDt <= kDtF16 ? 2 : 1;
   const int hd = static_cast<int>(g.head_dim), group = a.group, row_bytes = hd * eb;
   const AttnSmem lay(group, hd, a.sbp, static_cast<int>(a.sb), a.tile, row_bytes);
   float* q_s = reinterpret_cast<float*>(smem + lay.q);
@@ -611,7 +611,7 @@ template <int Dt>
 __device__ inline void stage_bf16_rows(__nv_bfloat16* dst, const unsigned char* cache,
                                        const long long* off, int n, int hd, bool scaled,
                                        float scale) {
-  constexpr int eb = dtype_size(Dt);
+  constexpr int eb = Dt == kDtF32 ? 4 : Dt <= kDtF16 ? 2 : 1;
   const int pairs = hd / 2;
   for (int e = threadIdx.x; e < n * pairs; e += blockDim.x) {
     const int i = e / pairs, dp = e % pairs;
@@ -704,7 +704,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(AttnArgs
   s.koff = reinterpret_cast<long long*>(smem + lay.rows);
   s.voff = s.koff + kFlashTile;
   s.kv = reinterpret_cast<__nv_bfloat16*>(smem + lay.kv);
-  constexpr int eb = dtype_size(KvDt);
+  constexpr int eb = KvDt == kDtF32 ? 4 : KvDt <= kDtF16 ? 2 : 1;
   const long long r = a.row_req[row], pos = a.row_pos[row];
   const long long kvh_v = B == spec::AttentionBug::kNeighbourV ? (kvh + 1) % g.nkv : kvh;
   const int ab = dtype_size(g.act_dtype);

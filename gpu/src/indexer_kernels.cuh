@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kScoreThreads) index_score_kernel(IndexArgs a)
   const long long n_valid = pos / a.sb + 1;
   if (jb >= n_valid) return;
   const ReadGeom& g = a.g;
-  constexpr int eb = kBlockScale ? 1 : dtype_size(Dt);
+  constexpr int eb = kBlockScale ? 1 : Dt == kDtF32 ? 4 : Dt <= kDtF16 ? 2 : 1;
   const int idim = static_cast<int>(g.index_dim), nih = a.nih, row_bytes = idim * eb;
   const int scale_groups = kBlockScale ? idim / 128 : 1;  // 1: unused, never a divisor of 0
   const int groups = idim / 8;  // L = next_pow2(groups), the segment width

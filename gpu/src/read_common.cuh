@@ -11,9 +11,6 @@
 
 #include <cstdint>
 
-#include "kvo/spec/types.hpp"
-#include "number_formats.cuh"
-
 namespace kvo::gpu::detail {
 
 /// Plain description of a layer's caches for the read kernels. Dtypes and layouts are the
@@ -27,25 +24,11 @@ struct ReadGeom {
   long long s_block, s_token, s_head, s_kv;
 };
 
-/// spec::DType values carried as ints (the read kernels' parameters and template arguments).
-enum DtCode : int {
-  kDtF32 = static_cast<int>(spec::DType::kF32),
-  kDtBf16 = static_cast<int>(spec::DType::kBF16),
-  kDtF16 = static_cast<int>(spec::DType::kF16),
-  kDtE4m3 = static_cast<int>(spec::DType::kFp8E4M3),
-  kDtE5m2 = static_cast<int>(spec::DType::kFp8E5M2),
-};
-/// The spec::DType an int code carries.
-__host__ __device__ constexpr spec::DType dtype_of(int dt) { return static_cast<spec::DType>(dt); }
+/// spec::DType values, for templates.
+enum DtCode : int { kDtF32 = 0, kDtBf16 = 1, kDtF16 = 2, kDtE4m3 = 3, kDtE5m2 = 4 };
 
-/// The codec of the dtype code Dt's row: how an element widens to float (the fp8 rows through
-/// CUDA's conversion, kFp8Kind).
-template <int Dt>
-inline constexpr spec::Codec kCodec = spec::format_of(dtype_of(Dt)).codec;
-
-/// Bytes of one element of the dtype code dt (its spec::NumberFormat row).
 __host__ __device__ constexpr int dtype_size(int dt) {
-  return static_cast<int>(spec::dtype_bytes(dtype_of(dt)));
+  return dt == kDtF32 ? 4 : dt <= kDtF16 ? 2 : 1;
 }
 
 __device__ inline unsigned load_le(const unsigned char* p, int bytes) {
@@ -60,7 +43,7 @@ __device__ inline unsigned load_le(const unsigned char* p, int bytes) {
 template <int Dt>
 __device__ inline float2 fp8x2_value(unsigned short two_codes) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes),
-                                                   kFp8Kind<dtype_of(Dt)>);
+                                                   Dt == kDtE4m3 ? __NV_E4M3 : __NV_E5M2);
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
@@ -93,11 +76,11 @@ __device__ inline Raw8<Dt> load_raw8(const unsigned char* p) {
 /// The eight values of a Raw8 (exact: every dtype here widens to float exactly).
 template <int Dt>
 __device__ inline void convert8(const Raw8<Dt>& r, float (&x)[8]) {
-  if constexpr (kCodec<Dt> == spec::Codec::kF32) {
+  if constexpr (Dt == kDtF32) {
     for (int i = 0; i < 8; ++i) x[i] = __uint_as_float(r.w[i]);
-  } else if constexpr (kCodec<Dt> == spec::Codec::kBf16 || kCodec<Dt> == spec::Codec::kF16) {
+  } else if constexpr (Dt == kDtBf16 || Dt == kDtF16) {
     for (int i = 0; i < 4; ++i) {
-      if constexpr (kCodec<Dt> == spec::Codec::kBf16) {
+      if constexpr (Dt == kDtBf16) {
         x[2 * i] = __uint_as_float(r.w[i] << 16);
         x[2 * i + 1] = __uint_as_float(r.w[i] & 0xFFFF0000u);
       } else {
@@ -132,12 +115,12 @@ __device__ inline void load8_scaled(const unsigned char* p, bool scaled, float s
 /// Two consecutive elements of dtype Dt at p (aligned to their size).
 template <int Dt>
 __device__ inline float2 load2(const unsigned char* p) {
-  if constexpr (kCodec<Dt> == spec::Codec::kF32) {
+  if constexpr (Dt == kDtF32) {
     return *reinterpret_cast<const float2*>(p);
-  } else if constexpr (kCodec<Dt> == spec::Codec::kBf16) {
+  } else if constexpr (Dt == kDtBf16) {
     const unsigned w = *reinterpret_cast<const unsigned*>(p);
     return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));
-  } else if constexpr (kCodec<Dt> == spec::Codec::kF16) {
+  } else if constexpr (Dt == kDtF16) {
     return __half22float2(*reinterpret_cast<const __half2*>(p));
   } else {
     return fp8x2_value<Dt>(*reinterpret_cast<const unsigned short*>(p));
@@ -147,12 +130,12 @@ __device__ inline float2 load2(const unsigned char* p) {
 /// One element of dtype Dt at p.
 template <int Dt>
 __device__ inline float load1(const unsigned char* p) {
-  if constexpr (kCodec<Dt> == spec::Codec::kF32) {
+  if constexpr (Dt == kDtF32) {
     return *reinterpret_cast<const float*>(p);
-  } else if constexpr (kCodec<Dt> == spec::Codec::kBf16) {
+  } else if constexpr (Dt == kDtBf16) {
     return __uint_as_float(static_cast<unsigned>(*reinterpret_cast<const unsigned short*>(p))
                            << 16);
-  } else if constexpr (kCodec<Dt> == spec::Codec::kF16) {
+  } else if constexpr (Dt == kDtF16) {
     return __half2float(*reinterpret_cast<const __half*>(p));
   } else {
     return fp8x2_value<Dt>(*p).x;

@@ -375,6 +375,12 @@ def sglang_fused_fp8_set_kv_buffer(kernel: Callable) -> Adapter:
         if call.config["layout"] != "nhd" or "kv_strides" in call.config:
             raise Unsupported("SGLang's token pool is one dense NHD [num_slots, H, D] tensor")
         nb, bs, h, d = call.k_cache.shape
+        # Its blocks are tl.arange(min(H, 8)) heads by tl.arange(min(D, 128)) dims: Triton compiles
+        # them only for powers of two (on the H100, 53 of 150 default cases did not compile).
+        for what, n in (("min(num_kv_heads, 8)", min(h, 8)), ("min(head_dim, 128)", min(d, 128))):
+            if n & (n - 1):
+                raise Unsupported(f"fused_fp8_set_kv_buffer compiles only where {what} is a power "
+                                  f"of two (Triton's arange)")
         slots = call.slot_mapping[: _tokens(call)]
         rows = _Ops(call).nonnegative(slots)
         kernel(call.k[rows], call.v[rows], call.k_cache.reshape(nb * bs, h, d),

@@ -74,6 +74,8 @@ def test_sglang_fused_fp8_set_kv_buffer():
         report = kvoracle.check(adapters.sglang_fused_fp8_set_kv_buffer(kernel), op="write",
                                 cases=60)
         assert report.passed, report.message
+        # Shapes its Triton blocks cannot compile are left out, by name, never judged.
+        assert "compiles only where" in report.message, report.message
 
     def one_slot_on(k, v, k_cache, v_cache, cache_loc, k_scale, v_scale, page_size):
         last = k_cache.shape[0] - 1
